@@ -380,6 +380,51 @@ async fn invalidations_reach_the_tracking_clients_of_every_gateway() {
     );
 }
 
+/// A script remembers for its tracking client the keys its read-only calls read, as Redis 7.2
+/// does (EVAL, EVAL_RO and FCALL alike): not its declared keys, nor the keys it writes.
+#[tokio::test]
+async fn a_script_remembers_the_keys_it_reads_not_its_declared_keys() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut writer = RawResp::connect(gateway.resp_addr()).await;
+    // Written before tracking starts (see the first test).
+    writer
+        .command(&["MSET", "key1", "1", "key2", "1", "key3", "1", "key4", "1", "key5", "1"])
+        .await;
+    let mut tracker = RawResp::connect(gateway.resp_addr()).await;
+    tracker.command(&["HELLO", "3"]).await;
+    assert_eq!(tracker.command(&["CLIENT", "TRACKING", "on"]).await, ok());
+    // Writes key3 only: nothing is remembered.
+    tracker
+        .command(&["EVAL", "redis.call('set', 'key3', 'bar')", "2", "key1", "key2"])
+        .await;
+    // Reads key3, declares key1 and key2: key3 alone is remembered.
+    assert_eq!(
+        tracker
+            .command(&["EVAL", "return redis.call('get', 'key3')", "2", "key1", "key2"])
+            .await,
+        bulk("bar")
+    );
+    // Had the declared keys been remembered, their invalidation would come first.
+    writer.command(&["MSET", "key1", "2", "key2", "2"]).await;
+    writer.command(&["SET", "key3", "2"]).await;
+    assert_eq!(next_push(&mut tracker).await, invalidate(&["key3"]));
+    // EVAL_RO and a function: the keys their calls read.
+    assert_eq!(
+        tracker
+            .command(&["EVAL_RO", "return redis.call('get', KEYS[1])", "2", "key4", "key1"])
+            .await,
+        bulk("1")
+    );
+    let library = "#!lua name=reads\nredis.register_function{function_name='read5', callback=function(keys) return redis.call('get', 'key5') end, flags={'no-writes'}}";
+    tracker.command(&["FUNCTION", "LOAD", "REPLACE", library]).await;
+    assert_eq!(tracker.command(&["FCALL_RO", "read5", "1", "key2"]).await, bulk("1"));
+    writer.command(&["MSET", "key1", "3", "key2", "3"]).await;
+    writer.command(&["SET", "key4", "2"]).await;
+    assert_eq!(next_push(&mut tracker).await, invalidate(&["key4"]));
+    writer.command(&["SET", "key5", "2"]).await;
+    assert_eq!(next_push(&mut tracker).await, invalidate(&["key5"]));
+}
+
 /// redis-py's client-side cache (`cache_config`, RESP3): a value read once is served from the
 /// cache, and a write through another client (here on another gateway of the database)
 /// invalidates it, so a later read sees the new value. (redis-py turns its cache on only for

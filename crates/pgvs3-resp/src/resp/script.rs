@@ -144,6 +144,17 @@ impl Step {
     }
 }
 
+/// The client a run's scripts run for.
+#[derive(Debug, Clone, Copy)]
+pub struct RunBy {
+    /// Its id: the writer their invalidations name.
+    pub id: u64,
+    /// It tracks keys (CLIENT TRACKING, default mode, and this command's reads are
+    /// remembered): the keys its scripts' read-only calls read are remembered for it, as Redis
+    /// 7.2 does (not the declared keys, nor the keys written).
+    pub remembers_reads: bool,
+}
+
 /// Whether steps need a write batch (a read-only batch takes no lock).
 pub fn writes(steps: &[Step]) -> bool {
     steps.iter().any(Step::writes)
@@ -318,7 +329,7 @@ impl Scripts {
     /// when `write`), then commits. `accept` sees the batch first, with `watched` loaded: when
     /// it refuses (a WATCHed key changed), nothing runs and the answer is `None`. On a standby gateway (`standby`),
     /// scripts' writes are refused as any write is. `client` runs them (the writer their
-    /// invalidations name).
+    /// invalidations name, and whose reads are remembered).
     #[allow(clippy::too_many_arguments)]
     pub async fn run(
         &self,
@@ -328,7 +339,7 @@ impl Scripts {
         standby: bool,
         watched: &[String],
         accept: impl Fn(&KvBatch) -> bool,
-        client: u64,
+        client: RunBy,
     ) -> StoreResult<Option<Vec<Reply>>> {
         let mut keys: Vec<String> = steps
             .iter()
@@ -387,12 +398,13 @@ impl Scripts {
                 self.pubsub.events.token,
             )
             .map(|mut recorder| {
-                recorder.writer = client;
+                recorder.writer = client.id;
                 recorder
             }),
         };
         let mut session = Session {
             recorder,
+            reader: client.remembers_reads.then_some(client.id),
             batch,
             loaded: keys.iter().cloned().collect(),
             stale: HashSet::new(),
@@ -600,7 +612,7 @@ struct Run<'a> {
     steps: &'a [Step],
     keys: &'a [String],
     standby: bool,
-    client: u64,
+    client: RunBy,
 }
 
 enum Attempt {
@@ -614,6 +626,8 @@ struct Session {
     batch: KvBatch,
     /// The keyspace events of the run's commands, when its keyspace emits any (notify.rs).
     recorder: Option<Recorder>,
+    /// The tracking client whose reads are remembered (see [`RunBy`]).
+    reader: Option<u64>,
     loaded: HashSet<String>,
     /// Keys a typed command changed in the database since they were loaded.
     stale: HashSet<String>,
@@ -675,6 +689,19 @@ impl Session {
         Ok(reply)
     }
 
+    /// A read-only call's keys are remembered for the tracking client, before it reads (as a
+    /// client's own reads are, commands/tracking.rs).
+    fn remember_read(&self, spec: &Spec, command: &KeyCommand) {
+        if let Some(reader) = self.reader
+            && spec.flags.contains(&"readonly")
+        {
+            let keys = command.keys();
+            self.pubsub
+                .tracking
+                .remember(reader, self.batch.bucket_name(), keys.iter().map(|key| key.as_bytes()));
+        }
+    }
+
     /// A `redis.call` from a script: checked as Redis checks a script's commands, then run as
     /// the same command from a client would be. A blocking pop does not wait (as in Redis).
     async fn call(&mut self, args: &[Bytes], read_only: bool, caller: Option<&Caller>) -> Reply {
@@ -702,18 +729,21 @@ impl Session {
         }
         match KeyCommand::parse(&name, args) {
             Err(reply) => reply,
-            Ok(Some(mut command)) => match self.apply(command.limit_reply(self.reply_limit)).await {
-                Ok(Reply::OverLimit(_)) => Reply::error(format!(
-                    "ERR the reply is larger than the script's memory ({} bytes, --resp-script-max-memory)",
-                    self.reply_limit
-                )),
-                Ok(reply) => reply,
-                Err(err) => {
-                    let reply = Reply::error(format!("ERR {err}"));
-                    self.failure = Some(err);
-                    reply
+            Ok(Some(mut command)) => {
+                self.remember_read(spec, &command);
+                match self.apply(command.limit_reply(self.reply_limit)).await {
+                    Ok(Reply::OverLimit(_)) => Reply::error(format!(
+                        "ERR the reply is larger than the script's memory ({} bytes, --resp-script-max-memory)",
+                        self.reply_limit
+                    )),
+                    Ok(reply) => reply,
+                    Err(err) => {
+                        let reply = Reply::error(format!("ERR {err}"));
+                        self.failure = Some(err);
+                        reply
+                    }
                 }
-            },
+            }
             Ok(None) => match (spec.name, args) {
                 ("publish" | "spublish", _) if read_only => {
                     Reply::error("ERR Write commands are not allowed from read-only scripts.")
