@@ -355,7 +355,60 @@ async fn each_command_family_emits_the_events_redis_emits() {
         &["DEL", "n1", "n2"],
         &["SET", "n1", "again"],
     ];
-    let families = [families, &[("new keys", new_keys)]].concat();
+    // SORT ... STORE `sortstore`, GEORADIUS ... STORE `georadiusstore`, GEOSEARCHSTORE
+    // `geosearchstore`; an empty result deletes the destination (`del`).
+    let stores: &[&[&str]] = &[
+        &["RPUSH", "s:list", "3", "1", "2"],
+        &["SORT", "s:list", "STORE", "s:sorted"],
+        &["SORT", "s:list", "STORE", "s:sorted"],
+        &["SORT", "s:none", "STORE", "s:sorted"],
+        &["SORT", "s:none", "STORE", "s:sorted"],
+        &[
+            "GEOADD",
+            "s:geo",
+            "13.361389",
+            "38.115556",
+            "Palermo",
+            "15.087269",
+            "37.502669",
+            "Catania",
+        ],
+        &["GEORADIUS", "s:geo", "15", "37", "200", "km", "STORE", "s:near"],
+        &[
+            "GEORADIUSBYMEMBER",
+            "s:geo",
+            "Palermo",
+            "300",
+            "km",
+            "STOREDIST",
+            "s:dist",
+        ],
+        &[
+            "GEOSEARCHSTORE",
+            "s:found",
+            "s:geo",
+            "FROMLONLAT",
+            "15",
+            "37",
+            "BYRADIUS",
+            "200",
+            "km",
+        ],
+        &[
+            "GEOSEARCHSTORE",
+            "s:found",
+            "s:geo",
+            "FROMLONLAT",
+            "0",
+            "0",
+            "BYRADIUS",
+            "1",
+            "km",
+        ],
+        &["GEORADIUS", "s:geo", "0", "0", "1", "km", "STORE", "s:near"],
+        &["GEORADIUS", "s:geo", "0", "0", "1", "km", "STORE", "s:near"],
+    ];
+    let families = [families, &[("new keys", new_keys), ("store commands", stores)]].concat();
     for (family, commands) in &families {
         same_events(
             &mut ours,

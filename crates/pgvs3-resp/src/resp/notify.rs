@@ -454,6 +454,17 @@ impl Recorder {
         }
     }
 
+    /// A command that stores its result at `destination` (answering how many elements or
+    /// bytes it stored): its event when it stored any, else `del` of the destination it
+    /// deleted (an empty result deletes it), as Redis's store commands say.
+    fn stored(&mut self, class: u16, name: &'static str, destination: &str, reply: &Reply) {
+        if is_true(reply) {
+            self.emit(class, name, destination);
+        } else if self.held(destination).exists {
+            self.emit(GENERIC, "del", destination);
+        }
+    }
+
     /// An element left a typed key, which goes when it was the last.
     fn removed(&mut self, class: u16, name: &'static str, key: &str) {
         self.emit(class, name, key);
@@ -623,13 +634,7 @@ impl Recorder {
             }
             "zincrby" => self.emit(ZSET, "zincr", &key),
             "sinterstore" | "sunionstore" | "sdiffstore" | "zunionstore" | "zinterstore" | "zdiffstore"
-            | "zrangestore" => {
-                if positive {
-                    self.emit(class, event_name(op), &key);
-                } else if self.held(&key).exists {
-                    self.emit(GENERIC, "del", &key);
-                }
-            }
+            | "zrangestore" => self.stored(class, event_name(op), &key, reply),
             _ => {}
         }
     }
@@ -646,12 +651,15 @@ impl Recorder {
                 self.emit(STRING, "pfadd", &key)
             }
             FamilyCommand::Geo(Geo::Add { key, .. }) => self.emit(ZSET, "zadd", key),
-            FamilyCommand::Bitmap(Bitmap::Op { destination, .. }) => {
-                if is_true(reply) {
-                    self.emit(STRING, "set", destination);
-                } else if self.held(destination).exists {
-                    // An empty result deletes the destination.
-                    self.emit(GENERIC, "del", destination);
+            FamilyCommand::Bitmap(Bitmap::Op { destination, .. }) => self.stored(STRING, "set", destination, reply),
+            FamilyCommand::Sort(sort) => {
+                if let Some(destination) = sort.destination() {
+                    self.stored(LIST, "sortstore", destination, reply);
+                }
+            }
+            FamilyCommand::Geo(Geo::Search(search)) => {
+                if let Some((destination, event)) = search.stored_at() {
+                    self.stored(ZSET, event, destination, reply);
                 }
             }
             FamilyCommand::Bitmap(Bitmap::Field { key, outcome, .. }) => {
