@@ -707,11 +707,13 @@ impl Recorder {
                 }
             }
         }
-        if let Some(message) = self.pack(batch.bucket_name()) {
-            let mut channel = vec![EVENTS];
-            channel.extend_from_slice(b"events");
-            batch.notify_at_commit(channel, message, super::pubsub::INLINE_LIMIT);
-        }
+        // Sent empty when there is nothing to send: the batch's commit is marked as a RESP
+        // batch's all the same, so that its writes raise no S3-write events (the keyspace
+        // publishes or is tracked: its S3 writes are watched, functions/resp_pubsub.sql).
+        let mut channel = vec![EVENTS];
+        channel.extend_from_slice(b"events");
+        let message = self.pack(batch.bucket_name()).unwrap_or_default();
+        batch.notify_at_commit(channel, message, super::pubsub::INLINE_LIMIT);
         let changed = match self.flags.tracked() {
             true => self.events.into_iter().map(|event| (event.key, event.writer)).collect(),
             false => Vec::new(),
