@@ -455,7 +455,8 @@ async fn the_setting_reads_and_fails_as_in_redis() {
 
 /// The stream class alone (`t`), as Redis's notify-keyspace-events documents it: XADD `xadd`,
 /// XDEL `xdel`, XTRIM `xtrim`, XSETID `xsetid`, XGROUP's subcommands `xgroup-create`,
-/// `xgroup-createconsumer`, `xgroup-delconsumer`, `xgroup-destroy` and `xgroup-setid`; nothing
+/// `xgroup-createconsumer` (and from the consumers XREADGROUP, XCLAIM and XAUTOCLAIM create),
+/// `xgroup-delconsumer`, `xgroup-destroy` and `xgroup-setid`; nothing
 /// for commands that change nothing or for other types' writes. Compared with redis-server.
 #[tokio::test]
 async fn stream_events_are_published_as_redis_publishes_them() {
@@ -486,6 +487,12 @@ async fn stream_events_are_published_as_redis_publishes_them() {
         &["XGROUP", "CREATECONSUMER", "x", "g", "alice"],
         &["XGROUP", "DELCONSUMER", "x", "g", "alice"],
         &["XGROUP", "SETID", "x", "g", "1-1"],
+        // Consumers XREADGROUP, XCLAIM and XAUTOCLAIM create: `xgroup-createconsumer`.
+        &["XREADGROUP", "GROUP", "g", "bob", "STREAMS", "x", ">"],
+        &["XREADGROUP", "GROUP", "g", "bob", "STREAMS", "x", ">"],
+        &["XCLAIM", "x", "g", "mike", "0", "2-1"],
+        &["XAUTOCLAIM", "x", "g", "bob", "0", "0"],
+        &["XAUTOCLAIM", "x", "g", "carol", "0", "0"],
         &["XDEL", "x", "1-1", "7-7"],
         &["XDEL", "x", "7-7"],
         &["XADD", "x", "3-1", "c", "3"],

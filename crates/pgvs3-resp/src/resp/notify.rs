@@ -20,7 +20,7 @@
 //! (whatever the setting) and send them with their commit, in a message that also says which
 //! events to publish and which client wrote each key (for NOLOOP).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
 use bytes::Bytes;
@@ -302,6 +302,7 @@ pub async fn apply_and_commit(
         batch.commit().await?;
         return Ok((replies, Changed::default()));
     };
+    recorder.look_up_consumers(commands, &mut batch).await?;
     for command in commands {
         recorder.before(command, &batch);
     }
@@ -361,6 +362,9 @@ pub struct Recorder {
     held: HashMap<String, Held>,
     /// Typed keys an element was removed from: `del` follows when they are gone at the end.
     removed_from: Vec<String>,
+    /// Stream consumers (key, group, consumer) a command of the batch names that did not exist
+    /// before it ran: the first command that creates one says `xgroup-createconsumer`.
+    new_consumers: HashSet<(String, Bytes, Bytes)>,
 }
 
 impl Recorder {
@@ -374,6 +378,7 @@ impl Recorder {
             events: Vec::new(),
             held: HashMap::new(),
             removed_from: Vec::new(),
+            new_consumers: HashSet::new(),
         })
     }
 
@@ -391,6 +396,42 @@ impl Recorder {
                 },
             });
         }
+    }
+
+    /// Before commands run: the stream consumers that XREADGROUP, XCLAIM and XAUTOCLAIM name
+    /// and that do not exist yet (they create them, and Redis says `xgroup-createconsumer`),
+    /// read in the batch with XINFO CONSUMERS. Only batches that record events pay for it.
+    pub async fn look_up_consumers(&mut self, commands: &[&KeyCommand], batch: &mut KvBatch) -> StoreResult<()> {
+        for command in commands {
+            let KeyCommand::Typed(typed) = command else { continue };
+            let call = &typed.call;
+            if !matches!(call.op(), "xreadgroup" | "xclaim" | "xautoclaim") {
+                continue;
+            }
+            let (Some(group), Some(consumer)) = (call.args.first(), call.args.get(1)) else {
+                continue;
+            };
+            for key in &call.keys {
+                let args = [
+                    Bytes::from_static(b"XINFO"),
+                    Bytes::from_static(b"CONSUMERS"),
+                    Bytes::copy_from_slice(key.as_bytes()),
+                    group.clone(),
+                ];
+                let Ok(Some(info)) = KeyCommand::parse("xinfo", &args) else {
+                    continue;
+                };
+                let replies = super::keys::apply_all(&[&info], batch, false).await?;
+                // A missing key or group answers an error: the command fails too, creating none.
+                if let Some(Reply::Array(consumers)) = replies.first()
+                    && !consumers.iter().any(|known| names(known, consumer))
+                {
+                    self.new_consumers
+                        .insert((key.clone(), group.clone(), consumer.clone()));
+                }
+            }
+        }
+        Ok(())
     }
 
     fn held(&self, key: &str) -> Held {
@@ -558,6 +599,18 @@ impl Recorder {
         }
     }
 
+    /// Whether the call's consumer of `key` (its first two arguments, group and consumer) was
+    /// new to the batch (see [`Recorder::look_up_consumers`]): it exists from now on.
+    fn consumer_created(&mut self, key: &str, call: &crate::store::TypedCall) -> bool {
+        match (call.args.first(), call.args.get(1)) {
+            (Some(group), Some(consumer)) => {
+                self.new_consumers
+                    .remove(&(key.to_owned(), group.clone(), consumer.clone()))
+            }
+            _ => false,
+        }
+    }
+
     /// Commands on hashes, lists, sets, sorted sets and streams, by their SQL operation.
     fn typed(&mut self, call: &crate::store::TypedCall, reply: &Reply) {
         let key = call.keys.first().cloned().unwrap_or_default();
@@ -577,7 +630,17 @@ impl Recorder {
             "hsetnx" | "sadd" | "lpushx" | "rpushx" | "linsert" | "xgroup_createconsumer" | "xgroup_destroy"
                 if positive =>
             {
+                if op == "xgroup_createconsumer" {
+                    self.consumer_created(&key, call);
+                }
                 self.emit(class, event_name(op), &key)
+            }
+            "xreadgroup" | "xclaim" | "xautoclaim" => {
+                for key in &call.keys {
+                    if self.consumer_created(key, call) {
+                        self.emit(STREAM, "xgroup-createconsumer", key);
+                    }
+                }
             }
             "lpush" | "rpush" => self.emit(class, op, &key),
             "xadd" if !matches!(reply, Reply::Nil) => self.emit(class, op, &key),
@@ -868,6 +931,17 @@ fn event_name(op: &'static str) -> &'static str {
         "xgroup_createconsumer" => "xgroup-createconsumer",
         "xgroup_delconsumer" => "xgroup-delconsumer",
         op => op,
+    }
+}
+
+/// Whether an XINFO CONSUMERS entry is `consumer`'s.
+fn names(entry: &Reply, consumer: &[u8]) -> bool {
+    match entry {
+        Reply::Map(fields) | Reply::Pairs(fields) => fields.iter().any(|(field, value)| {
+            matches!(field, Reply::Bulk(name) if name[..] == b"name"[..])
+                && matches!(value, Reply::Bulk(name) if name[..] == *consumer)
+        }),
+        _ => false,
     }
 }
 

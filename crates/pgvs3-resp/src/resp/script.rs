@@ -676,6 +676,7 @@ impl Session {
             }
         }
         if let Some(recorder) = &mut self.recorder {
+            recorder.look_up_consumers(&[command], &mut self.batch).await?;
             recorder.before(command, &self.batch);
         }
         let replies = keys::apply_all(&[command], &mut self.batch, false).await?;
