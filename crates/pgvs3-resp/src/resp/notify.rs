@@ -186,8 +186,8 @@ struct Known {
     /// Whether each keyspace is tracked (`pgvs3.resp_tracked`), cached apart: a setting's
     /// change does not tell it.
     tracked: HashMap<String, bool>,
-    /// Counts the times everything cached was forgotten: a load that began before must not
-    /// store what it read.
+    /// Counts the times what is cached was forgotten or changed: a load that began before
+    /// must not store what it read.
     generation: u64,
 }
 
@@ -243,6 +243,9 @@ impl KeyspaceEvents {
             return;
         };
         let mut known = self.known();
+        // A load that began before may have read the old state: it must not store it (a
+        // keyspace taken as untracked would send no invalidations until told again).
+        known.generation += 1;
         match tracked {
             Some(tracked) => known.tracked.insert(bucket.to_owned(), tracked),
             None => known.tracked.remove(bucket),

@@ -256,9 +256,14 @@ impl PubSub {
         Ok(self.receivers(shard, channel))
     }
 
-    /// A tracked keyspace was flushed (FLUSHDB, FLUSHALL): every gateway's tracking clients
-    /// forget all their keys (after the flush committed).
+    /// A keyspace was flushed (FLUSHDB, FLUSHALL): every gateway's tracking clients forget
+    /// all their keys (after the flush committed). This gateway's table is emptied even when
+    /// no one tracks now, as Redis's flush empties its table: keys read by clients that have
+    /// since turned tracking off would otherwise be told of later writes once they track again.
     pub async fn flushed(&self, bucket: &str) -> Result<(), Reply> {
+        // This gateway's clients at once (before the reply); the others by the message, which
+        // names this gateway so that it is not applied here twice.
+        self.tracking.invalidate_all();
         let tracked = self
             .events
             .flags(bucket)
@@ -267,9 +272,6 @@ impl PubSub {
         if !tracked.tracked() {
             return Ok(());
         }
-        // This gateway's clients at once (before the reply); the others by the message, which
-        // names this gateway so that it is not applied here twice.
-        self.tracking.invalidate_all();
         self.send(notify::FLUSHED, bucket.as_bytes(), &self.events.token.to_be_bytes())
             .await
     }
