@@ -387,16 +387,22 @@ async fn a_script_remembers_the_keys_it_reads_not_its_declared_keys() {
     let gateway = TestGateway::with_resp(&[]).await;
     let mut writer = RawResp::connect(gateway.resp_addr()).await;
     // Written before tracking starts (see the first test).
-    writer
-        .command(&["MSET", "key1", "1", "key2", "1", "key3", "1", "key4", "1", "key5", "1"])
-        .await;
+    assert_eq!(
+        writer
+            .command(&["MSET", "key1", "1", "key2", "1", "key3", "1", "key4", "1", "key5", "1"])
+            .await,
+        ok()
+    );
     let mut tracker = RawResp::connect(gateway.resp_addr()).await;
     tracker.command(&["HELLO", "3"]).await;
     assert_eq!(tracker.command(&["CLIENT", "TRACKING", "on"]).await, ok());
     // Writes key3 only: nothing is remembered.
-    tracker
-        .command(&["EVAL", "redis.call('set', 'key3', 'bar')", "2", "key1", "key2"])
-        .await;
+    assert_eq!(
+        tracker
+            .command(&["EVAL", "redis.call('set', 'key3', 'bar')", "2", "key1", "key2"])
+            .await,
+        Value::Nil
+    );
     // Reads key3, declares key1 and key2: key3 alone is remembered.
     assert_eq!(
         tracker
