@@ -664,17 +664,7 @@ impl Recorder {
                     },
                     _ => key,
                 };
-                let name = match op {
-                    "blpop" => "lpop",
-                    "brpop" => "rpop",
-                    "bzpopmin" => "zpopmin",
-                    "bzpopmax" => "zpopmax",
-                    "lmpop" if call.ints.first() == Some(&Some(1)) => "lpop",
-                    "lmpop" => "rpop",
-                    _ if call.ints.first() == Some(&Some(0)) => "zpopmin",
-                    _ => "zpopmax",
-                };
-                self.removed(class, name, &from)
+                self.removed(class, pop_event(op, call), &from)
             }
             "lmove" if popped => {
                 let to = call.keys.get(1).cloned().unwrap_or_default();
@@ -934,6 +924,20 @@ fn event_name(op: &'static str) -> &'static str {
         "xgroup_createconsumer" => "xgroup-createconsumer",
         "xgroup_delconsumer" => "xgroup-delconsumer",
         op => op,
+    }
+}
+
+/// The event of a blocking or multi-key pop: the plain pop's from that end.
+fn pop_event(op: &str, call: &crate::store::TypedCall) -> &'static str {
+    match op {
+        "blpop" => "lpop",
+        "brpop" => "rpop",
+        "bzpopmin" => "zpopmin",
+        "bzpopmax" => "zpopmax",
+        "lmpop" if call.ints.first() == Some(&Some(1)) => "lpop",
+        "lmpop" => "rpop",
+        _ if call.ints.first() == Some(&Some(0)) => "zpopmin",
+        _ => "zpopmax",
     }
 }
 
