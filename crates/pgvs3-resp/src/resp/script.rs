@@ -150,8 +150,8 @@ pub struct RunBy {
     /// Its id: the writer their invalidations name.
     pub id: u64,
     /// It tracks keys (CLIENT TRACKING, default mode, and this command's reads are
-    /// remembered): the keys its scripts' read-only calls read are remembered for it, as Redis
-    /// 7.2 does (not the declared keys, nor the keys written).
+    /// remembered): a script's declared keys are remembered for it once the script calls a
+    /// read-only command, as Redis 7.0 does (see `Session::remember_declared`).
     pub remembers_reads: bool,
 }
 
@@ -405,6 +405,7 @@ impl Scripts {
         let mut session = Session {
             recorder,
             reader: client.remembers_reads.then_some(client.id),
+            declared: Vec::new(),
             batch,
             loaded: keys.iter().cloned().collect(),
             stale: HashSet::new(),
@@ -423,6 +424,7 @@ impl Scripts {
                 Step::Failed(reply) => reply.clone(),
                 Step::Key(command, _) => session.apply(command).await?,
                 Step::Script(request) => {
+                    session.declared = request.keys.clone();
                     let outcome = self.evaluate(&mut session, request).await;
                     if let Some(err) = session.failure.take() {
                         return Err(err);
@@ -628,6 +630,8 @@ struct Session {
     recorder: Option<Recorder>,
     /// The tracking client whose reads are remembered (see [`RunBy`]).
     reader: Option<u64>,
+    /// The keys the running script declares, until a read-only call remembers them.
+    declared: Vec<Bytes>,
     loaded: HashSet<String>,
     /// Keys a typed command changed in the database since they were loaded.
     stale: HashSet<String>,
@@ -690,16 +694,20 @@ impl Session {
         Ok(reply)
     }
 
-    /// A read-only call's keys are remembered for the tracking client, before it reads (as a
-    /// client's own reads are, commands/tracking.rs).
-    fn remember_read(&self, spec: &Spec, command: &KeyCommand) {
+    /// The script's first read-only call remembers its declared keys for the tracking client,
+    /// before it reads (as a client's own reads are, commands/tracking.rs): Redis 7.0 tracks a
+    /// script's declared keys once it calls a read command, and none for a script that only
+    /// writes (its unit/tracking "Tracking only occurs for scripts when a command calls a
+    /// read-only command"; 7.2 remembers the keys the calls read instead).
+    fn remember_declared(&mut self, spec: &Spec) {
         if let Some(reader) = self.reader
             && spec.flags.contains(&"readonly")
+            && !self.declared.is_empty()
         {
-            let keys = command.keys();
+            let declared = std::mem::take(&mut self.declared);
             self.pubsub
                 .tracking
-                .remember(reader, self.batch.bucket_name(), keys.iter().map(|key| key.as_bytes()));
+                .remember(reader, self.batch.bucket_name(), declared.iter().map(|key| &key[..]));
         }
     }
 
@@ -728,23 +736,21 @@ impl Session {
         if spec.is_write() && read_only {
             return Reply::error("ERR Write commands are not allowed from read-only scripts.");
         }
+        self.remember_declared(spec);
         match KeyCommand::parse(&name, args) {
             Err(reply) => reply,
-            Ok(Some(mut command)) => {
-                self.remember_read(spec, &command);
-                match self.apply(command.limit_reply(self.reply_limit)).await {
-                    Ok(Reply::OverLimit(_)) => Reply::error(format!(
-                        "ERR the reply is larger than the script's memory ({} bytes, --resp-script-max-memory)",
-                        self.reply_limit
-                    )),
-                    Ok(reply) => reply,
-                    Err(err) => {
-                        let reply = Reply::error(format!("ERR {err}"));
-                        self.failure = Some(err);
-                        reply
-                    }
+            Ok(Some(mut command)) => match self.apply(command.limit_reply(self.reply_limit)).await {
+                Ok(Reply::OverLimit(_)) => Reply::error(format!(
+                    "ERR the reply is larger than the script's memory ({} bytes, --resp-script-max-memory)",
+                    self.reply_limit
+                )),
+                Ok(reply) => reply,
+                Err(err) => {
+                    let reply = Reply::error(format!("ERR {err}"));
+                    self.failure = Some(err);
+                    reply
                 }
-            }
+            },
             Ok(None) => match (spec.name, args) {
                 ("publish" | "spublish", _) if read_only => {
                     Reply::error("ERR Write commands are not allowed from read-only scripts.")

@@ -124,9 +124,8 @@ impl Connection {
     }
 
     /// Remembers the keys a read-only command of a tracking connection reads, before it runs
-    /// (a change committed while it reads is then told, never missed). Scripts remember the
-    /// keys their read-only calls read, as they call them (script.rs), as Redis 7.2 does: not
-    /// their declared keys.
+    /// (a change committed while it reads is then told, never missed). Scripts remember their
+    /// declared keys once they call a read-only command (script.rs), as Redis 7.0 does.
     pub(crate) fn remember_reads(&self, spec: &'static Spec, command: Option<&KeyCommand>) {
         if !self.remembers_reads() || !spec.flags.contains(&"readonly") {
             return;
