@@ -1710,6 +1710,20 @@ BEGIN
 END $_$;
 
 --
+-- Name: resp_batch_notify(bytea, bytea, integer); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_batch_notify(channel bytea, message bytea, inline_limit integer) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM set_config('pgvs3.resp_batch', 'on', true);
+    IF octet_length(message) > 0 THEN
+        PERFORM pgvs3.resp_notify(channel, message, inline_limit);
+    END IF;
+END $$;
+
+--
 -- Name: resp_bump(bigint, text); Type: FUNCTION; Schema: pgvs3; Owner: -
 --
 
@@ -2286,6 +2300,88 @@ BEGIN
     END IF;
     PERFORM pg_notify('pgvs3_pubsub', payload);
 END $$;
+
+--
+-- Name: resp_object_event(); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_object_event() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $_$
+DECLARE
+    row_bucket bigint;
+    object_key text;
+    bucket_name text;
+    flags text;
+    tracked boolean;
+    emits boolean;
+    events text[];
+    classes text[];
+    message bytea;
+    kinds int;
+    published boolean;
+BEGIN
+    IF coalesce(current_setting('pgvs3.resp_batch', true), '') = 'on' THEN
+        RETURN NULL;
+    END IF;
+    IF TG_OP = 'DELETE' THEN
+        IF OLD.expires_at IS NOT NULL AND OLD.expires_at <= clock_timestamp() THEN
+            RETURN NULL;
+        END IF;
+        row_bucket := OLD.bucket_id;
+        object_key := OLD.key;
+        events := ARRAY['del'];
+        classes := ARRAY['[Ag]'];
+    ELSIF TG_OP = 'INSERT' OR (OLD.expires_at IS NOT NULL AND OLD.expires_at <= clock_timestamp()) THEN
+        row_bucket := NEW.bucket_id;
+        object_key := NEW.key;
+        events := ARRAY['new', 'set'];
+        classes := ARRAY['n', '[A$]'];
+    ELSIF OLD.etag IS DISTINCT FROM NEW.etag OR OLD.last_modified IS DISTINCT FROM NEW.last_modified
+          OR OLD.version_id IS DISTINCT FROM NEW.version_id THEN
+        row_bucket := NEW.bucket_id;
+        object_key := NEW.key;
+        events := ARRAY['set'];
+        classes := ARRAY['[A$]'];
+    ELSE
+        RETURN NULL;
+    END IF;
+    SELECT b.name, s.flags INTO bucket_name, flags
+      FROM pgvs3.buckets b LEFT JOIN pgvs3.resp_keyspace_events s ON s.bucket = b.name
+     WHERE b.id = row_bucket;
+    flags := coalesce(flags, '');
+    emits := flags ~ '[KE]' AND flags ~ '[A$gn]';
+    tracked := EXISTS (SELECT 1 FROM pgvs3.resp_tracking t WHERE t.bucket = bucket_name)
+               AND pgvs3.resp_tracked(bucket_name);
+    IF NOT emits AND NOT tracked THEN
+        RETURN NULL;
+    END IF;
+    kinds := CASE WHEN strpos(flags, 'K') > 0 THEN 1 ELSE 0 END + CASE WHEN strpos(flags, 'E') > 0 THEN 2 ELSE 0 END;
+    IF tracked THEN
+        -- Every event, each with whether it is published and its writer (none).
+        message := set_byte('\x00'::bytea, 0, kinds | 128)
+                   || int4send(octet_length(convert_to(bucket_name, 'UTF8'))) || convert_to(bucket_name, 'UTF8')
+                   || int8send(0);
+    ELSE
+        message := set_byte('\x00'::bytea, 0, kinds)
+                   || int4send(octet_length(convert_to(bucket_name, 'UTF8'))) || convert_to(bucket_name, 'UTF8');
+    END IF;
+    FOR j IN 1 .. cardinality(events) LOOP
+        published := emits AND flags ~ classes[j];
+        CONTINUE WHEN NOT tracked AND NOT published;
+        IF tracked THEN
+            message := message || set_byte('\x00'::bytea, 0, CASE WHEN published THEN 1 ELSE 0 END);
+        END IF;
+        message := message || int4send(octet_length(events[j])) || convert_to(events[j], 'UTF8')
+                   || int4send(octet_length(convert_to(object_key, 'UTF8'))) || convert_to(object_key, 'UTF8');
+        IF tracked THEN
+            message := message || int8send(0);
+        END IF;
+    END LOOP;
+    -- The kind of a batch's events (resp/notify.rs `EVENTS`); 7,000 is PUBLISH's inline limit.
+    PERFORM pgvs3.resp_notify('\x6d'::bytea || convert_to('s3', 'UTF8'), message, 7000);
+    RETURN NULL;
+END $_$;
 
 --
 -- Name: resp_publish(bytea, bytea, integer); Type: FUNCTION; Schema: pgvs3; Owner: -
@@ -3315,6 +3411,7 @@ BEGIN
         SELECT resp_track.bucket, a.pid, a.backend_start FROM pg_stat_activity a
          WHERE a.pid = pg_backend_pid()
         ON CONFLICT DO NOTHING;
+        PERFORM pgvs3.resp_watch_objects(bucket);
     END IF;
     PERFORM pgvs3.resp_notify('\x54'::bytea || convert_to(bucket, 'UTF8'), ''::bytea, inline_limit);
 END $$;
@@ -3363,6 +3460,31 @@ CREATE FUNCTION pgvs3.resp_wake(b bigint, k text) RETURNS void
     AS $$
     SELECT pg_notify('pgvs3_resp', b || ' ' || k)
 $$;
+
+--
+-- Name: resp_watch_objects(text); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_watch_objects(bucket text) RETURNS void
+    LANGUAGE plpgsql
+    AS $_$
+DECLARE
+    ns text;
+BEGIN
+    SELECT b.namespace INTO ns FROM pgvs3.buckets b WHERE b.name = bucket;
+    IF ns IS NULL
+       OR EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'resp_object_event'
+                   AND tgrelid = format('%I.objects', ns)::regclass)
+       OR NOT (EXISTS (SELECT 1 FROM pgvs3.resp_keyspace_events s
+                        WHERE s.bucket = resp_watch_objects.bucket AND s.flags ~ '[KE]' AND s.flags ~ '[A$gn]')
+               OR EXISTS (SELECT 1 FROM pgvs3.resp_tracking t WHERE t.bucket = resp_watch_objects.bucket)) THEN
+        RETURN;
+    END IF;
+    -- Two callers may both have found it missing: the second replaces the first's.
+    EXECUTE format('DROP TRIGGER IF EXISTS resp_object_event ON %I.objects', ns);
+    EXECUTE format('CREATE CONSTRAINT TRIGGER resp_object_event AFTER INSERT OR UPDATE OR DELETE ON %I.objects
+                        DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION pgvs3.resp_object_event()', ns);
+END $_$;
 
 --
 -- Name: resp_wrongtype(); Type: FUNCTION; Schema: pgvs3; Owner: -

@@ -355,7 +355,60 @@ async fn each_command_family_emits_the_events_redis_emits() {
         &["DEL", "n1", "n2"],
         &["SET", "n1", "again"],
     ];
-    let families = [families, &[("new keys", new_keys)]].concat();
+    // SORT ... STORE `sortstore`, GEORADIUS ... STORE `georadiusstore`, GEOSEARCHSTORE
+    // `geosearchstore`; an empty result deletes the destination (`del`).
+    let stores: &[&[&str]] = &[
+        &["RPUSH", "s:list", "3", "1", "2"],
+        &["SORT", "s:list", "STORE", "s:sorted"],
+        &["SORT", "s:list", "STORE", "s:sorted"],
+        &["SORT", "s:none", "STORE", "s:sorted"],
+        &["SORT", "s:none", "STORE", "s:sorted"],
+        &[
+            "GEOADD",
+            "s:geo",
+            "13.361389",
+            "38.115556",
+            "Palermo",
+            "15.087269",
+            "37.502669",
+            "Catania",
+        ],
+        &["GEORADIUS", "s:geo", "15", "37", "200", "km", "STORE", "s:near"],
+        &[
+            "GEORADIUSBYMEMBER",
+            "s:geo",
+            "Palermo",
+            "300",
+            "km",
+            "STOREDIST",
+            "s:dist",
+        ],
+        &[
+            "GEOSEARCHSTORE",
+            "s:found",
+            "s:geo",
+            "FROMLONLAT",
+            "15",
+            "37",
+            "BYRADIUS",
+            "200",
+            "km",
+        ],
+        &[
+            "GEOSEARCHSTORE",
+            "s:found",
+            "s:geo",
+            "FROMLONLAT",
+            "0",
+            "0",
+            "BYRADIUS",
+            "1",
+            "km",
+        ],
+        &["GEORADIUS", "s:geo", "0", "0", "1", "km", "STORE", "s:near"],
+        &["GEORADIUS", "s:geo", "0", "0", "1", "km", "STORE", "s:near"],
+    ];
+    let families = [families, &[("new keys", new_keys), ("store commands", stores)]].concat();
     for (family, commands) in &families {
         same_events(
             &mut ours,
@@ -402,7 +455,8 @@ async fn the_setting_reads_and_fails_as_in_redis() {
 
 /// The stream class alone (`t`), as Redis's notify-keyspace-events documents it: XADD `xadd`,
 /// XDEL `xdel`, XTRIM `xtrim`, XSETID `xsetid`, XGROUP's subcommands `xgroup-create`,
-/// `xgroup-createconsumer`, `xgroup-delconsumer`, `xgroup-destroy` and `xgroup-setid`; nothing
+/// `xgroup-createconsumer` (and from the consumers XREADGROUP, XCLAIM and XAUTOCLAIM create),
+/// `xgroup-delconsumer`, `xgroup-destroy` and `xgroup-setid`; nothing
 /// for commands that change nothing or for other types' writes. Compared with redis-server.
 #[tokio::test]
 async fn stream_events_are_published_as_redis_publishes_them() {
@@ -433,6 +487,12 @@ async fn stream_events_are_published_as_redis_publishes_them() {
         &["XGROUP", "CREATECONSUMER", "x", "g", "alice"],
         &["XGROUP", "DELCONSUMER", "x", "g", "alice"],
         &["XGROUP", "SETID", "x", "g", "1-1"],
+        // Consumers XREADGROUP, XCLAIM and XAUTOCLAIM create: `xgroup-createconsumer`.
+        &["XREADGROUP", "GROUP", "g", "bob", "STREAMS", "x", ">"],
+        &["XREADGROUP", "GROUP", "g", "bob", "STREAMS", "x", ">"],
+        &["XCLAIM", "x", "g", "mike", "0", "2-1"],
+        &["XAUTOCLAIM", "x", "g", "bob", "0", "0"],
+        &["XAUTOCLAIM", "x", "g", "carol", "0", "0"],
         &["XDEL", "x", "1-1", "7-7"],
         &["XDEL", "x", "7-7"],
         &["XADD", "x", "3-1", "c", "3"],
@@ -744,4 +804,141 @@ async fn expired_keys_are_notified_once_by_the_reaper_of_the_fleet() {
         let info = text(&client.command(&["INFO", "stats"]).await);
         assert!(info.contains("\r\nexpired_keys:20\r\n"), "{info}");
     }
+}
+
+/// S3 writes to the keyspace a database maps to are what a RESP SET or DEL of the key would be:
+/// PutObject, CopyObject and CompleteMultipartUpload emit `set` (after `new` for a new key),
+/// DeleteObject and DeleteObjects `del`; a tagging change emits nothing; a RESP write's events
+/// are its own, not doubled. A tracking client is told of the S3 writes of the keys it read.
+#[tokio::test]
+async fn s3_writes_emit_set_and_del_and_invalidate_tracked_keys() {
+    use aws_sdk_s3::primitives::ByteStream;
+    use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, Delete, ObjectIdentifier, Tag, Tagging};
+    let gateway = TestGateway::with_resp(&[]).await;
+    let s3 = &gateway.client;
+    let mut client = RawResp::connect(gateway.resp_addr()).await;
+    client
+        .command(&["CONFIG", "SET", "notify-keyspace-events", "KEAn"])
+        .await;
+    let mut events = subscriber(gateway.resp_addr()).await;
+    let put = async |key: &str, body: &'static [u8]| {
+        s3.put_object()
+            .bucket("resp")
+            .key(key)
+            .body(ByteStream::from_static(body))
+            .send()
+            .await
+            .unwrap();
+    };
+    put("a", b"1").await;
+    put("a", b"2").await;
+    s3.copy_object()
+        .bucket("resp")
+        .key("b")
+        .copy_source("resp/a")
+        .send()
+        .await
+        .unwrap();
+    s3.put_object_tagging()
+        .bucket("resp")
+        .key("a")
+        .tagging(
+            Tagging::builder()
+                .tag_set(Tag::builder().key("t").value("v").build().unwrap())
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    s3.delete_object().bucket("resp").key("a").send().await.unwrap();
+    let upload = s3
+        .create_multipart_upload()
+        .bucket("resp")
+        .key("c")
+        .send()
+        .await
+        .unwrap();
+    let upload_id = upload.upload_id().unwrap();
+    let part = s3
+        .upload_part()
+        .bucket("resp")
+        .key("c")
+        .upload_id(upload_id)
+        .part_number(1)
+        .body(ByteStream::from_static(b"part"))
+        .send()
+        .await
+        .unwrap();
+    s3.complete_multipart_upload()
+        .bucket("resp")
+        .key("c")
+        .upload_id(upload_id)
+        .multipart_upload(
+            CompletedMultipartUpload::builder()
+                .parts(
+                    CompletedPart::builder()
+                        .part_number(1)
+                        .e_tag(part.e_tag().unwrap())
+                        .build(),
+                )
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    s3.delete_objects()
+        .bucket("resp")
+        .delete(
+            Delete::builder()
+                .objects(ObjectIdentifier::builder().key("b").build().unwrap())
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    // A RESP write: its own events, once.
+    client.command(&["APPEND", "c", "x"]).await;
+    client.command(&["SET", "marker:s3", "x"]).await;
+    let got = events_until(&mut events, "marker:s3").await;
+    let want: Vec<(String, String)> = [
+        ("a", "new"),
+        ("a", "set"),
+        ("a", "set"),
+        ("b", "new"),
+        ("b", "set"),
+        ("a", "del"),
+        ("c", "new"),
+        ("c", "set"),
+        ("b", "del"),
+        ("c", "append"),
+    ]
+    .iter()
+    .flat_map(|(key, event)| {
+        [
+            (format!("__keyspace@0__:{key}"), event.to_string()),
+            (format!("__keyevent@0__:{event}"), key.to_string()),
+        ]
+    })
+    .collect();
+    assert_eq!(got, want);
+
+    // CLIENT TRACKING: the keys a client read are invalidated by S3 writes.
+    let mut tracker = RawResp::connect(gateway.resp_addr()).await;
+    tracker.command(&["HELLO", "3"]).await;
+    tracker.command(&["CLIENT", "TRACKING", "on"]).await;
+    assert_eq!(tracker.command(&["GET", "c"]).await, bulk("partx"));
+    put("c", b"3").await;
+    let invalidate = |key: &str| Value::Push(vec![bulk("invalidate"), Value::Array(vec![bulk(key)])]);
+    let next = async |tracker: &mut RawResp| {
+        tokio::time::timeout(Duration::from_secs(20), tracker.reply())
+            .await
+            .expect("the invalidation arrives within 20 s")
+            .expect("the connection stays open")
+    };
+    assert_eq!(next(&mut tracker).await, invalidate("c"));
+    assert_eq!(tracker.command(&["GET", "c"]).await, bulk("3"));
+    s3.delete_object().bucket("resp").key("c").send().await.unwrap();
+    assert_eq!(next(&mut tracker).await, invalidate("c"));
 }

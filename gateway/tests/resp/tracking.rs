@@ -380,6 +380,81 @@ async fn invalidations_reach_the_tracking_clients_of_every_gateway() {
     );
 }
 
+/// A script remembers its declared keys for its tracking client once it calls a read-only
+/// command, as Redis 7.0 does (EVAL, EVAL_RO and FCALL alike): none when it only writes or
+/// calls no read command, and not the keys its calls name beyond them.
+#[tokio::test]
+async fn a_script_remembers_its_declared_keys_once_it_reads() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut writer = RawResp::connect(gateway.resp_addr()).await;
+    // Written before tracking starts (see the first test).
+    assert_eq!(
+        writer
+            .command(&["MSET", "key1", "1", "key2", "1", "key3", "1", "key4", "1", "key5", "1"])
+            .await,
+        ok()
+    );
+    let mut tracker = RawResp::connect(gateway.resp_addr()).await;
+    tracker.command(&["HELLO", "3"]).await;
+    assert_eq!(tracker.command(&["CLIENT", "TRACKING", "on"]).await, ok());
+    // Writes key3 only: nothing is remembered.
+    assert_eq!(
+        tracker
+            .command(&["EVAL", "redis.call('set', 'key3', 'bar')", "2", "key1", "key2"])
+            .await,
+        Value::Nil
+    );
+    assert_eq!(writer.command(&["MSET", "key1", "2", "key2", "2"]).await, ok());
+    // Reads key3, declares key1 and key2: the declared keys are remembered, key3 is not.
+    assert_eq!(
+        tracker
+            .command(&["EVAL", "return redis.call('get', 'key3')", "2", "key1", "key2"])
+            .await,
+        bulk("bar")
+    );
+    // Had key3 been remembered (or the first script's keys), its invalidation would come first.
+    assert_eq!(writer.command(&["SET", "key3", "2"]).await, ok());
+    assert_eq!(writer.command(&["MSET", "key2", "3", "key1", "3"]).await, ok());
+    assert_eq!(invalidated(&mut tracker, 2).await, ["key1", "key2"]);
+    // EVAL_RO calling no read command remembers nothing; a function that reads remembers its
+    // declared key, not the one it reads.
+    assert_eq!(
+        tracker
+            .command(&["EVAL_RO", "return redis.call('ping')", "2", "key4", "key5"])
+            .await,
+        Value::Simple("PONG".into())
+    );
+    let library = "#!lua name=reads\nredis.register_function{function_name='read5', callback=function(keys) return redis.call('get', 'key5') end, flags={'no-writes'}}";
+    tracker.command(&["FUNCTION", "LOAD", "REPLACE", library]).await;
+    assert_eq!(tracker.command(&["FCALL_RO", "read5", "1", "key4"]).await, bulk("1"));
+    assert_eq!(writer.command(&["SET", "key5", "2"]).await, ok());
+    assert_eq!(writer.command(&["SET", "key4", "2"]).await, ok());
+    assert_eq!(next_push(&mut tracker).await, invalidate(&["key4"]));
+}
+
+/// The keys of the next invalidation pushes, until `count` keys came (one push or several),
+/// sorted.
+async fn invalidated(client: &mut RawResp, count: usize) -> Vec<String> {
+    let mut keys = Vec::new();
+    while keys.len() < count {
+        let Value::Push(parts) = next_push(client).await else {
+            panic!("an invalidation push")
+        };
+        let [kind, Value::Array(named)] = &parts[..] else {
+            panic!("an invalidation push: {parts:?}")
+        };
+        assert_eq!(*kind, bulk("invalidate"));
+        for key in named {
+            let Value::Bulk(key) = key else {
+                panic!("a key: {key:?}")
+            };
+            keys.push(String::from_utf8_lossy(key).into_owned());
+        }
+    }
+    keys.sort();
+    keys
+}
+
 /// redis-py's client-side cache (`cache_config`, RESP3): a value read once is served from the
 /// cache, and a write through another client (here on another gateway of the database)
 /// invalidates it, so a later read sees the new value. (redis-py turns its cache on only for

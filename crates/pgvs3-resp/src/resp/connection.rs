@@ -509,7 +509,7 @@ impl Connection {
                 }
             }
             if self.tracking.is_some() {
-                self.remember_reads(spec, key_command.as_ref(), &args);
+                self.remember_reads(spec, key_command.as_ref());
             }
             if self.multi.is_some() && queues_in_multi(spec) {
                 let size = request_size(&args);

@@ -20,7 +20,7 @@
 //! (whatever the setting) and send them with their commit, in a message that also says which
 //! events to publish and which client wrote each key (for NOLOOP).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
 use bytes::Bytes;
@@ -186,8 +186,8 @@ struct Known {
     /// Whether each keyspace is tracked (`pgvs3.resp_tracked`), cached apart: a setting's
     /// change does not tell it.
     tracked: HashMap<String, bool>,
-    /// Counts the times everything cached was forgotten: a load that began before must not
-    /// store what it read.
+    /// Counts the times what is cached was forgotten or changed: a load that began before
+    /// must not store what it read.
     generation: u64,
 }
 
@@ -243,6 +243,9 @@ impl KeyspaceEvents {
             return;
         };
         let mut known = self.known();
+        // A load that began before may have read the old state: it must not store it (a
+        // keyspace taken as untracked would send no invalidations until told again).
+        known.generation += 1;
         match tracked {
             Some(tracked) => known.tracked.insert(bucket.to_owned(), tracked),
             None => known.tracked.remove(bucket),
@@ -302,6 +305,7 @@ pub async fn apply_and_commit(
         batch.commit().await?;
         return Ok((replies, Changed::default()));
     };
+    recorder.look_up_consumers(commands, &mut batch).await?;
     for command in commands {
         recorder.before(command, &batch);
     }
@@ -361,6 +365,9 @@ pub struct Recorder {
     held: HashMap<String, Held>,
     /// Typed keys an element was removed from: `del` follows when they are gone at the end.
     removed_from: Vec<String>,
+    /// Stream consumers (key, group, consumer) a command of the batch names that did not exist
+    /// before it ran: the first command that creates one says `xgroup-createconsumer`.
+    new_consumers: HashSet<(String, Bytes, Bytes)>,
 }
 
 impl Recorder {
@@ -374,6 +381,7 @@ impl Recorder {
             events: Vec::new(),
             held: HashMap::new(),
             removed_from: Vec::new(),
+            new_consumers: HashSet::new(),
         })
     }
 
@@ -391,6 +399,42 @@ impl Recorder {
                 },
             });
         }
+    }
+
+    /// Before commands run: the stream consumers that XREADGROUP, XCLAIM and XAUTOCLAIM name
+    /// and that do not exist yet (they create them, and Redis says `xgroup-createconsumer`),
+    /// read in the batch with XINFO CONSUMERS. Only batches that record events pay for it.
+    pub async fn look_up_consumers(&mut self, commands: &[&KeyCommand], batch: &mut KvBatch) -> StoreResult<()> {
+        for command in commands {
+            let KeyCommand::Typed(typed) = command else { continue };
+            let call = &typed.call;
+            if !matches!(call.op(), "xreadgroup" | "xclaim" | "xautoclaim") {
+                continue;
+            }
+            let (Some(group), Some(consumer)) = (call.args.first(), call.args.get(1)) else {
+                continue;
+            };
+            for key in &call.keys {
+                let args = [
+                    Bytes::from_static(b"XINFO"),
+                    Bytes::from_static(b"CONSUMERS"),
+                    Bytes::copy_from_slice(key.as_bytes()),
+                    group.clone(),
+                ];
+                let Ok(Some(info)) = KeyCommand::parse("xinfo", &args) else {
+                    continue;
+                };
+                let replies = super::keys::apply_all(&[&info], batch, false).await?;
+                // A missing key or group answers an error: the command fails too, creating none.
+                if let Some(Reply::Array(consumers)) = replies.first()
+                    && !consumers.iter().any(|known| names(known, consumer))
+                {
+                    self.new_consumers
+                        .insert((key.clone(), group.clone(), consumer.clone()));
+                }
+            }
+        }
+        Ok(())
     }
 
     fn held(&self, key: &str) -> Held {
@@ -451,6 +495,17 @@ impl Recorder {
                 }
             }
             _ => held.exists = true,
+        }
+    }
+
+    /// A command that stores its result at `destination` (answering how many elements or
+    /// bytes it stored): its event when it stored any, else `del` of the destination it
+    /// deleted (an empty result deletes it), as Redis's store commands say.
+    fn stored(&mut self, class: u16, name: &'static str, destination: &str, reply: &Reply) {
+        if is_true(reply) {
+            self.emit(class, name, destination);
+        } else if self.held(destination).exists {
+            self.emit(GENERIC, "del", destination);
         }
     }
 
@@ -547,6 +602,18 @@ impl Recorder {
         }
     }
 
+    /// Whether the call's consumer of `key` (its first two arguments, group and consumer) was
+    /// new to the batch (see [`Recorder::look_up_consumers`]): it exists from now on.
+    fn consumer_created(&mut self, key: &str, call: &crate::store::TypedCall) -> bool {
+        match (call.args.first(), call.args.get(1)) {
+            (Some(group), Some(consumer)) => {
+                self.new_consumers
+                    .remove(&(key.to_owned(), group.clone(), consumer.clone()))
+            }
+            _ => false,
+        }
+    }
+
     /// Commands on hashes, lists, sets, sorted sets and streams, by their SQL operation.
     fn typed(&mut self, call: &crate::store::TypedCall, reply: &Reply) {
         let key = call.keys.first().cloned().unwrap_or_default();
@@ -566,7 +633,17 @@ impl Recorder {
             "hsetnx" | "sadd" | "lpushx" | "rpushx" | "linsert" | "xgroup_createconsumer" | "xgroup_destroy"
                 if positive =>
             {
+                if op == "xgroup_createconsumer" {
+                    self.consumer_created(&key, call);
+                }
                 self.emit(class, event_name(op), &key)
+            }
+            "xreadgroup" | "xclaim" | "xautoclaim" => {
+                for key in &call.keys {
+                    if self.consumer_created(key, call) {
+                        self.emit(STREAM, "xgroup-createconsumer", key);
+                    }
+                }
             }
             "lpush" | "rpush" => self.emit(class, op, &key),
             "xadd" if !matches!(reply, Reply::Nil) => self.emit(class, op, &key),
@@ -587,17 +664,7 @@ impl Recorder {
                     },
                     _ => key,
                 };
-                let name = match op {
-                    "blpop" => "lpop",
-                    "brpop" => "rpop",
-                    "bzpopmin" => "zpopmin",
-                    "bzpopmax" => "zpopmax",
-                    "lmpop" if call.ints.first() == Some(&Some(1)) => "lpop",
-                    "lmpop" => "rpop",
-                    _ if call.ints.first() == Some(&Some(0)) => "zpopmin",
-                    _ => "zpopmax",
-                };
-                self.removed(class, name, &from)
+                self.removed(class, pop_event(op, call), &from)
             }
             "lmove" if popped => {
                 let to = call.keys.get(1).cloned().unwrap_or_default();
@@ -623,13 +690,7 @@ impl Recorder {
             }
             "zincrby" => self.emit(ZSET, "zincr", &key),
             "sinterstore" | "sunionstore" | "sdiffstore" | "zunionstore" | "zinterstore" | "zdiffstore"
-            | "zrangestore" => {
-                if positive {
-                    self.emit(class, event_name(op), &key);
-                } else if self.held(&key).exists {
-                    self.emit(GENERIC, "del", &key);
-                }
-            }
+            | "zrangestore" => self.stored(class, event_name(op), &key, reply),
             _ => {}
         }
     }
@@ -646,12 +707,15 @@ impl Recorder {
                 self.emit(STRING, "pfadd", &key)
             }
             FamilyCommand::Geo(Geo::Add { key, .. }) => self.emit(ZSET, "zadd", key),
-            FamilyCommand::Bitmap(Bitmap::Op { destination, .. }) => {
-                if is_true(reply) {
-                    self.emit(STRING, "set", destination);
-                } else if self.held(destination).exists {
-                    // An empty result deletes the destination.
-                    self.emit(GENERIC, "del", destination);
+            FamilyCommand::Bitmap(Bitmap::Op { destination, .. }) => self.stored(STRING, "set", destination, reply),
+            FamilyCommand::Sort(sort) => {
+                if let Some(destination) = sort.destination() {
+                    self.stored(LIST, "sortstore", destination, reply);
+                }
+            }
+            FamilyCommand::Geo(Geo::Search(search)) => {
+                if let Some((destination, event)) = search.stored_at() {
+                    self.stored(ZSET, event, destination, reply);
                 }
             }
             FamilyCommand::Bitmap(Bitmap::Field { key, outcome, .. }) => {
@@ -699,11 +763,13 @@ impl Recorder {
                 }
             }
         }
-        if let Some(message) = self.pack(batch.bucket_name()) {
-            let mut channel = vec![EVENTS];
-            channel.extend_from_slice(b"events");
-            batch.notify_at_commit(channel, message, super::pubsub::INLINE_LIMIT);
-        }
+        // Sent empty when there is nothing to send: the batch's commit is marked as a RESP
+        // batch's all the same, so that its writes raise no S3-write events (the keyspace
+        // publishes or is tracked: its S3 writes are watched, functions/resp_pubsub.sql).
+        let mut channel = vec![EVENTS];
+        channel.extend_from_slice(b"events");
+        let message = self.pack(batch.bucket_name()).unwrap_or_default();
+        batch.notify_at_commit(channel, message, super::pubsub::INLINE_LIMIT);
         let changed = match self.flags.tracked() {
             true => self.events.into_iter().map(|event| (event.key, event.writer)).collect(),
             false => Vec::new(),
@@ -858,6 +924,31 @@ fn event_name(op: &'static str) -> &'static str {
         "xgroup_createconsumer" => "xgroup-createconsumer",
         "xgroup_delconsumer" => "xgroup-delconsumer",
         op => op,
+    }
+}
+
+/// The event of a blocking or multi-key pop: the plain pop's from that end.
+fn pop_event(op: &str, call: &crate::store::TypedCall) -> &'static str {
+    match op {
+        "blpop" => "lpop",
+        "brpop" => "rpop",
+        "bzpopmin" => "zpopmin",
+        "bzpopmax" => "zpopmax",
+        "lmpop" if call.ints.first() == Some(&Some(1)) => "lpop",
+        "lmpop" => "rpop",
+        _ if call.ints.first() == Some(&Some(0)) => "zpopmin",
+        _ => "zpopmax",
+    }
+}
+
+/// Whether an XINFO CONSUMERS entry is `consumer`'s.
+fn names(entry: &Reply, consumer: &[u8]) -> bool {
+    match entry {
+        Reply::Map(fields) | Reply::Pairs(fields) => fields.iter().any(|(field, value)| {
+            matches!(field, Reply::Bulk(name) if name[..] == b"name"[..])
+                && matches!(value, Reply::Bulk(name) if name[..] == *consumer)
+        }),
+        _ => false,
     }
 }
 

@@ -174,6 +174,9 @@ pub struct PubSub {
     /// The LISTEN connection, while it is up, and its prepared `resp_publish` call: PUBLISH
     /// goes out on it (tokio-postgres pipelines concurrent publishes).
     client: tokio::sync::watch::Sender<Option<(Arc<tokio_postgres::Client>, tokio_postgres::Statement)>>,
+    /// Whether a LISTEN connection was ever up: only one opened after a lost one can have
+    /// missed invalidations.
+    listened: std::sync::atomic::AtomicBool,
     pub limits: Limits,
     /// Keyspace notifications: each keyspace's setting, which changes come this way too.
     pub events: Arc<KeyspaceEvents>,
@@ -195,6 +198,7 @@ impl PubSub {
         PubSub {
             registry: Mutex::default(),
             client: tokio::sync::watch::Sender::new(None),
+            listened: std::sync::atomic::AtomicBool::new(false),
             tracking,
             limits,
             events,
@@ -206,9 +210,15 @@ impl PubSub {
 
     pub(super) fn set_client(&self, client: Option<(Arc<tokio_postgres::Client>, tokio_postgres::Statement)>) {
         // Lost or opened again: a keyspace's setting may have changed meanwhile, untold, and
-        // invalidations may have been missed: tracking clients forget every key.
+        // invalidations may have been missed: tracking clients forget every key. Not at the
+        // first opening: a client that turned tracking on before it has read nothing tracked
+        // yet (its OK waits for the connection, commands/tracking.rs), and a null invalidation
+        // would only empty a cache it was told to keep.
+        let first = client.is_some() && !self.listened.swap(true, std::sync::atomic::Ordering::SeqCst);
         self.events.forget();
-        self.tracking.invalidate_all();
+        if !first {
+            self.tracking.invalidate_all();
+        }
         self.client.send_replace(client);
     }
 
@@ -256,9 +266,14 @@ impl PubSub {
         Ok(self.receivers(shard, channel))
     }
 
-    /// A tracked keyspace was flushed (FLUSHDB, FLUSHALL): every gateway's tracking clients
-    /// forget all their keys (after the flush committed).
+    /// A keyspace was flushed (FLUSHDB, FLUSHALL): every gateway's tracking clients forget
+    /// all their keys (after the flush committed). This gateway's table is emptied even when
+    /// no one tracks now, as Redis's flush empties its table: keys read by clients that have
+    /// since turned tracking off would otherwise be told of later writes once they track again.
     pub async fn flushed(&self, bucket: &str) -> Result<(), Reply> {
+        // This gateway's clients at once (before the reply); the others by the message, which
+        // names this gateway so that it is not applied here twice.
+        self.tracking.invalidate_all();
         let tracked = self
             .events
             .flags(bucket)
@@ -267,9 +282,6 @@ impl PubSub {
         if !tracked.tracked() {
             return Ok(());
         }
-        // This gateway's clients at once (before the reply); the others by the message, which
-        // names this gateway so that it is not applied here twice.
-        self.tracking.invalidate_all();
         self.send(notify::FLUSHED, bucket.as_bytes(), &self.events.token.to_be_bytes())
             .await
     }

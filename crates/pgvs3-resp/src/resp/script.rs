@@ -144,6 +144,17 @@ impl Step {
     }
 }
 
+/// The client a run's scripts run for.
+#[derive(Debug, Clone, Copy)]
+pub struct RunBy {
+    /// Its id: the writer their invalidations name.
+    pub id: u64,
+    /// It tracks keys (CLIENT TRACKING, default mode, and this command's reads are
+    /// remembered): a script's declared keys are remembered for it once the script calls a
+    /// read-only command, as Redis 7.0 does (see `Session::remember_declared`).
+    pub remembers_reads: bool,
+}
+
 /// Whether steps need a write batch (a read-only batch takes no lock).
 pub fn writes(steps: &[Step]) -> bool {
     steps.iter().any(Step::writes)
@@ -318,7 +329,7 @@ impl Scripts {
     /// when `write`), then commits. `accept` sees the batch first, with `watched` loaded: when
     /// it refuses (a WATCHed key changed), nothing runs and the answer is `None`. On a standby gateway (`standby`),
     /// scripts' writes are refused as any write is. `client` runs them (the writer their
-    /// invalidations name).
+    /// invalidations name, and whose reads are remembered).
     #[allow(clippy::too_many_arguments)]
     pub async fn run(
         &self,
@@ -328,7 +339,7 @@ impl Scripts {
         standby: bool,
         watched: &[String],
         accept: impl Fn(&KvBatch) -> bool,
-        client: u64,
+        client: RunBy,
     ) -> StoreResult<Option<Vec<Reply>>> {
         let mut keys: Vec<String> = steps
             .iter()
@@ -387,12 +398,14 @@ impl Scripts {
                 self.pubsub.events.token,
             )
             .map(|mut recorder| {
-                recorder.writer = client;
+                recorder.writer = client.id;
                 recorder
             }),
         };
         let mut session = Session {
             recorder,
+            reader: client.remembers_reads.then_some(client.id),
+            declared: Vec::new(),
             batch,
             loaded: keys.iter().cloned().collect(),
             stale: HashSet::new(),
@@ -411,6 +424,7 @@ impl Scripts {
                 Step::Failed(reply) => reply.clone(),
                 Step::Key(command, _) => session.apply(command).await?,
                 Step::Script(request) => {
+                    session.declared = request.keys.clone();
                     let outcome = self.evaluate(&mut session, request).await;
                     if let Some(err) = session.failure.take() {
                         return Err(err);
@@ -600,7 +614,7 @@ struct Run<'a> {
     steps: &'a [Step],
     keys: &'a [String],
     standby: bool,
-    client: u64,
+    client: RunBy,
 }
 
 enum Attempt {
@@ -614,6 +628,10 @@ struct Session {
     batch: KvBatch,
     /// The keyspace events of the run's commands, when its keyspace emits any (notify.rs).
     recorder: Option<Recorder>,
+    /// The tracking client whose reads are remembered (see [`RunBy`]).
+    reader: Option<u64>,
+    /// The keys the running script declares, until a read-only call remembers them.
+    declared: Vec<Bytes>,
     loaded: HashSet<String>,
     /// Keys a typed command changed in the database since they were loaded.
     stale: HashSet<String>,
@@ -662,6 +680,7 @@ impl Session {
             }
         }
         if let Some(recorder) = &mut self.recorder {
+            recorder.look_up_consumers(&[command], &mut self.batch).await?;
             recorder.before(command, &self.batch);
         }
         let replies = keys::apply_all(&[command], &mut self.batch, false).await?;
@@ -673,6 +692,23 @@ impl Session {
             recorder.after(command, &reply);
         }
         Ok(reply)
+    }
+
+    /// The script's first read-only call remembers its declared keys for the tracking client,
+    /// before it reads (as a client's own reads are, commands/tracking.rs): Redis 7.0 tracks a
+    /// script's declared keys once it calls a read command, and none for a script that only
+    /// writes (its unit/tracking "Tracking only occurs for scripts when a command calls a
+    /// read-only command"; 7.2 remembers the keys the calls read instead).
+    fn remember_declared(&mut self, spec: &Spec) {
+        if let Some(reader) = self.reader
+            && spec.flags.contains(&"readonly")
+            && !self.declared.is_empty()
+        {
+            let declared = std::mem::take(&mut self.declared);
+            self.pubsub
+                .tracking
+                .remember(reader, self.batch.bucket_name(), declared.iter().map(|key| &key[..]));
+        }
     }
 
     /// A `redis.call` from a script: checked as Redis checks a script's commands, then run as
@@ -700,6 +736,7 @@ impl Session {
         if spec.is_write() && read_only {
             return Reply::error("ERR Write commands are not allowed from read-only scripts.");
         }
+        self.remember_declared(spec);
         match KeyCommand::parse(&name, args) {
             Err(reply) => reply,
             Ok(Some(mut command)) => match self.apply(command.limit_reply(self.reply_limit)).await {

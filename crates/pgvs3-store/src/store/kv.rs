@@ -293,11 +293,17 @@ impl Store {
         Ok(row.map(|row| row.get("key")))
     }
 
-    /// Deletes every key of the keyspace (their chunked bodies are retired for the reaper).
+    /// Deletes every key of the keyspace (their chunked bodies are retired for the reaper). As a
+    /// RESP batch's (`pgvs3.resp_batch`), so the rows it deletes raise no `del` each: FLUSHDB
+    /// emits no key events, as in Redis (tracking clients are told apart, resp/pubsub.rs).
     pub(crate) async fn kv_flush(&self, bucket: &BucketInfo) -> StoreResult<()> {
-        let client = self.client().await?;
+        let mut client = self.client().await?;
         let statement = client.prepare_cached(&bucket.sql.kv.flush).await?;
-        client.execute(&statement, &[&bucket.id]).await?;
+        let tx = client.transaction().await?;
+        tx.execute("SELECT set_config('pgvs3.resp_batch', 'on', true)", &[])
+            .await?;
+        tx.execute(&statement, &[&bucket.id]).await?;
+        tx.commit().await?;
         Ok(())
     }
 }
@@ -468,9 +474,11 @@ impl KvBatch {
         &self.bucket.name
     }
 
-    /// Has `pgvs3.resp_notify(channel, message, inline_limit)` (functions/resp_pubsub.sql) go
-    /// out with the commit, so that its NOTIFY reaches the gateways only if the batch commits,
-    /// in commit order. One per batch: PostgreSQL folds equal payloads of one transaction.
+    /// Has `pgvs3.resp_batch_notify(channel, message, inline_limit)` (functions/resp_pubsub.sql)
+    /// go out with the commit, so that its NOTIFY reaches the gateways only if the batch
+    /// commits, in commit order. One per batch: PostgreSQL folds equal payloads of one
+    /// transaction. An empty `message` sends nothing, but marks the transaction as a RESP
+    /// batch's all the same: its writes then raise no S3-write events (`resp_object_event`).
     pub fn notify_at_commit(&mut self, channel: Vec<u8>, message: Vec<u8>, inline_limit: i32) {
         self.notification = Some((channel, message, inline_limit));
     }

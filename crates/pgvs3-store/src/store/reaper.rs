@@ -69,7 +69,9 @@ const INLINE_LIMIT: i32 = 7000;
 /// them (resp/notify.rs's message format): as each row is deleted once, each key's event is
 /// sent once in the fleet, with the commit of its deletion. A keyspace with CLIENT TRACKING
 /// clients (`pgvs3.resp_tracked`) is sent its expired keys too, for their invalidation (the
-/// kinds byte 0 when its setting publishes no `expired` event).
+/// kinds byte 0 when its setting publishes no `expired` event). The statement marks its
+/// transaction as a RESP batch's (`pgvs3.resp_batch`): an expired key's event is `expired`, not
+/// the `del` an S3 delete raises (`pgvs3.resp_object_event`, functions/resp_pubsub.sql).
 async fn expire(client: &deadpool_postgres::Object, delete: &str) -> StoreResult<u64> {
     let statement = format!(
         "WITH gone AS ({delete} RETURNING bucket_id, key),
@@ -95,7 +97,8 @@ async fn expire(client: &deadpool_postgres::Object, delete: &str) -> StoreResult
                   GROUP BY b.name, s.flags
                  HAVING (s.flags ~ '[Ax]' AND s.flags ~ '[KE]') OR pgvs3.resp_tracked(b.name)) m)
          SELECT (SELECT count(*) FROM gone) AS deleted, (SELECT count(*) FROM counted) AS counted,
-                (SELECT count(*) FROM told) AS told"
+                (SELECT count(*) FROM told) AS told,
+                set_config('pgvs3.resp_batch', 'on', true) AS marked"
     );
     let mut expired = 0;
     loop {

@@ -56,6 +56,9 @@ enum Order {
 pub struct Search {
     key: String,
     store: Option<String>,
+    /// GEOSEARCH / GEOSEARCHSTORE (not a GEORADIUS form): its STORE's event is
+    /// `geosearchstore`, GEORADIUS's `georadiusstore`.
+    geosearch: bool,
     store_dist: bool,
     center: Option<Center>,
     /// In the unit's measure; `conversion` meters a unit.
@@ -238,6 +241,15 @@ async fn scores(batch: &mut KvBatch, key: &str, members: &[Bytes]) -> Result<Vec
 }
 
 impl Search {
+    /// Where a STORE form stores, with Redis's keyspace event for it.
+    pub fn stored_at(&self) -> Option<(&String, &'static str)> {
+        let event = match self.geosearch {
+            true => "geosearchstore",
+            false => "georadiusstore",
+        };
+        self.store.as_ref().map(|store| (store, event))
+    }
+
     /// Redis's `georadiusGeneric` argument parsing, in its order and with its errors.
     fn parse(name: &str, args: &[Bytes]) -> Result<Search, Reply> {
         let search = name.starts_with("geosearch");
@@ -246,6 +258,7 @@ impl Search {
         let mut found = Search {
             key: key(&args[if store_command { 2 } else { 1 }])?,
             store: if store_command { Some(key(&args[1])?) } else { None },
+            geosearch: search,
             store_dist: false,
             center: None,
             shape: None,

@@ -37,6 +37,14 @@ impl Connection {
         })
     }
 
+    /// Who the scripts run for: this client, and whether its reads are remembered.
+    fn run_by(&self) -> script::RunBy {
+        script::RunBy {
+            id: self.id(),
+            remembers_reads: self.remembers_reads(),
+        }
+    }
+
     /// Runs scripts (and key commands queued with them) in one batch: see `script.rs`. A
     /// `watched` key that changed since WATCH answers the null array, as [`Self::execute`].
     pub(crate) async fn run_scripted(
@@ -53,7 +61,15 @@ impl Connection {
         match self
             .server
             .scripts
-            .run(&keyspace, steps, write, standby, &watched_keys, unchanged, self.id())
+            .run(
+                &keyspace,
+                steps,
+                write,
+                standby,
+                &watched_keys,
+                unchanged,
+                self.run_by(),
+            )
             .await
         {
             Ok(Some(replies)) => Ok(replies),

@@ -97,25 +97,7 @@ impl Connection {
         };
         let mut text = String::new();
         if show("server") {
-            let uptime = self.server.started.elapsed().as_secs();
-            let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-            let executable = std::env::current_exe().unwrap_or_default();
-            text.push_str(&format!(
-                "# Server\r\nredis_version:{REDIS_VERSION}\r\nredis_git_sha1:00000000\r\nredis_git_dirty:0\r\n\
-                 redis_mode:standalone\r\npgvs3_version:{}\r\nos:{} {}\r\narch_bits:64\r\nprocess_id:{}\r\n\
-                 run_id:{}\r\ntcp_port:{}\r\nserver_time_usec:{}\r\nuptime_in_seconds:{uptime}\r\n\
-                 uptime_in_days:{}\r\nhz:10\r\nconfigured_hz:10\r\nexecutable:{}\r\nconfig_file:\r\n\
-                 io_threads_active:0\r\n\r\n",
-                env!("CARGO_PKG_VERSION"),
-                std::env::consts::OS,
-                std::env::consts::ARCH,
-                std::process::id(),
-                run_id(),
-                self.server.port,
-                now.as_micros(),
-                uptime / 86_400,
-                executable.display(),
-            ));
+            text.push_str(&self.info_server());
         }
         if show("clients") {
             let connected = self.server.clients.len();
@@ -144,19 +126,7 @@ impl Connection {
             );
         }
         if show("stats") {
-            // The fleet's count for this gateway's databases (0 should the database not answer).
-            let buckets: Vec<&str> = self.server.settings.databases.values().map(String::as_str).collect();
-            let expired = self.server.buckets.catalog().expired_keys(&buckets).await.unwrap_or(0);
-            text.push_str(&format!(
-                "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\n\
-                 expired_keys:{expired}\r\nevicted_keys:0\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\n\
-                 unexpected_error_replies:0\r\ntotal_error_replies:{}\r\n\r\n",
-                self.server.clients.total_registered(),
-                self.server.stats.processed(),
-                self.server.pubsub.channels(false, None).len(),
-                self.server.pubsub.numpat(),
-                self.server.stats.error_replies(),
-            ));
+            text.push_str(&self.info_stats().await);
         }
         if show("cpu") {
             let (system, user) = cpu_seconds();
@@ -165,16 +135,7 @@ impl Connection {
             ));
         }
         if show("replication") {
-            let role = if self.server.replica.is_standby() {
-                "slave"
-            } else {
-                "master"
-            };
-            text.push_str(&format!(
-                "# Replication\r\nrole:{role}\r\nconnected_slaves:0\r\nmaster_failover_state:no-failover\r\n\
-                 master_replid:{}\r\nmaster_repl_offset:0\r\nsecond_repl_offset:-1\r\nrepl_backlog_active:0\r\n\r\n",
-                run_id()
-            ));
+            text.push_str(&self.info_replication());
         }
         if show("commandstats") {
             text.push_str(&self.server.stats.section());
@@ -184,23 +145,90 @@ impl Connection {
             text.push_str("# Cluster\r\ncluster_enabled:0\r\n\r\n");
         }
         if show("keyspace") {
-            text.push_str("# Keyspace\r\n");
-            for db in self.server.settings.databases.keys() {
-                let Ok(keyspace) = self.keyspace_of(*db, Access::Read).await else {
-                    continue;
-                };
-                if let Ok((keys, expires)) = keyspace.count().await
-                    && keys > 0
-                {
-                    text.push_str(&format!("db{db}:keys={keys},expires={expires},avg_ttl=0\r\n"));
-                }
-            }
+            text.push_str(&self.info_keyspace().await);
         }
         // Redis puts a blank line between sections, none after the last.
         if text.ends_with("\r\n\r\n") {
             text.truncate(text.len() - 2);
         }
         Reply::text(&text)
+    }
+
+    /// INFO's `server` section.
+    fn info_server(&self) -> String {
+        let mut text = String::new();
+        let uptime = self.server.started.elapsed().as_secs();
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        let executable = std::env::current_exe().unwrap_or_default();
+        text.push_str(&format!(
+            "# Server\r\nredis_version:{REDIS_VERSION}\r\nredis_git_sha1:00000000\r\nredis_git_dirty:0\r\n\
+             redis_mode:standalone\r\npgvs3_version:{}\r\nos:{} {}\r\narch_bits:64\r\nprocess_id:{}\r\n\
+             run_id:{}\r\ntcp_port:{}\r\nserver_time_usec:{}\r\nuptime_in_seconds:{uptime}\r\n\
+             uptime_in_days:{}\r\nhz:10\r\nconfigured_hz:10\r\nexecutable:{}\r\nconfig_file:\r\n\
+             io_threads_active:0\r\n\r\n",
+            env!("CARGO_PKG_VERSION"),
+            std::env::consts::OS,
+            std::env::consts::ARCH,
+            std::process::id(),
+            run_id(),
+            self.server.port,
+            now.as_micros(),
+            uptime / 86_400,
+            executable.display(),
+        ));
+        text
+    }
+
+    /// INFO's `replication` section: a standby gateway is a replica.
+    fn info_replication(&self) -> String {
+        let mut text = String::new();
+        let role = if self.server.replica.is_standby() {
+            "slave"
+        } else {
+            "master"
+        };
+        text.push_str(&format!(
+            "# Replication\r\nrole:{role}\r\nconnected_slaves:0\r\nmaster_failover_state:no-failover\r\n\
+             master_replid:{}\r\nmaster_repl_offset:0\r\nsecond_repl_offset:-1\r\nrepl_backlog_active:0\r\n\r\n",
+            run_id()
+        ));
+        text
+    }
+
+    /// INFO's `stats` section.
+    async fn info_stats(&self) -> String {
+        let mut text = String::new();
+        // The fleet's count for this gateway's databases (0 should the database not answer).
+        let buckets: Vec<&str> = self.server.settings.databases.values().map(String::as_str).collect();
+        let expired = self.server.buckets.catalog().expired_keys(&buckets).await.unwrap_or(0);
+        text.push_str(&format!(
+            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\n\
+             expired_keys:{expired}\r\nevicted_keys:0\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\n\
+             unexpected_error_replies:0\r\ntotal_error_replies:{}\r\n\r\n",
+            self.server.clients.total_registered(),
+            self.server.stats.processed(),
+            self.server.pubsub.channels(false, None).len(),
+            self.server.pubsub.numpat(),
+            self.server.stats.error_replies(),
+        ));
+        text
+    }
+
+    /// INFO's `keyspace` section: each database that has keys.
+    async fn info_keyspace(&self) -> String {
+        let mut text = String::new();
+        text.push_str("# Keyspace\r\n");
+        for db in self.server.settings.databases.keys() {
+            let Ok(keyspace) = self.keyspace_of(*db, Access::Read).await else {
+                continue;
+            };
+            if let Ok((keys, expires)) = keyspace.count().await
+                && keys > 0
+            {
+                text.push_str(&format!("db{db}:keys={keys},expires={expires},avg_ttl=0\r\n"));
+            }
+        }
+        text
     }
 
     /// CONFIG. `notify-keyspace-events` is the setting of the database's keyspace, for every

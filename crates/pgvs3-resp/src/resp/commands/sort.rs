@@ -33,6 +33,11 @@ pub struct Sort {
 }
 
 impl Sort {
+    /// STORE's destination.
+    pub fn destination(&self) -> Option<&String> {
+        self.store.as_ref()
+    }
+
     /// `SORT key [BY pattern] [LIMIT offset count] [GET pattern ...] [ASC|DESC] [ALPHA]
     /// [STORE destination]`; SORT_RO takes no STORE (a syntax error, as in Redis).
     pub fn parse(read_only: bool, args: &[Bytes]) -> Result<Sort, Reply> {

@@ -254,7 +254,6 @@ impl StringCommand {
     /// when [`Self::needs_strings`]). Store errors (the database failing) end the batch.
     pub async fn apply(&self, batch: &mut KvBatch) -> StoreResult<Reply> {
         use StringCommand::*;
-        let now = batch.now;
         let reply = match self {
             Get(key) => value_reply(batch.value(key).await?),
             MGet(keys) => {
@@ -270,29 +269,7 @@ impl StringCommand {
                 condition,
                 get,
                 ttl,
-            } => {
-                let old = if *get { batch.value(key).await? } else { None };
-                let exists = batch.get(key).is_some();
-                let allowed = match condition {
-                    Some(Condition::Absent) => !exists,
-                    Some(Condition::Present) => exists,
-                    None => true,
-                };
-                if allowed {
-                    let expires_at = match ttl {
-                        SetTtl::Clear => None,
-                        SetTtl::Keep => batch.get(key).and_then(|entry| entry.expires_at),
-                        SetTtl::Expire(_) if batch.versioned() => return Ok(versioned_ttl()),
-                        SetTtl::Expire(expiry) => Some(at(now, *expiry)),
-                    };
-                    batch.set(key, value.clone(), expires_at);
-                }
-                match (get, allowed) {
-                    (true, _) => value_reply(old),
-                    (false, true) => Reply::OK,
-                    (false, false) => Reply::Nil,
-                }
-            }
+            } => set(batch, key, value, *condition, *get, *ttl).await?,
             SetNx(key, value) => {
                 let absent = batch.get(key).is_none();
                 if absent {
@@ -306,15 +283,7 @@ impl StringCommand {
                 }
                 Reply::OK
             }
-            MSetNx(pairs) => {
-                let none_exist = pairs.iter().all(|(key, _)| batch.get(key).is_none());
-                if none_exist {
-                    for (key, value) in pairs {
-                        batch.set(key, value.clone(), None);
-                    }
-                }
-                Reply::bool(none_exist)
-            }
+            MSetNx(pairs) => mset_nx(batch, pairs),
             GetSet(key, value) => {
                 let old = batch.value(key).await?;
                 batch.set(key, value.clone(), None);
@@ -325,92 +294,16 @@ impl StringCommand {
                 batch.delete(key);
                 value_reply(old)
             }
-            GetEx(key, ttl) => {
-                let old = batch.value(key).await?;
-                if old.is_some() {
-                    match ttl {
-                        GetExTtl::Unchanged => {}
-                        GetExTtl::Persist => {
-                            batch.set_expiry(key, None);
-                        }
-                        GetExTtl::Expire(expiry) => {
-                            if let Err(refused) = expire_or_delete(batch, key, at(now, *expiry)) {
-                                return Ok(refused);
-                            }
-                        }
-                    }
-                }
-                value_reply(old)
-            }
-            Append(key, suffix) => {
-                let old = batch.value(key).await?.unwrap_or_default();
-                if !within_string_limit(old.len() as u64 + suffix.len() as u64) {
-                    return Ok(too_large());
-                }
-                let mut joined = BytesMut::with_capacity(old.len() + suffix.len());
-                joined.extend_from_slice(&old);
-                joined.extend_from_slice(suffix);
-                let len = joined.len();
-                keep_ttl_set(batch, key, joined.freeze());
-                Reply::Integer(len as i64)
-            }
+            GetEx(key, ttl) => get_ex(batch, key, *ttl).await?,
+            Append(key, suffix) => append(batch, key, suffix).await?,
             Strlen(key) => Reply::Integer(batch.get(key).map_or(0, |entry| entry.value.len() as i64)),
             GetRange(key, start, end) => {
                 let value = batch.value(key).await?.unwrap_or_default();
                 Reply::Bulk(substring(&value, *start, *end))
             }
-            SetRange(key, offset, piece) => {
-                if *offset < 0 {
-                    return Ok(Reply::error("ERR offset is out of range"));
-                }
-                let old = batch.value(key).await?;
-                let offset = *offset as u64;
-                if piece.is_empty() {
-                    return Ok(Reply::Integer(old.map_or(0, |old| old.len() as i64)));
-                }
-                if !within_string_limit(offset + piece.len() as u64) {
-                    return Ok(too_large());
-                }
-                let mut value = BytesMut::from(&old.unwrap_or_default()[..]);
-                let end = offset as usize + piece.len();
-                if value.len() < end {
-                    value.resize(end, 0);
-                }
-                value[offset as usize..end].copy_from_slice(piece);
-                let len = value.len();
-                keep_ttl_set(batch, key, value.freeze());
-                Reply::Integer(len as i64)
-            }
-            IncrBy(key, by) => {
-                let current = match batch.value(key).await? {
-                    None => 0,
-                    Some(value) => match parse_integer(&value) {
-                        Some(current) => current,
-                        None => return Ok(not_an_integer()),
-                    },
-                };
-                let Some(next) = current.checked_add(*by) else {
-                    return Ok(Reply::error("ERR increment or decrement would overflow"));
-                };
-                keep_ttl_set(batch, key, Bytes::from(next.to_string()));
-                Reply::Integer(next)
-            }
-            IncrByFloat(key, by) => {
-                let current = match batch.value(key).await? {
-                    None => 0.0,
-                    Some(value) => match parse_float(&value) {
-                        Some(current) => current,
-                        None => return Ok(Reply::error("ERR value is not a valid float")),
-                    },
-                };
-                let next = current + by;
-                if !next.is_finite() {
-                    return Ok(Reply::error("ERR increment would produce NaN or Infinity"));
-                }
-                let text = format_double(next);
-                keep_ttl_set(batch, key, Bytes::from(text.clone()));
-                Reply::Bulk(Bytes::from(text))
-            }
+            SetRange(key, offset, piece) => set_range(batch, key, *offset, piece).await?,
+            IncrBy(key, by) => incr_by(batch, key, *by).await?,
+            IncrByFloat(key, by) => incr_by_float(batch, key, *by).await?,
             SetBit { key, offset, bit } => {
                 let old = batch.value(key).await?.unwrap_or_default();
                 let (value, was) = bits::set(&old, *offset, *bit);
@@ -429,19 +322,152 @@ impl StringCommand {
                 let value = batch.value(key).await?.unwrap_or_default();
                 Reply::Integer(bits::position(&value, *bit, *range))
             }
-            Lcs { a, b, answer } => {
-                let a = batch.value(a).await?.unwrap_or_default();
-                let b = batch.value(b).await?.unwrap_or_default();
-                if !lcs::fits(a.len(), b.len()) {
-                    return Ok(Reply::error(
-                        "ERR Insufficient memory, transient memory for LCS exceeds pgvs3's limit of 256 MiB",
-                    ));
-                }
-                lcs_reply(&a, &b, *answer)
-            }
+            Lcs { a, b, answer } => lcs_of(batch, a, b, *answer).await?,
         };
         Ok(reply)
     }
+}
+
+/// SET with its condition, GET and expiry options.
+async fn set(
+    batch: &mut KvBatch,
+    key: &str,
+    value: &Bytes,
+    condition: Option<Condition>,
+    get: bool,
+    ttl: SetTtl,
+) -> StoreResult<Reply> {
+    let old = if get { batch.value(key).await? } else { None };
+    let exists = batch.get(key).is_some();
+    let allowed = match condition {
+        Some(Condition::Absent) => !exists,
+        Some(Condition::Present) => exists,
+        None => true,
+    };
+    if allowed {
+        let expires_at = match ttl {
+            SetTtl::Clear => None,
+            SetTtl::Keep => batch.get(key).and_then(|entry| entry.expires_at),
+            SetTtl::Expire(_) if batch.versioned() => return Ok(versioned_ttl()),
+            SetTtl::Expire(expiry) => Some(at(batch.now, expiry)),
+        };
+        batch.set(key, value.clone(), expires_at);
+    }
+    Ok(match (get, allowed) {
+        (true, _) => value_reply(old),
+        (false, true) => Reply::OK,
+        (false, false) => Reply::Nil,
+    })
+}
+
+/// MSETNX: all the keys are set, or none when one exists.
+fn mset_nx(batch: &mut KvBatch, pairs: &[(String, Bytes)]) -> Reply {
+    let none_exist = pairs.iter().all(|(key, _)| batch.get(key).is_none());
+    if none_exist {
+        for (key, value) in pairs {
+            batch.set(key, value.clone(), None);
+        }
+    }
+    Reply::bool(none_exist)
+}
+
+/// GETEX: the value, its expiry changed as asked when the key exists.
+async fn get_ex(batch: &mut KvBatch, key: &str, ttl: GetExTtl) -> StoreResult<Reply> {
+    let old = batch.value(key).await?;
+    if old.is_some() {
+        match ttl {
+            GetExTtl::Unchanged => {}
+            GetExTtl::Persist => {
+                batch.set_expiry(key, None);
+            }
+            GetExTtl::Expire(expiry) => {
+                if let Err(refused) = expire_or_delete(batch, key, at(batch.now, expiry)) {
+                    return Ok(refused);
+                }
+            }
+        }
+    }
+    Ok(value_reply(old))
+}
+
+async fn append(batch: &mut KvBatch, key: &str, suffix: &Bytes) -> StoreResult<Reply> {
+    let old = batch.value(key).await?.unwrap_or_default();
+    if !within_string_limit(old.len() as u64 + suffix.len() as u64) {
+        return Ok(too_large());
+    }
+    let mut joined = BytesMut::with_capacity(old.len() + suffix.len());
+    joined.extend_from_slice(&old);
+    joined.extend_from_slice(suffix);
+    let len = joined.len();
+    keep_ttl_set(batch, key, joined.freeze());
+    Ok(Reply::Integer(len as i64))
+}
+
+async fn set_range(batch: &mut KvBatch, key: &str, offset: i64, piece: &Bytes) -> StoreResult<Reply> {
+    if offset < 0 {
+        return Ok(Reply::error("ERR offset is out of range"));
+    }
+    let old = batch.value(key).await?;
+    let offset = offset as u64;
+    if piece.is_empty() {
+        return Ok(Reply::Integer(old.map_or(0, |old| old.len() as i64)));
+    }
+    if !within_string_limit(offset + piece.len() as u64) {
+        return Ok(too_large());
+    }
+    let mut value = BytesMut::from(&old.unwrap_or_default()[..]);
+    let end = offset as usize + piece.len();
+    if value.len() < end {
+        value.resize(end, 0);
+    }
+    value[offset as usize..end].copy_from_slice(piece);
+    let len = value.len();
+    keep_ttl_set(batch, key, value.freeze());
+    Ok(Reply::Integer(len as i64))
+}
+
+/// INCR, INCRBY, DECR and DECRBY.
+async fn incr_by(batch: &mut KvBatch, key: &str, by: i64) -> StoreResult<Reply> {
+    let current = match batch.value(key).await? {
+        None => 0,
+        Some(value) => match parse_integer(&value) {
+            Some(current) => current,
+            None => return Ok(not_an_integer()),
+        },
+    };
+    let Some(next) = current.checked_add(by) else {
+        return Ok(Reply::error("ERR increment or decrement would overflow"));
+    };
+    keep_ttl_set(batch, key, Bytes::from(next.to_string()));
+    Ok(Reply::Integer(next))
+}
+
+async fn incr_by_float(batch: &mut KvBatch, key: &str, by: f64) -> StoreResult<Reply> {
+    let current = match batch.value(key).await? {
+        None => 0.0,
+        Some(value) => match parse_float(&value) {
+            Some(current) => current,
+            None => return Ok(Reply::error("ERR value is not a valid float")),
+        },
+    };
+    let next = current + by;
+    if !next.is_finite() {
+        return Ok(Reply::error("ERR increment would produce NaN or Infinity"));
+    }
+    let text = format_double(next);
+    keep_ttl_set(batch, key, Bytes::from(text.clone()));
+    Ok(Reply::Bulk(Bytes::from(text)))
+}
+
+async fn lcs_of(batch: &mut KvBatch, a: &str, b: &str, answer: LcsAnswer) -> StoreResult<Reply> {
+    let a = batch.value(a).await?.unwrap_or_default();
+    let b = batch.value(b).await?.unwrap_or_default();
+    if !lcs::fits(a.len(), b.len()) {
+        return Ok(Reply::error(
+            "ERR Insufficient memory, transient memory for LCS exceeds pgvs3's limit of 256 MiB",
+        ));
+    }
+    Ok(lcs_reply(&a, &b, answer))
 }
 
 /// The expiry option of SET or GETEX at `args[0]` (with its amount at `args[1]`).

@@ -115,33 +115,29 @@ impl Connection {
         }
     }
 
+    /// Whether the keys this command reads are remembered (default mode; OPTIN/OPTOUT as
+    /// CLIENT CACHING says).
+    pub(crate) fn remembers_reads(&self) -> bool {
+        self.tracking
+            .as_ref()
+            .is_some_and(|tracking| tracking.mode.remembers(tracking.caching))
+    }
+
     /// Remembers the keys a read-only command of a tracking connection reads, before it runs
-    /// (a change committed while it reads is then told, never missed). Scripts: their declared
-    /// keys, whatever the script reads.
-    pub(crate) fn remember_reads(&self, spec: &'static Spec, command: Option<&KeyCommand>, args: &[Bytes]) {
-        let Some(tracking) = &self.tracking else { return };
-        if !tracking.mode.remembers(tracking.caching) {
+    /// (a change committed while it reads is then told, never missed). Scripts remember their
+    /// declared keys once they call a read-only command (script.rs), as Redis 7.0 does.
+    pub(crate) fn remember_reads(&self, spec: &'static Spec, command: Option<&KeyCommand>) {
+        if !self.remembers_reads() || !spec.flags.contains(&"readonly") {
             return;
         }
-        let read_only = spec.flags.contains(&"readonly");
-        let server = &self.server;
-        let bucket = &server.settings.databases[&self.db];
-        match command {
-            Some(command) if read_only => {
-                let keys = command.keys();
-                server
-                    .pubsub
-                    .tracking
-                    .remember(self.id(), bucket, keys.iter().map(|key| key.as_bytes()));
-            }
-            None if crate::resp::script::is_script(spec.name) => {
-                let keys = crate::resp::command_info::key_positions(spec, args);
-                server
-                    .pubsub
-                    .tracking
-                    .remember(self.id(), bucket, keys.iter().map(|at| &args[*at][..]));
-            }
-            _ => {}
+        if let Some(command) = command {
+            let server = &self.server;
+            let bucket = &server.settings.databases[&self.db];
+            let keys = command.keys();
+            server
+                .pubsub
+                .tracking
+                .remember(self.id(), bucket, keys.iter().map(|key| key.as_bytes()));
         }
     }
 

@@ -206,7 +206,8 @@ impl Catalog {
     }
 
     /// Sets it, and tells every gateway with `pgvs3.resp_notify(channel, flags, inline_limit)`
-    /// in the same transaction.
+    /// in the same transaction; a setting that publishes events has the keyspace's S3 writes
+    /// watched from then on (`pgvs3.resp_watch_objects`).
     pub async fn set_keyspace_events(
         &self,
         bucket: &str,
@@ -224,6 +225,7 @@ impl Catalog {
         .await?;
         tx.execute(NOTIFY, &[&channel, &flags.as_bytes(), &inline_limit])
             .await?;
+        tx.execute("SELECT pgvs3.resp_watch_objects($1)", &[&bucket]).await?;
         tx.commit().await?;
         Ok(())
     }

@@ -176,7 +176,7 @@ impl KvBatch {
         )?;
         // Prepared ahead: a statement prepared as it goes would let COMMIT overtake it.
         let notify = match self.notification.as_ref().filter(|_| commit) {
-            Some(notification) => Some((client.prepare_cached(NOTIFY).await?, notification)),
+            Some(notification) => Some((client.prepare_cached(BATCH_NOTIFY).await?, notification)),
             None => None,
         };
         let delete_params: [&(dyn ToSql + Sync); 2] = [id, &deleted];
@@ -426,4 +426,7 @@ async fn copy_body(client: &deadpool_postgres::Object, bucket: &BucketInfo, valu
 }
 
 /// A batch's keyspace notifications, sent before its COMMIT (see [`KvBatch::notify_at_commit`]).
+const BATCH_NOTIFY: &str = "SELECT pgvs3.resp_batch_notify($1, $2, $3)";
+
+/// A message to every gateway, in the caller's transaction (functions/resp_pubsub.sql).
 pub(super) const NOTIFY: &str = "SELECT pgvs3.resp_notify($1, $2, $3)";
