@@ -244,7 +244,55 @@ pub fn answered(span: &Span, protocol_title: &str, answer: &Answer<'_>) {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::{Arc, Mutex};
+
     use super::log_directives;
+
+    /// Log lines, as the human format writes them, into memory.
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Lines {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn an_answer_recorded_at_once_shows_in_the_requests_log_context() {
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            let span = super::request_span("s3", None);
+            let answer = super::Answer {
+                operation: "GetObject",
+                bucket: Some("photos"),
+                bytes_in: None,
+                bytes_out: Some(4096),
+                status: "200",
+                failed: false,
+            };
+            super::answered(&span, "S3", &answer);
+            span.in_scope(|| tracing::info!("answered"));
+        });
+        let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+        assert!(
+            text.contains(
+                r#"request{protocol="s3" operation="GetObject" bucket="photos" bytes_out=4096 status="200"}"#
+            ),
+            "{text}"
+        );
+        // A field the answer does not know stays out of the line.
+        assert!(!text.contains("bytes_in"), "{text}");
+    }
 
     #[test]
     fn s3s_events_are_off_unless_the_filter_names_them() {
