@@ -100,9 +100,12 @@ pub struct S3Admission {
 #[async_trait::async_trait]
 impl S3Access for SignedOnly {
     async fn check(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
-        let name = operation_name(cx.s3_op().name());
+        // The table's entry, found once: its name is the `&'static str` metrics label (only an
+        // operation s3s routes and the table lacks is interned).
+        let operation = super::front::operations::operation(cx.s3_op().name());
+        let name = operation.map_or_else(|| operation_name(cx.s3_op().name()), |op| op.name);
         let bucket = cx.s3_path().get_bucket_name().map(str::to_owned);
-        let class = match super::front::operations::operation(name).map(|op| op.class) {
+        let class = match operation.map(|op| op.class) {
             Some(Class::Requests) => &self.admission.requests,
             _ if self.admission.is_upload(cx.headers()) => &self.admission.uploads,
             _ => &self.admission.requests,
@@ -380,7 +383,8 @@ pub fn sigv2_date(headers: &http::HeaderMap, now: time::OffsetDateTime) -> Resul
     Ok(())
 }
 
-/// Interns an operation name so metric labels are `&'static str` without leaking per request.
+/// Interns the name of an operation the table does not hold, so metric labels are
+/// `&'static str` without leaking per request.
 fn operation_name(name: &str) -> &'static str {
     static NAMES: OnceLock<std::sync::Mutex<std::collections::HashSet<&'static str>>> = OnceLock::new();
     let mut names = NAMES.get_or_init(Default::default).lock().expect("operation names");

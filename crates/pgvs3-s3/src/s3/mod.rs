@@ -359,14 +359,15 @@ impl Endpoint {
         let status_code = response.status();
         let status = status_code.as_str();
         let sent = content_length(response.headers(), "content-length");
-        let span = tracing::Span::current();
-        crate::telemetry::name_operation(&span, "S3", operation);
-        if let Some(bucket) = facts.bucket() {
-            span.record("bucket", bucket);
-        }
-        span.record("bytes_in", received);
-        span.record("bytes_out", sent);
-        crate::telemetry::finish(&span, status, status_code.is_server_error());
+        let answer = crate::telemetry::Answer {
+            operation,
+            bucket: facts.bucket(),
+            bytes_in: received,
+            bytes_out: sent,
+            status,
+            failed: status_code.is_server_error(),
+        };
+        crate::telemetry::answered(&tracing::Span::current(), "S3", &answer);
         self.metrics
             .requests
             .with_label_values(&["s3", operation, status])
