@@ -525,3 +525,80 @@ async fn an_expired_key_is_invalidated_by_the_reaper() {
         Value::Array(vec![bulk("pmessage"), bulk("*"), bulk("after"), bulk("x")])
     );
 }
+
+/// A RESP3 client that only said HELLO 3 gets the invalidations redirected to it as they come,
+/// with CLIENT REPLY OFF too (pushes are not replies), as Redis's unit/tracking `RESP3 based
+/// basic redirect invalidation with client reply off` checks. (Its inbox opened only with a
+/// subscription or its own tracking: the push waited for its next command.)
+#[tokio::test]
+async fn a_resp3_redirect_target_gets_pushes_with_replies_off() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let addr = gateway.resp_addr();
+    let mut target = RawResp::connect(addr).await;
+    target.command(&["HELLO", "3"]).await;
+    let Value::Int(target_id) = target.command(&["CLIENT", "ID"]).await else {
+        panic!("a client id")
+    };
+    let mut tracker = RawResp::connect(addr).await;
+    let mut writer = RawResp::connect(addr).await;
+    assert_eq!(
+        tracker
+            .command(&["CLIENT", "TRACKING", "on", "REDIRECT", &target_id.to_string()])
+            .await,
+        ok()
+    );
+    assert_eq!(writer.command(&["SET", "foo", "bar"]).await, ok());
+    assert_eq!(tracker.command(&["GET", "foo"]).await, bulk("bar"));
+    // Sent without waiting for an answer: with replies off there is none.
+    target.send(b"*3\r\n$6\r\nCLIENT\r\n$5\r\nREPLY\r\n$3\r\nOFF\r\n").await;
+    assert_eq!(writer.command(&["SET", "foo", "bar2"]).await, ok());
+    assert_eq!(next_push(&mut target).await, invalidate(&["foo"]));
+    // Nothing else was pushed or answered meanwhile: the next frame is CLIENT REPLY ON's.
+    assert_eq!(target.command(&["CLIENT", "REPLY", "ON"]).await, ok());
+    assert_eq!(target.command(&["PING"]).await, Value::Simple("PONG".into()));
+}
+
+/// INFO tells the tracking table as Redis's unit/tracking `Tracking info is correct` reads it:
+/// tracking clients (clients section), remembered keys, their items and BCAST prefixes (stats).
+#[tokio::test]
+async fn info_counts_the_tracking_table() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let addr = gateway.resp_addr();
+    let mut writer = RawResp::connect(addr).await;
+    assert_eq!(writer.command(&["MSET", "key1", "1", "key2", "2"]).await, ok());
+    let mut reader = RawResp::connect(addr).await;
+    reader.command(&["HELLO", "3"]).await;
+    assert_eq!(reader.command(&["CLIENT", "TRACKING", "on"]).await, ok());
+    reader.command(&["GET", "key1"]).await;
+    reader.command(&["GET", "key2"]).await;
+    let mut broadcast = RawResp::connect(addr).await;
+    broadcast.command(&["HELLO", "3"]).await;
+    assert_eq!(
+        broadcast
+            .command(&["CLIENT", "TRACKING", "on", "BCAST", "PREFIX", "prefix:"])
+            .await,
+        ok()
+    );
+    let field = |info: &str, name: &str| -> String {
+        info.lines()
+            .find_map(|line| line.strip_prefix(&format!("{name}:")))
+            .unwrap_or_else(|| panic!("INFO has {name}: {info}"))
+            .to_owned()
+    };
+    let Value::Bulk(info) = writer.command(&["INFO"]).await else {
+        panic!("INFO's text")
+    };
+    let info = String::from_utf8(info).unwrap();
+    assert_eq!(field(&info, "tracking_clients"), "2");
+    assert_eq!(field(&info, "tracking_total_keys"), "2");
+    assert_eq!(field(&info, "tracking_total_items"), "2");
+    assert_eq!(field(&info, "tracking_total_prefixes"), "1");
+    // A changed key is told and forgotten.
+    assert_eq!(writer.command(&["SET", "key1", "3"]).await, ok());
+    assert_eq!(next_push(&mut reader).await, invalidate(&["key1"]));
+    let Value::Bulk(info) = writer.command(&["INFO", "stats"]).await else {
+        panic!("INFO's text")
+    };
+    let info = String::from_utf8(info).unwrap();
+    assert_eq!(field(&info, "tracking_total_keys"), "1");
+}

@@ -150,7 +150,7 @@ impl Connection {
 
     /// Whether pushes may come to the inbox (pub/sub messages, invalidations).
     fn listening(&self) -> bool {
-        self.subscribed() || self.tracking.is_some()
+        self.subscribed() || self.tracking.is_some() || self.resp3
     }
 
     /// Writes `output`; false when the client is gone, or (a subscriber) let its messages pile

@@ -155,6 +155,14 @@ struct Tracker {
     broken: bool,
 }
 
+/// See [`Tracking::totals`].
+pub struct Totals {
+    pub clients: usize,
+    pub keys: usize,
+    pub items: usize,
+    pub prefixes: usize,
+}
+
 #[derive(Default)]
 struct State {
     trackers: HashMap<u64, Tracker>,
@@ -234,6 +242,24 @@ impl Tracking {
         self.max_keys.store(max, Ordering::Relaxed);
         let due = self.state().over_limit(max);
         self.send(due);
+    }
+
+    /// INFO's counts of this gateway's table, as Redis's: tracking clients, remembered keys,
+    /// their (key, reader) items, and the distinct BCAST prefixes.
+    pub fn totals(&self) -> Totals {
+        let state = self.state();
+        let prefixes: std::collections::HashSet<&Bytes> = state
+            .trackers
+            .values()
+            .filter(|tracker| tracker.mode.bcast)
+            .flat_map(|tracker| &tracker.mode.prefixes)
+            .collect();
+        Totals {
+            clients: state.trackers.len(),
+            keys: state.remembered,
+            items: state.keys.values().flat_map(|table| table.values()).map(Vec::len).sum(),
+            prefixes: prefixes.len(),
+        }
     }
 
     /// Whether any client of this gateway tracks.

@@ -39,6 +39,7 @@ impl Connection {
                 self.cursors.clear();
                 self.db = 0;
                 self.resp3 = false;
+                self.drop_inbox();
                 // Back to the `default` user, as in Redis: signed out where AUTH is needed.
                 self.principal = match self.server.settings.require_auth {
                     true => None,
@@ -186,6 +187,13 @@ impl Connection {
             }
         }
         self.resp3 = protocol == 3;
+        // A RESP3 client can be sent pushes it did not ask for: the invalidations of the
+        // clients that redirect their tracking to it (CLIENT TRACKING ... REDIRECT), even with
+        // CLIENT REPLY OFF, as in Redis. Its inbox is open from HELLO 3 on.
+        match self.resp3 {
+            true => drop(self.inbox()),
+            false => self.drop_inbox(),
+        }
         let role = if self.server.replica.is_standby() {
             "replica"
         } else {

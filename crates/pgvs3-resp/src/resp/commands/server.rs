@@ -103,9 +103,10 @@ impl Connection {
             let connected = self.server.clients.len();
             text.push_str(&format!(
                 "# Clients\r\nconnected_clients:{connected}\r\ncluster_connections:0\r\nmaxclients:{}\r\n\
-                 blocked_clients:{}\r\ntracking_clients:0\r\n\r\n",
+                 blocked_clients:{}\r\ntracking_clients:{}\r\n\r\n",
                 self.server.settings.max_clients,
-                self.server.wakeups.blocked_clients()
+                self.server.wakeups.blocked_clients(),
+                self.server.pubsub.tracking.totals().clients,
             ));
         }
         if show("memory") {
@@ -201,14 +202,20 @@ impl Connection {
         // The fleet's count for this gateway's databases (0 should the database not answer).
         let buckets: Vec<&str> = self.server.settings.databases.values().map(String::as_str).collect();
         let expired = self.server.buckets.catalog().expired_keys(&buckets).await.unwrap_or(0);
+        // CLIENT TRACKING's table is this gateway's (each gateway remembers its own clients' reads).
+        let tracking = self.server.pubsub.tracking.totals();
         text.push_str(&format!(
             "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\n\
              expired_keys:{expired}\r\nevicted_keys:0\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\n\
+             tracking_total_keys:{}\r\ntracking_total_items:{}\r\ntracking_total_prefixes:{}\r\n\
              unexpected_error_replies:0\r\ntotal_error_replies:{}\r\n\r\n",
             self.server.clients.total_registered(),
             self.server.stats.processed(),
             self.server.pubsub.channels(false, None).len(),
             self.server.pubsub.numpat(),
+            tracking.keys,
+            tracking.items,
+            tracking.prefixes,
             self.server.stats.error_replies(),
         ));
         text

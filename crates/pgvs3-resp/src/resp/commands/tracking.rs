@@ -174,9 +174,10 @@ impl Connection {
         mailbox
     }
 
-    /// Drops the inbox (with what waits in it) once nothing is sent to it any more.
+    /// Drops the inbox (with what waits in it) once nothing is sent to it any more: not while
+    /// the client tracks, subscribes, or speaks RESP3 (a redirect's pushes may come).
     pub(crate) fn drop_inbox(&mut self) {
-        if self.tracking.is_some() || self.mailbox.take().is_none() {
+        if self.tracking.is_some() || self.subscribed() || self.resp3 || self.mailbox.take().is_none() {
             return;
         }
         self.set_client(|info| info.inbox = None);
