@@ -257,6 +257,17 @@ pub async fn query_count(
     row.get(column.name())
 }
 
+/// How many statements of the test database wait for a lock now: a test that queues writers
+/// behind a transaction it holds waits for this count before it lets them go.
+pub async fn lock_waiters(sql: &tokio_postgres::Client) -> i64 {
+    query_count(
+        sql,
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        &[],
+    )
+    .await
+}
+
 /// A new empty database on the test cluster; returns its connection string.
 pub async fn fresh_database() -> String {
     static NEXT: AtomicU32 = AtomicU32::new(0);

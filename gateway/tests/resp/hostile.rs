@@ -725,13 +725,7 @@ async fn commands_past_their_time_limit_are_cancelled() {
         assert!(started.elapsed() < Duration::from_secs(10), "{command:?}");
     }
     common::eventually(Duration::from_secs(10), "no statement waiting on the lock", || async {
-        let waiting = common::query_count(
-            &watch,
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
-            &[],
-        )
-        .await;
-        (waiting == 0).then_some(())
+        (common::lock_waiters(&watch).await == 0).then_some(())
     })
     .await;
     lock.batch_execute("ROLLBACK").await.unwrap();

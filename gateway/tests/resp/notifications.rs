@@ -813,7 +813,8 @@ async fn expired_keys_are_notified_once_by_the_reaper_of_the_fleet() {
 #[tokio::test]
 async fn s3_writes_emit_set_and_del_and_invalidate_tracked_keys() {
     use aws_sdk_s3::primitives::ByteStream;
-    use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, Delete, ObjectIdentifier, Tag, Tagging};
+    use aws_sdk_s3::types::{Delete, ObjectIdentifier, Tag, Tagging};
+    use common::s3::{completion, upload_part};
     let gateway = TestGateway::with_resp(&[]).await;
     let s3 = &gateway.client;
     let mut client = RawResp::connect(gateway.resp_addr()).await;
@@ -860,30 +861,12 @@ async fn s3_writes_emit_set_and_del_and_invalidate_tracked_keys() {
         .await
         .unwrap();
     let upload_id = upload.upload_id().unwrap();
-    let part = s3
-        .upload_part()
-        .bucket("resp")
-        .key("c")
-        .upload_id(upload_id)
-        .part_number(1)
-        .body(ByteStream::from_static(b"part"))
-        .send()
-        .await
-        .unwrap();
+    let part = upload_part(s3, "resp", "c", upload_id, 1, b"part").await;
     s3.complete_multipart_upload()
         .bucket("resp")
         .key("c")
         .upload_id(upload_id)
-        .multipart_upload(
-            CompletedMultipartUpload::builder()
-                .parts(
-                    CompletedPart::builder()
-                        .part_number(1)
-                        .e_tag(part.e_tag().unwrap())
-                        .build(),
-                )
-                .build(),
-        )
+        .multipart_upload(completion(&[(1, &part)]))
         .send()
         .await
         .unwrap();

@@ -1629,17 +1629,7 @@ async fn a_persist_after_a_typed_command_in_one_batch_is_kept() {
     let exec = tokio::spawn(async move { raw.command(&["EXEC"]).await });
     common::eventually(Duration::from_secs(10), "the batch waits for the list", || {
         let observer = &observer;
-        async move {
-            let row = observer
-                .query_one(
-                    "SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-                                     WHERE datname = current_database() AND wait_event_type = 'Lock') AS waiting",
-                    &[],
-                )
-                .await
-                .unwrap();
-            row.get::<_, bool>("waiting").then_some(())
-        }
+        async move { (common::lock_waiters(observer).await > 0).then_some(()) }
     })
     .await;
     let namespace: String = observer

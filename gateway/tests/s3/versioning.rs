@@ -663,6 +663,28 @@ async fn resp_versions_get_the_default_retention_and_stay_locked() {
     assert_eq!(http_status(&refused), 403);
 }
 
+async fn bucket_id(sql: &tokio_postgres::Client, name: &str) -> i64 {
+    sql.query_one("SELECT id FROM pgvs3.buckets WHERE name = $1", &[&name])
+        .await
+        .unwrap()
+        .get("id")
+}
+
+/// A transaction holding an uncommitted insert of `key`: the key's writers queue behind it until
+/// it rolls back, which makes their race deterministic.
+async fn hold_key(gw: &TestGateway, bucket_id: i64, key: &str) -> tokio_postgres::Client {
+    let holder = gw.sql().await;
+    holder.batch_execute("BEGIN").await.unwrap();
+    holder
+        .execute(
+            "INSERT INTO s3p.objects (bucket_id, key, size, etag, inline) VALUES ($1, $2, 0, 'held', '')",
+            &[&bucket_id, &key],
+        )
+        .await
+        .unwrap();
+    holder
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_overwrites_make_the_last_committed_version_current() {
     let gw = TestGateway::start().await;
@@ -670,26 +692,14 @@ async fn concurrent_overwrites_make_the_last_committed_version_current() {
     s3.create_bucket().bucket("race").send().await.unwrap();
     set_versioning(s3, "race", BucketVersioningStatus::Enabled).await;
     let sql = gw.sql().await;
-    let bucket_id: i64 = sql
-        .query_one("SELECT id FROM pgvs3.buckets WHERE name = 'race'", &[])
-        .await
-        .unwrap()
-        .get("id");
+    let bucket_id = bucket_id(&sql, "race").await;
     // Two PUTs of a key wait on a third transaction's uncommitted insert of it; when that rolls
     // back, they race for the key. Whichever commits last must be the current version, with the
     // newest id. (Numbers drawn before the key's lock made the loser of the race current with
     // the older id about half the time.)
     for round in 0..12 {
         let key = format!("k{round}");
-        let holder = gw.sql().await;
-        holder.batch_execute("BEGIN").await.unwrap();
-        holder
-            .execute(
-                "INSERT INTO s3p.objects (bucket_id, key, size, etag, inline) VALUES ($1, $2, 0, 'held', '')",
-                &[&bucket_id, &key],
-            )
-            .await
-            .unwrap();
+        let holder = hold_key(&gw, bucket_id, &key).await;
         let puts: Vec<_> = ["a", "b"]
             .into_iter()
             .map(|body| {
@@ -698,16 +708,7 @@ async fn concurrent_overwrites_make_the_last_committed_version_current() {
             })
             .collect();
         common::eventually(Duration::from_secs(30), "both PUTs waiting on the held key", || async {
-            let waiting: i64 = sql
-                .query_one(
-                    "SELECT count(*) FROM pg_stat_activity
-                      WHERE datname = current_database() AND wait_event_type = 'Lock'",
-                    &[],
-                )
-                .await
-                .unwrap()
-                .get("count");
-            (waiting == 2).then_some(())
+            (common::lock_waiters(&sql).await == 2).then_some(())
         })
         .await;
         holder.batch_execute("ROLLBACK").await.unwrap();
@@ -1136,31 +1137,11 @@ async fn a_write_racing_a_delete_marker_keeps_its_place_among_the_versions() {
     let _: () = redis_query(&mut con, &["SET", "before", "unversioned"]).await;
     set_versioning(s3, "resp", BucketVersioningStatus::Enabled).await;
     let sql = gw.sql().await;
-    let bucket_id: i64 = sql
-        .query_one("SELECT id FROM pgvs3.buckets WHERE name = 'resp'", &[])
-        .await
-        .unwrap()
-        .get("id");
-    let waiting = || async {
-        sql.query_one(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get::<_, i64>("count")
-    };
+    let bucket_id = bucket_id(&sql, "resp").await;
+    let waiting = || common::lock_waiters(&sql);
     for (round, by_resp) in [false, true, false, true].into_iter().enumerate() {
         let key = format!("raced{round}");
-        let holder = gw.sql().await;
-        holder.batch_execute("BEGIN").await.unwrap();
-        holder
-            .execute(
-                "INSERT INTO s3p.objects (bucket_id, key, size, etag, inline) VALUES ($1, $2, 0, 'held', '')",
-                &[&bucket_id, &key],
-            )
-            .await
-            .unwrap();
+        let holder = hold_key(&gw, bucket_id, &key).await;
         let write = {
             let (s3, key, mut con) = (s3.clone(), key.clone(), redis_on(&gw, 0).await);
             tokio::spawn(async move {
