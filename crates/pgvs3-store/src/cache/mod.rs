@@ -24,12 +24,12 @@ pub use metrics::CacheMetrics;
 use origin::{ChannelBody, Fetch, OriginClient, OriginError, OriginTls};
 pub use outbox::spawn_uploader;
 
-use crate::admission::BufferBudget;
+use crate::admission::{BufferBudget, Reservation};
 
 use crate::store::{
     BodyStream, BucketInfo, ByteRange, CacheEntry, CacheMode, EntryHead, FillLock, ListPage, ListRequest, ObjectHead,
     ObjectRead, Origin, PutOutcome, RangeLookup, ReadOptions, Store, StoreError, StoreResult, Upload, WriteCondition,
-    WriteEvent, check_declared_length, read_prefix,
+    WriteEvent, check_declared_length, held_body, read_prefix,
 };
 
 #[derive(Debug, Clone)]
@@ -251,6 +251,7 @@ impl CacheTier {
                             MAX_RANGE_FILL,
                             &options.conditions,
                             grace,
+                            &self.inner.buffers,
                         )
                         .await?
                     {
@@ -301,6 +302,7 @@ impl CacheTier {
                 MAX_RANGE_FILL,
                 &options.conditions,
                 grace,
+                &self.inner.buffers,
             )
             .await?
         {
@@ -398,6 +400,7 @@ impl CacheTier {
                 MAX_RANGE_FILL,
                 &options.conditions,
                 Duration::ZERO,
+                &self.inner.buffers,
             )
             .await?
         {
@@ -430,7 +433,7 @@ impl CacheTier {
         if last < first || fill_bytes > MAX_RANGE_FILL {
             return self.pass_through(remote, key, options, "range").await;
         }
-        let Some(_buffer) = self.inner.buffers.try_reserve(fill_bytes, "range_fill") else {
+        let Some(buffer) = self.inner.buffers.try_reserve(fill_bytes, "range_fill") else {
             return self.pass_through(remote, key, options, "range").await;
         };
         let aligned = ByteRange::From {
@@ -442,7 +445,7 @@ impl CacheTier {
             .await?;
         self.metrics().fills.with_label_values(&["range"]).inc();
         self.metrics().fill_bytes.inc_by(fetched.data.len() as u64);
-        range_answer(range, options, fetched)
+        range_answer(range, options, fetched, buffer)
     }
 
     /// An unconditional GET from the origin (which a 304 cannot answer).
@@ -923,7 +926,13 @@ struct FetchedRange {
 }
 
 /// The asked range out of the chunks a range fill fetched.
-fn range_answer(range: ByteRange, options: &ReadOptions, fetched: FetchedRange) -> StoreResult<ObjectRead> {
+/// The client's `range` of the aligned chunks fetched, its body holding the fill's reservation.
+fn range_answer(
+    range: ByteRange,
+    options: &ReadOptions,
+    fetched: FetchedRange,
+    reservation: Reservation,
+) -> StoreResult<ObjectRead> {
     let FetchedRange {
         head,
         span: fetched,
@@ -942,7 +951,7 @@ fn range_answer(range: ByteRange, options: &ReadOptions, fetched: FetchedRange) 
         head,
         span,
         partial: true,
-        body: Box::pin(futures::stream::once(async move { Ok(bytes) })),
+        body: held_body(bytes, reservation),
     })
 }
 

@@ -18,6 +18,7 @@ use super::objects::{
     BodyStream, ByteRange, INLINE_LIMIT, NamespaceSql, ObjectHead, ObjectMeta, ObjectRead, ReadOptions,
 };
 use super::{BucketInfo, Store, StoreError, StoreResult};
+use crate::admission::{BufferBudget, Reservation};
 
 /// The namespace that holds the entries of every cache bucket filled from its origin.
 const FILLED: &str = "s3c";
@@ -656,6 +657,7 @@ impl Store {
         max_bytes: u64,
         conditions: &Preconditions,
         grace: Duration,
+        buffers: &BufferBudget,
     ) -> StoreResult<RangeLookup> {
         let origin = bucket.origin.as_ref().ok_or(StoreError::NoSuchBucket)?;
         let client = self.client().await?;
@@ -676,7 +678,11 @@ impl Store {
             _ => Vec::new(),
         };
         let statement = client.prepare_cached(&SQL.range_chunks).await?;
-        let (rows, known_size) = if guess.is_empty() {
+        // The chunks are gathered in memory and answered from there: their bytes are reserved
+        // from the buffer budget until the answer's body is gone, and without room the range is
+        // not served from the cache now (a miss: the caller goes to the origin, streaming).
+        let reserve = |chunks: usize| buffers.try_reserve(chunks as u64 * chunk, "range_hit");
+        let (rows, known_size, reservation) = if guess.is_empty() {
             let sized = client.prepare_cached(&SQL.range_size).await?;
             let Some(row) = client.query_opt(&sized, &[&bucket.id, &key, &chunk_size]).await? else {
                 return Ok(RangeLookup::Miss { size: None });
@@ -687,20 +693,26 @@ impl Store {
                 return Ok(RangeLookup::Miss { size: Some(size) });
             }
             let needed: Vec<i32> = (span.0 / chunk..=(span.1 - 1) / chunk).map(|c| c as i32).collect();
+            let Some(reservation) = reserve(needed.len()) else {
+                return Ok(RangeLookup::Miss { size: Some(size) });
+            };
             let rows = client
                 .query(&statement, &[&bucket.id, &key, &chunk_size, &needed, &ttl])
                 .await?;
-            (rows, Some(size))
+            (rows, Some(size), reservation)
         } else {
+            let Some(reservation) = reserve(guess.len()) else {
+                return Ok(RangeLookup::Miss { size: None });
+            };
             let rows = client
                 .query(&statement, &[&bucket.id, &key, &chunk_size, &guess, &ttl])
                 .await?;
-            (rows, None)
+            (rows, None, reservation)
         };
         if rows.is_empty() {
             return Ok(RangeLookup::Miss { size: known_size });
         }
-        assemble_range(&rows, range, chunk, conditions)
+        assemble_range(&rows, range, chunk, conditions, reservation)
     }
 
     /// Caches the aligned chunks in `data`, which starts at chunk `first_chunk`; chunks of any
@@ -830,6 +842,7 @@ fn assemble_range(
     range: ByteRange,
     chunk: u64,
     conditions: &Preconditions,
+    reservation: Reservation,
 ) -> StoreResult<RangeLookup> {
     let first = &rows[0];
     let size = first.get::<_, i64>("size") as u64;
@@ -866,8 +879,24 @@ fn assemble_range(
             head,
             span,
             partial: true,
-            body: Box::pin(futures::stream::once(async move { Ok(bytes) })),
+            body: held_body(bytes, reservation),
         }),
         use_unrecorded,
     })
+}
+
+/// The most of a [`held_body`] handed to the client at once: the rest stays in the stream,
+/// counted in its reservation, until the client has taken what came before.
+const HELD_FRAME: usize = 256 * 1024;
+
+/// A body gathered in memory, answered in frames of [`HELD_FRAME`], its bytes' `reservation`
+/// from the buffer budget held until the last frame is taken or the body dropped.
+pub(crate) fn held_body(bytes: Bytes, reservation: Reservation) -> BodyStream {
+    let frames = futures::stream::unfold((bytes, reservation), |(mut rest, reservation)| async move {
+        (!rest.is_empty()).then(|| {
+            let frame = rest.split_to(rest.len().min(HELD_FRAME));
+            (Ok(frame), (rest, reservation))
+        })
+    });
+    Box::pin(frames)
 }

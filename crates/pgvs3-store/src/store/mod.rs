@@ -37,6 +37,7 @@ use deadpool_postgres::Pool;
 
 pub use access_logs::{Claim as AccessLogClaim, ClaimedRecords, LoggingConfig, MAX_QUEUED_RECORDS, PartitionDate};
 pub use bodies::{check_length as check_declared_length, read_prefix};
+pub(crate) use cache::held_body;
 pub use cache::{CacheEntry, DueUpload, EntryHead, FillLock, RangeLookup, UploadLock, WriteEvent};
 pub use catalog::{AccessKey, BucketInfo, BucketSummary, Catalog, NewAccessKey, NewBucket};
 pub use chunks::CHUNK_SIZE;

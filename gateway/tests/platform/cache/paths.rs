@@ -81,6 +81,76 @@ async fn a_spent_buffer_budget_sends_requests_down_their_unbuffered_paths() {
     pair.stop().await;
 }
 
+/// A range answered from cached chunks is gathered in memory, so it holds its bytes of the
+/// buffer budget until its body is sent: a second one that does not fit beside it streams from
+/// the origin instead of gathering another copy. (Such hits used to reserve nothing: any number
+/// of clients could each hold up to 64 MiB of gathered chunks.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_range_served_from_cached_chunks_holds_its_buffer_budget_until_sent() {
+    use tokio::io::AsyncWriteExt;
+    const RANGE: usize = 40 << 20;
+    let pair = Pair::start_with_args(
+        |origin| origin_settings(origin, CacheMode::WriteThrough),
+        &["--buffer-budget", "48MiB"],
+    )
+    .await;
+    let client = &pair.cache.client;
+    let in_use = || async { pair.cache.metric("pgvs3_buffer_bytes_in_use").await.unwrap_or(-1.0) };
+    let ranged_gets = || origin_requests(&pair.origin, "GetObject", 206);
+    // A range short of the whole object (a range that covers it all is cached as the object).
+    let table = noise(RANGE + (1 << 20), 33);
+    pair.put_at_origin("big.bin", table.clone()).await;
+    let (span, ranged) = (format!("bytes=0-{}", RANGE - 1), &table[..RANGE]);
+    assert_eq!(range(client, "big.bin", &span).await.1, ranged, "the fill");
+    assert_eq!(ranged_gets().await, 1.0);
+
+    // A hit whose client reads nothing: its answer waits in the gateway, its bytes reserved.
+    let addr = pair.cache.gateway.s3_addr;
+    let signer = common::raw::Signer {
+        access_key: ROOT_ACCESS_KEY.into(),
+        secret_key: ROOT_SECRET_KEY.into(),
+        host: addr.to_string(),
+    };
+    let path = format!("/{CACHE}/big.bin");
+    let headers = signer.sign(
+        "GET",
+        &path,
+        &[("range", span.clone())],
+        "UNSIGNED-PAYLOAD",
+        std::time::SystemTime::now(),
+    );
+    let mut request = format!("GET {path} HTTP/1.1\r\n");
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    let mut unread = tokio::net::TcpStream::connect(addr).await.unwrap();
+    unread.write_all(request.as_bytes()).await.unwrap();
+    common::eventually(
+        Duration::from_secs(60),
+        "the unread answer's bytes reserved",
+        || async { (in_use().await >= RANGE as f64).then_some(()) },
+    )
+    .await;
+    assert_eq!(ranged_gets().await, 1.0, "served from the cached chunks");
+
+    // The same range again, beside it: no room to gather it, so it streams from the origin.
+    assert_eq!(range(client, "big.bin", &span).await.1, ranged);
+    assert_eq!(ranged_gets().await, 2.0);
+    let exhausted = pair
+        .cache
+        .metric("pgvs3_buffer_budget_exhausted_total{use=\"range_hit\"}")
+        .await;
+    assert_eq!(exhausted, Some(1.0));
+
+    drop(unread);
+    common::eventually(Duration::from_secs(60), "the reservation given back", || async {
+        (in_use().await == 0.0).then_some(())
+    })
+    .await;
+    pair.stop().await;
+}
+
 /// Every way into a cache bucket keeps its mode's promise, and every way out reads through
 /// it: in write-through mode a copy into the bucket and a multipart completion are at the
 /// origin when they are acknowledged; a copy (and a part copy) out of the bucket of a key only
