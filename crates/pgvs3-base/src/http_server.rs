@@ -8,7 +8,11 @@
 //! (also when its task panics).
 
 use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -23,7 +27,7 @@ use tokio::time::Instant as Deadline;
 use tokio_rustls::TlsAcceptor;
 
 use crate::metrics::Metrics;
-use crate::request_body::RequestBody;
+use crate::request_body::{Leftover, RequestBody};
 
 /// A signal that flips once, when the process begins to shut down.
 #[derive(Clone)]
@@ -348,22 +352,73 @@ pub struct Peer {
     pub tls: bool,
 }
 
-impl<S> Service<http::Request<Incoming>> for Requests<S>
+impl<S, B> Service<http::Request<Incoming>> for Requests<S>
 where
-    S: Service<http::Request<RequestBody>>,
+    S: Service<http::Request<RequestBody>, Response = http::Response<B>>,
 {
-    type Response = S::Response;
+    type Response = http::Response<B>;
     type Error = S::Error;
-    type Future = S::Future;
+    type Future = Answer<S::Future>;
 
-    fn call(&self, request: http::Request<Incoming>) -> S::Future {
+    fn call(&self, request: http::Request<Incoming>) -> Answer<S::Future> {
         self.first_request.notify_one();
         let idle = self.body_idle_timeout;
-        let drain_on_drop = request.version() == http::Version::HTTP_2;
-        let mut request = request.map(|body| RequestBody::new(body, idle, drain_on_drop));
+        let leftover = if request.version() == http::Version::HTTP_2 {
+            Leftover::Drained
+        } else if http_body::Body::is_end_stream(request.body()) || expects_continue(request.headers()) {
+            // A client waiting for `100 Continue` has sent no body: reading one would ask it
+            // for the body of a request that was refused.
+            Leftover::Dropped
+        } else {
+            Leftover::DrainedThenClosed(Arc::default())
+        };
+        let close = match &leftover {
+            Leftover::DrainedThenClosed(close) => Some(Arc::clone(close)),
+            _ => None,
+        };
+        let mut request = request.map(|body| RequestBody::new(body, idle, leftover));
         request.extensions_mut().insert(self.peer);
-        self.inner.call(request)
+        Answer {
+            inner: self.inner.call(request),
+            close,
+        }
     }
+}
+
+pin_project_lite::pin_project! {
+    /// A handler's answer, which closes its HTTP/1.1 connection when the handler left the
+    /// request's body unread (request_body.rs): the body is read on, then the connection ends.
+    pub struct Answer<F> {
+        #[pin]
+        inner: F,
+        close: Option<Arc<AtomicBool>>,
+    }
+}
+
+impl<F, B, E> Future for Answer<F>
+where
+    F: Future<Output = Result<http::Response<B>, E>>,
+{
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        let mut answer = std::task::ready!(this.inner.poll(cx));
+        if let (Ok(response), Some(close)) = (&mut answer, this.close.as_ref())
+            && close.load(Ordering::Relaxed)
+        {
+            response
+                .headers_mut()
+                .insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
+        }
+        Poll::Ready(answer)
+    }
+}
+
+fn expects_continue(headers: &http::HeaderMap) -> bool {
+    headers
+        .get(http::header::EXPECT)
+        .is_some_and(|expect| expect.as_bytes().eq_ignore_ascii_case(b"100-continue"))
 }
 
 /// Raises this process's open-file limit to its hard limit: every connection is a descriptor,

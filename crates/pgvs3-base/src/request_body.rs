@@ -2,14 +2,22 @@
 //! stops sending in the middle of a body cannot hold its request (and the admission slot and
 //! database connection behind it) for longer than `--http-body-idle-timeout`.
 //!
-//! Over HTTP/2 a body its handler leaves unread (a PUT refused before its body, 403) is read
-//! on and discarded after the handler is done with it, up to [`DRAIN_BYTES`] within
-//! [`DRAIN_TIME`]: a stream whose request is still arriving when its response ends is otherwise
-//! reset (RST_STREAM NO_ERROR, as RFC 9113 §8.1 allows), and clients that are still uploading
-//! then (curl 7.88: exit 92) report the reset instead of the response they already received.
+//! A body its handler leaves unread (a PUT refused before its body, 403) is read on and
+//! discarded after the handler is done with it, up to [`DRAIN_BYTES`] within [`DRAIN_TIME`], so
+//! the client that is still sending it gets the answer it was sent. Otherwise, over HTTP/2, a
+//! stream whose request is still arriving when its response ends is reset (RST_STREAM NO_ERROR,
+//! as RFC 9113 §8.1 allows), and clients that are still uploading then (curl 7.88: exit 92)
+//! report the reset; over HTTP/1.1 the connection is closed at the answer, the rest of the body
+//! meets a TCP reset, and clients that send their whole body before they read (Python's
+//! http.client, under boto3) report the reset instead of the 403. So an HTTP/1.1 answer given
+//! while its body is unread says `Connection: close`, and the connection closes once the body
+//! is read (at its end, no reset). An HTTP/1.1 client that waits for `100 Continue` before its
+//! body is not asked for it: it gets the answer, and the connection is closed.
 
 use std::fmt;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -18,21 +26,31 @@ use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use tokio::time::{Instant, Sleep};
 
-/// The most of an unread HTTP/2 request body read on after its handler dropped it: a refused
+/// The most of an unread request body read on after its handler dropped it: a refused
 /// multipart part or single PUT of up to 64 MiB still gets its answer; beyond, the stream is
 /// reset after the response (at once when its declared length says so). Reading and discarding
 /// costs no memory (the flow-control window bounds what is buffered), only the bandwidth an
 /// upload would have cost anyway, and [`DRAIN_TIME`] bounds how long the stream is held.
 pub const DRAIN_BYTES: u64 = 64 << 20;
-/// How long an unread HTTP/2 request body is read on at most, however slowly it arrives.
+/// How long an unread request body is read on at most, however slowly it arrives.
 pub const DRAIN_TIME: Duration = Duration::from_secs(10);
+
+/// What becomes of what is left of a body its handler drops (see the module's comment).
+pub enum Leftover {
+    /// Dropped with the body: hyper resets the HTTP/2 stream or closes the HTTP/1.1 connection.
+    Dropped,
+    /// Read on and discarded (HTTP/2).
+    Drained,
+    /// Read on and discarded, and the flag raised: the answer closes the connection (HTTP/1.1).
+    DrainedThenClosed(Arc<AtomicBool>),
+}
 
 /// A request body that fails with [`BodyError::IdleTimeout`] when no byte arrives for `idle`.
 pub struct RequestBody {
-    /// `None` only once dropped: [`Drop`] hands the rest of an HTTP/2 body to [`drain`].
+    /// `None` only once dropped: [`Drop`] hands the rest of the body to [`drain`].
     inner: Option<Incoming>,
-    /// HTTP/2: read what is left of the body when this is dropped (see the module's comment).
-    drain_on_drop: bool,
+    /// Dropped once the body failed: a client that stalled or broke its framing is not waited for.
+    leftover: Leftover,
     idle: Duration,
     /// Armed at the first wait, so bodies that arrive with their head (and empty ones) never
     /// touch the timer wheel.
@@ -42,10 +60,10 @@ pub struct RequestBody {
 }
 
 impl RequestBody {
-    pub fn new(inner: Incoming, idle: Duration, drain_on_drop: bool) -> RequestBody {
+    pub fn new(inner: Incoming, idle: Duration, leftover: Leftover) -> RequestBody {
         RequestBody {
             inner: Some(inner),
-            drain_on_drop,
+            leftover,
             idle,
             deadline: None,
             progressed: false,
@@ -113,6 +131,10 @@ impl Body for RequestBody {
             return Poll::Ready(None);
         };
         match Pin::new(inner).poll_frame(cx) {
+            Poll::Ready(Some(Err(err))) => {
+                this.leftover = Leftover::Dropped;
+                Poll::Ready(Some(Err(BodyError::Transport(err))))
+            }
             Poll::Ready(frame) => {
                 this.progressed = true;
                 Poll::Ready(frame.map(|frame| frame.map_err(BodyError::Transport)))
@@ -124,7 +146,10 @@ impl Body for RequestBody {
                     deadline.as_mut().reset(Instant::now() + idle);
                 }
                 match deadline.as_mut().poll(cx) {
-                    Poll::Ready(()) => Poll::Ready(Some(Err(BodyError::IdleTimeout(idle)))),
+                    Poll::Ready(()) => {
+                        this.leftover = Leftover::Dropped;
+                        Poll::Ready(Some(Err(BodyError::IdleTimeout(idle))))
+                    }
                     Poll::Pending => Poll::Pending,
                 }
             }
@@ -146,11 +171,17 @@ impl Drop for RequestBody {
     fn drop(&mut self) {
         let Some(inner) = self.inner.take() else { return };
         // A declared length past the limit would be reset after the limit anyway: reset now.
-        if !self.drain_on_drop || inner.is_end_stream() || inner.size_hint().lower() > DRAIN_BYTES {
+        if matches!(self.leftover, Leftover::Dropped)
+            || inner.is_end_stream()
+            || inner.size_hint().lower() > DRAIN_BYTES
+        {
             return;
         }
         // Dropped by a handler, always inside the runtime; elsewhere the stream is just reset.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            if let Leftover::DrainedThenClosed(close) = &self.leftover {
+                close.store(true, Ordering::Relaxed);
+            }
             runtime.spawn(drain(inner));
         }
     }

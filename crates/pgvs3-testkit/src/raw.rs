@@ -173,13 +173,49 @@ pub async fn send(
     read_response(&mut stream).await
 }
 
+/// Reads the response to the end of the connection.
 pub async fn read_response(stream: &mut TcpStream) -> RawResponse {
     let mut raw = Vec::new();
     tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut raw))
         .await
         .expect("response in time")
         .unwrap();
-    let text = String::from_utf8_lossy(&raw).into_owned();
+    parse_response(&raw)
+}
+
+/// Reads one response whose body's length it declares, and leaves the connection open (a
+/// server may go on reading the request it answered early).
+pub async fn read_one_response(stream: &mut TcpStream) -> RawResponse {
+    let mut raw = Vec::new();
+    let read = async {
+        loop {
+            if let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = parse_response(&raw[..end]);
+                let length: usize = head
+                    .header("content-length")
+                    .and_then(|length| length.parse().ok())
+                    .expect("a declared length");
+                if raw.len() >= end + 4 + length {
+                    return parse_response(&raw[..end + 4 + length]);
+                }
+            }
+            let mut buf = [0; 8192];
+            let n = stream.read(&mut buf).await.unwrap();
+            assert!(
+                n > 0,
+                "the connection closed within a response: {}",
+                String::from_utf8_lossy(&raw)
+            );
+            raw.extend_from_slice(&buf[..n]);
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), read)
+        .await
+        .expect("response in time")
+}
+
+fn parse_response(raw: &[u8]) -> RawResponse {
+    let text = String::from_utf8_lossy(raw).into_owned();
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     let mut lines = head.lines();
     let status = lines

@@ -329,3 +329,56 @@ async fn a_plain_chunked_put_without_a_length_is_refused() {
         assert!(!exists(&gw, key).await, "{key}");
     }
 }
+
+/// A PUT refused before its body is read (anonymous, to a private bucket) is answered at once,
+/// and over HTTP/1.1 the body the client goes on sending is read and discarded: the client reads
+/// the 403 with its code, sends its body whole, and the connection then ends cleanly (the answer
+/// said `Connection: close`). (The connection used to be closed at the answer: the rest of the
+/// body met a reset, and clients that send their whole body before they read — Python's
+/// http.client under boto3 — reported the reset instead of the 403.) A client waiting for
+/// `100 Continue` is not asked for its body: it gets the 403 instead.
+#[tokio::test]
+async fn a_refused_upload_is_read_on_so_the_client_gets_its_answer() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let gw = TestGateway::start().await;
+    gw.client.create_bucket().bucket("private").send().await.unwrap();
+    let addr = gw.gateway.s3_addr;
+    let body = vec![b'x'; 4 << 20];
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "PUT /private/key HTTP/1.1\r\nhost: {addr}\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let answer = common::raw::read_one_response(&mut stream).await;
+    assert_eq!(
+        (answer.status, answer.code()),
+        (403, Some("AccessDenied")),
+        "{}",
+        answer.body
+    );
+    assert_eq!(answer.header("connection"), Some("close"));
+    stream
+        .write_all(&body)
+        .await
+        .expect("the body is read after the answer, not met with a reset");
+    let mut rest = Vec::new();
+    stream
+        .read_to_end(&mut rest)
+        .await
+        .expect("the connection ends once the body is read, without a reset");
+    assert!(rest.is_empty(), "{}", String::from_utf8_lossy(&rest));
+
+    let mut waiting = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "PUT /private/key HTTP/1.1\r\nhost: {addr}\r\ncontent-length: {}\r\nexpect: 100-continue\r\n\r\n",
+        body.len()
+    );
+    waiting.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    waiting.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 403 Forbidden"), "{answer}");
+    assert!(!answer.contains("100 Continue"), "{answer}");
+    assert!(answer.contains("<Code>AccessDenied</Code>"), "{answer}");
+}
