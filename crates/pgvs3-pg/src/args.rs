@@ -33,6 +33,12 @@ pub struct DatabaseArgs {
     #[arg(long, global = true, env = "PGVS3_POOL_SIZE", default_value_t = 32)]
     pub pool_size: usize,
 
+    /// Shared connections that small reads (a GET or HEAD whose body is in the object's row)
+    /// take, pipelined, beside the pool: each carries up to 16 reads at once; 0 sends every read
+    /// through the pool. They count against PostgreSQL's `max_connections` like the pool's.
+    #[arg(long, global = true, env = "PGVS3_PG_READ_LANES", default_value_t = 2)]
+    pub pg_read_lanes: usize,
+
     // --- database faults ---
     /// `shared_buffers` of the embedded PostgreSQL (default: a quarter of RAM, at most 1GiB).
     #[arg(long, global = true, env = "PGVS3_PG_SHARED_BUFFERS", value_parser = parse_bytes)]

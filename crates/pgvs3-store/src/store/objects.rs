@@ -356,15 +356,18 @@ impl Store {
         options: &ReadOptions,
     ) -> StoreResult<ObjectRead> {
         check_key(key)?;
-        let client = self.client().await?;
-        let statement = client.prepare_cached(&bucket.sql.head).await?;
-        let row = client.query_opt(&statement, &[&bucket.id, &key]).await?;
+        let reader = self.reader().await?;
+        let statement = reader.prepare_cached(&bucket.sql.head).await?;
+        let row = reader.query_opt(&statement, &[&bucket.id, &key]).await?;
         let row = match self.current_row(bucket, key, row, options).await? {
             Ok(row) => row,
-            Err(version) => return self.read_noncurrent(bucket, key, &version, options, false).await,
+            Err(version) => {
+                drop(reader);
+                return self.read_noncurrent(bucket, key, &version, options, false).await;
+            }
         };
         let (head, span, partial) = locate(
-            &client,
+            &reader,
             &bucket.sql,
             current_head(bucket, &row),
             row.get("body_id"),
@@ -392,18 +395,18 @@ impl Store {
         options: &ReadOptions,
     ) -> StoreResult<ObjectRead> {
         check_key(key)?;
-        let client = self.client().await?;
-        let statement = client.prepare_cached(&bucket.sql.get).await?;
-        let row = client.query_opt(&statement, &[&bucket.id, &key]).await?;
+        let reader = self.reader().await?;
+        let statement = reader.prepare_cached(&bucket.sql.get).await?;
+        let row = reader.query_opt(&statement, &[&bucket.id, &key]).await?;
         let row = match self.current_row(bucket, key, row, options).await? {
             Ok(row) => row,
             Err(version) => {
-                drop(client);
+                drop(reader);
                 return self.read_noncurrent(bucket, key, &version, options, true).await;
             }
         };
         let (head, span, partial) = locate(
-            &client,
+            &reader,
             &bucket.sql,
             current_head(bucket, &row),
             row.get("body_id"),
@@ -431,6 +434,10 @@ impl Store {
                 body: Box::pin(futures::stream::empty()),
             });
         }
+        // Streamed from a pooled connection: a body's rows must not hold up a lane. The lookup
+        // above was its own statement already; the body's chunks never change (a new body gets
+        // a new id) and stay readable for `--body-grace` after an overwrite retires them.
+        let client = reader.pooled(self).await?;
         let (segments, rows) = body_rows(
             &client,
             &bucket.sql,
