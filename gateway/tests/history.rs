@@ -12,6 +12,7 @@ mod history {
     pub mod recorder;
     pub mod resp;
     pub mod s3;
+    pub mod s3_reads;
     pub mod schedule;
 }
 
@@ -236,6 +237,33 @@ async fn s3_versions(name: &str, conditional: bool) {
     let kills = target.calm().await;
     let (keys, undecided, failures) = check_keys(history::s3::Versions::default(), &ops, |call| call.key.clone());
     verdict(summary(name, &bounds, &ops, keys, kills, started), undecided, failures);
+}
+
+/// Many clients reading small objects while others overwrite and delete them: the reads share
+/// the gateway's read lanes (pipelined, many at once on each of a few connections), and each
+/// must still see, whole, a body that was current at some instant of it (issue 40).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_small_reads_on_shared_lanes_are_linearizable() {
+    let bounds = Bounds::from_env(10);
+    let started = Instant::now();
+    let mut target = Target::start(&bounds, "s3_small_reads", &[]).await;
+    let client = &target.gateway.client;
+    client.create_bucket().bucket("reads").send().await.unwrap();
+    let keys = ["k0", "k1", "k2"];
+    let ops = history::s3_reads::run(client, "reads", &keys, 4 * CLIENTS, &bounds).await;
+    let on_lanes = target
+        .gateway
+        .metric("pgvs3_db_lane_reads_total{path=\"lane\"}")
+        .await
+        .unwrap_or_default();
+    let kills = target.calm().await;
+    let (keys, undecided, failures) = check_keys(history::s3_reads::Object::default(), &ops, |call| call.key.clone());
+    verdict(
+        summary("s3_small_reads", &bounds, &ops, keys, kills, started),
+        undecided,
+        failures,
+    );
+    assert!(on_lanes > 0.0, "the reads took the read lanes, not only the pool");
 }
 
 /// Paginated listings (the ways clients resend start-after) while keys come and go.
