@@ -86,6 +86,10 @@ fn etag_of(name: &str) -> String {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Object {
     current: Option<Arc<str>>,
+    /// Writes taken so far: a write always changes the state, even a DELETE of a missing key,
+    /// because the search takes at once any operation that leaves the state as it is (right for
+    /// a read, wrong for a write that matters only later, after a PUT).
+    writes: u32,
 }
 
 impl Model for Object {
@@ -96,11 +100,13 @@ impl Model for Object {
         let out = op.output();
         let unchanged = || vec![self.clone()];
         let current = self.current.as_deref();
+        let written = |current: Option<Arc<str>>| Object {
+            current,
+            writes: self.writes + 1,
+        };
         match (&op.input.cmd, out) {
-            (Cmd::Put(name), None | Some(Reply::Written)) => vec![Object {
-                current: Some(name.as_str().into()),
-            }],
-            (Cmd::Delete, None | Some(Reply::Deleted)) => vec![Object::default()],
+            (Cmd::Put(name), None | Some(Reply::Written)) => vec![written(Some(name.as_str().into()))],
+            (Cmd::Delete, None | Some(Reply::Deleted)) => vec![written(None)],
             (Cmd::Get | Cmd::Head, None) => unchanged(),
             (Cmd::Get | Cmd::Head, Some(Reply::NotFound)) if current.is_none() => unchanged(),
             (Cmd::Get, Some(Reply::Body(name))) if current == Some(name.as_str()) => unchanged(),
