@@ -36,7 +36,10 @@ pub struct DatabaseArgs {
     /// Shared connections that small reads (a GET or HEAD whose body is in the object's row)
     /// take, pipelined, beside the pool: each carries up to 16 reads at once; 0 sends every read
     /// through the pool. They count against PostgreSQL's `max_connections` like the pool's.
-    #[arg(long, global = true, env = "PGVS3_PG_READ_LANES", default_value_t = 2)]
+    // Four, not fewer: on the 2-core bench machine one or two lanes pipelined deeper and saved
+    // more CPU, but two raised a 16-client HEAD's p50 by 25-38% (each read waits for the ones
+    // queued ahead of it on its lane); four kept it level (docs/benchmarks.md, session 25).
+    #[arg(long, global = true, env = "PGVS3_PG_READ_LANES", default_value_t = 4)]
     pub pg_read_lanes: usize,
 
     // --- database faults ---

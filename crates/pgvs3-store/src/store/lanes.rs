@@ -30,7 +30,7 @@ use crate::pg::connections::Connections;
 
 /// Reads one lane carries at once. Past it a read takes the pool, whose own bound and wait
 /// apply; 16 lets a lane pipeline a whole c16 load when the other lanes are busy.
-pub const IN_FLIGHT: usize = 16;
+const IN_FLIGHT: usize = 16;
 /// After a failed connection attempt, the next waits this long (reads take the pool meanwhile),
 /// so an outage costs one attempt a second per lane, not one per read.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
