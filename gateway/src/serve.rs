@@ -161,7 +161,7 @@ impl Core {
             args.supervision.pg_restart_attempts,
             &metrics,
         );
-        let (store, standby) = open_store(args, &database, master_key, &metrics).await?;
+        let (store, standby) = open_store(args, &database, master_key).await?;
 
         let open_files = http_server::raise_open_file_limit();
         warn_if_descriptors_short(args, open_files);
@@ -284,12 +284,7 @@ async fn start_console(
 
 /// Brings the database's layout and catalog up to date (a standby waits for its primary's) and
 /// opens the store; says whether the database is a standby.
-async fn open_store(
-    args: &ServeArgs,
-    database: &Database,
-    master_key: MasterKey,
-    metrics: &Metrics,
-) -> anyhow::Result<(Store, bool)> {
+async fn open_store(args: &ServeArgs, database: &Database, master_key: MasterKey) -> anyhow::Result<(Store, bool)> {
     let pool = database.pool.clone();
     let standby = crate::pg::is_standby(&pool).await?;
     if standby {
@@ -303,14 +298,7 @@ async fn open_store(
     } else {
         ensure_root_key(&catalog, args).await?;
     }
-    let store = Store::new(pool, catalog)
-        .cancelling_with(database.connections.clone())
-        .reading_through_lanes(
-            args.database.pg_read_lanes,
-            database.connections.clone(),
-            database.config.clone(),
-            metrics,
-        );
+    let store = Store::new(pool, catalog).cancelling_with(database.connections.clone());
     Ok((store, standby))
 }
 
@@ -658,13 +646,7 @@ fn warn_if_descriptors_short(args: &ServeArgs, open_files: u64) {
         0
     };
     // Listeners, PostgreSQL connections, logs, origin clients: a margin for the rest.
-    let wanted = args.s3.s3_max_connections
-        + args.admin_max_connections
-        + resp
-        + ojs
-        + args.database.pool_size
-        + args.database.pg_read_lanes
-        + 256;
+    let wanted = args.s3.s3_max_connections + args.admin_max_connections + resp + ojs + args.database.pool_size + 256;
     if wanted as u64 > open_files {
         tracing::warn!(
             open_files,

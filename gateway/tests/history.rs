@@ -239,11 +239,11 @@ async fn s3_versions(name: &str, conditional: bool) {
     verdict(summary(name, &bounds, &ops, keys, kills, started), undecided, failures);
 }
 
-/// Many clients reading small objects while others overwrite and delete them: the reads share
-/// the gateway's read lanes (pipelined, many at once on each of a few connections), and each
-/// must still see, whole, a body that was current at some instant of it (issue 40).
+/// Many clients reading small objects (the body in the object's row: one statement per read)
+/// while others overwrite and delete them: each read must see, whole, a body that was current
+/// at some instant of it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s3_small_reads_on_shared_lanes_are_linearizable() {
+async fn s3_small_reads_under_many_clients_are_linearizable() {
     let bounds = Bounds::from_env(10);
     let started = Instant::now();
     let mut target = Target::start(&bounds, "s3_small_reads", &[]).await;
@@ -251,11 +251,6 @@ async fn s3_small_reads_on_shared_lanes_are_linearizable() {
     client.create_bucket().bucket("reads").send().await.unwrap();
     let keys = ["k0", "k1", "k2"];
     let ops = history::s3_reads::run(client, "reads", &keys, 4 * CLIENTS, &bounds).await;
-    let on_lanes = target
-        .gateway
-        .metric("pgvs3_db_lane_reads_total{path=\"lane\"}")
-        .await
-        .unwrap_or_default();
     let kills = target.calm().await;
     let (keys, undecided, failures) = check_keys(history::s3_reads::Object::default(), &ops, |call| call.key.clone());
     verdict(
@@ -263,7 +258,6 @@ async fn s3_small_reads_on_shared_lanes_are_linearizable() {
         undecided,
         failures,
     );
-    assert!(on_lanes > 0.0, "the reads took the read lanes, not only the pool");
 }
 
 /// Paginated listings (the ways clients resend start-after) while keys come and go.

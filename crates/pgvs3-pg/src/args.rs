@@ -33,15 +33,6 @@ pub struct DatabaseArgs {
     #[arg(long, global = true, env = "PGVS3_POOL_SIZE", default_value_t = 32)]
     pub pool_size: usize,
 
-    /// Shared connections that small reads (a GET or HEAD whose body is in the object's row)
-    /// take, pipelined, beside the pool: each carries up to 16 reads at once; 0 sends every read
-    /// through the pool. They count against PostgreSQL's `max_connections` like the pool's.
-    // Four, not fewer: on the 2-core bench machine one or two lanes pipelined deeper and saved
-    // more CPU, but two raised a 16-client HEAD's p50 by 25-38% (each read waits for the ones
-    // queued ahead of it on its lane); four kept it level (docs/benchmarks.md, session 25).
-    #[arg(long, global = true, env = "PGVS3_PG_READ_LANES", default_value_t = 4)]
-    pub pg_read_lanes: usize,
-
     // --- database faults ---
     /// `shared_buffers` of the embedded PostgreSQL (default: a quarter of RAM, at most 1GiB).
     #[arg(long, global = true, env = "PGVS3_PG_SHARED_BUFFERS", value_parser = parse_bytes)]

@@ -1,8 +1,8 @@
 //! S3 small reads under many clients: GETs and HEADs of a few keys of an unversioned bucket,
-//! bodies of 4 KiB (kept in the object row: the reads the gateway pipelines on its shared read
-//! lanes), among PUTs and DELETEs of the same keys. Each key's history is checked against its
-//! one current body: a read must see the body of a write that may be the latest one at some
-//! instant of the read, whole, with its own ETag.
+//! bodies of 4 KiB (kept in the object row: a read is one statement), among PUTs and DELETEs of
+//! the same keys. Each key's history is checked against its one current body: a read must see
+//! the body of a write that may be the latest one at some instant of the read, whole, with its
+//! own ETag.
 
 use std::fmt;
 use std::sync::Arc;

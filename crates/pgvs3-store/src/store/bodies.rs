@@ -147,7 +147,7 @@ pub(super) async fn body_rows(
 /// The head of a found object, after its preconditions, and the span `options` select, and
 /// whether that is part of the object (a 206 answer).
 pub(super) async fn locate(
-    client: &deadpool_postgres::ClientWrapper,
+    client: &deadpool_postgres::Object,
     sql: &NamespaceSql,
     head: ObjectHead,
     body_id: Option<i64>,

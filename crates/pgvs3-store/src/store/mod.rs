@@ -13,7 +13,6 @@ mod copy;
 mod encryption;
 mod error;
 mod kv;
-mod lanes;
 mod lifecycle;
 mod listing;
 mod lock;
@@ -108,9 +107,6 @@ pub struct Store {
     /// How to reach the server to cancel a keyspace statement its caller abandoned (see
     /// `kv::abandon`); without it such a statement runs to its end.
     cancel: Option<crate::pg::connections::Connections>,
-    /// The shared connections one-statement reads take when one has room (`lanes`); `None`:
-    /// every read takes the pool.
-    lanes: Option<Arc<lanes::ReadLanes>>,
 }
 
 impl Store {
@@ -121,25 +117,7 @@ impl Store {
             catalog,
             uploads,
             cancel: None,
-            lanes: None,
         }
-    }
-
-    /// Sends small reads (a GET or HEAD of an object whose body is in its row) through `count`
-    /// shared connections opened with `config` through `connections`, pipelined; none: through
-    /// the pool. See `lanes`.
-    pub fn reading_through_lanes(
-        mut self,
-        count: usize,
-        connections: crate::pg::connections::Connections,
-        config: tokio_postgres::Config,
-        metrics: &crate::metrics::Metrics,
-    ) -> Store {
-        self.lanes = (count > 0).then(|| {
-            let timeout = self.pool.timeouts().create;
-            Arc::new(lanes::ReadLanes::new(count, connections, config, timeout, metrics))
-        });
-        self
     }
 
     /// Cancels keyspace statements whose caller goes away (a RESP client that disconnects, a
@@ -159,14 +137,5 @@ impl Store {
 
     async fn client(&self) -> StoreResult<deadpool_postgres::Object> {
         self.pool.get().await.map_err(StoreError::from)
-    }
-
-    /// The connection for a read of one statement outside a transaction: a lane's when there is
-    /// room on one, else the pool's.
-    async fn reader(&self) -> StoreResult<lanes::Reader<'_>> {
-        if let Some(read) = self.lanes.as_ref().and_then(|lanes| lanes.take()) {
-            return Ok(lanes::Reader::Lane(read));
-        }
-        Ok(lanes::Reader::Pooled(self.client().await?))
     }
 }

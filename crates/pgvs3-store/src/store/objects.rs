@@ -356,18 +356,15 @@ impl Store {
         options: &ReadOptions,
     ) -> StoreResult<ObjectRead> {
         check_key(key)?;
-        let reader = self.reader().await?;
-        let statement = reader.prepare_cached(&bucket.sql.head).await?;
-        let row = reader.query_opt(&statement, &[&bucket.id, &key]).await?;
+        let client = self.client().await?;
+        let statement = client.prepare_cached(&bucket.sql.head).await?;
+        let row = client.query_opt(&statement, &[&bucket.id, &key]).await?;
         let row = match self.current_row(bucket, key, row, options).await? {
             Ok(row) => row,
-            Err(version) => {
-                drop(reader);
-                return self.read_noncurrent(bucket, key, &version, options, false).await;
-            }
+            Err(version) => return self.read_noncurrent(bucket, key, &version, options, false).await,
         };
         let (head, span, partial) = locate(
-            &reader,
+            &client,
             &bucket.sql,
             current_head(bucket, &row),
             row.get("body_id"),
@@ -395,18 +392,18 @@ impl Store {
         options: &ReadOptions,
     ) -> StoreResult<ObjectRead> {
         check_key(key)?;
-        let reader = self.reader().await?;
-        let statement = reader.prepare_cached(&bucket.sql.get).await?;
-        let row = reader.query_opt(&statement, &[&bucket.id, &key]).await?;
+        let client = self.client().await?;
+        let statement = client.prepare_cached(&bucket.sql.get).await?;
+        let row = client.query_opt(&statement, &[&bucket.id, &key]).await?;
         let row = match self.current_row(bucket, key, row, options).await? {
             Ok(row) => row,
             Err(version) => {
-                drop(reader);
+                drop(client);
                 return self.read_noncurrent(bucket, key, &version, options, true).await;
             }
         };
         let (head, span, partial) = locate(
-            &reader,
+            &client,
             &bucket.sql,
             current_head(bucket, &row),
             row.get("body_id"),
@@ -434,10 +431,6 @@ impl Store {
                 body: Box::pin(futures::stream::empty()),
             });
         }
-        // Streamed from a pooled connection: a body's rows must not hold up a lane. The lookup
-        // above was its own statement already; the body's chunks never change (a new body gets
-        // a new id) and stay readable for `--body-grace` after an overwrite retires them.
-        let client = reader.pooled(self).await?;
         let (segments, rows) = body_rows(
             &client,
             &bucket.sql,
