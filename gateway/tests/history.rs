@@ -12,6 +12,7 @@ mod history {
     pub mod recorder;
     pub mod resp;
     pub mod s3;
+    pub mod s3_reads;
     pub mod schedule;
 }
 
@@ -236,6 +237,27 @@ async fn s3_versions(name: &str, conditional: bool) {
     let kills = target.calm().await;
     let (keys, undecided, failures) = check_keys(history::s3::Versions::default(), &ops, |call| call.key.clone());
     verdict(summary(name, &bounds, &ops, keys, kills, started), undecided, failures);
+}
+
+/// Many clients reading small objects (the body in the object's row: one statement per read)
+/// while others overwrite and delete them: each read must see, whole, a body that was current
+/// at some instant of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_small_reads_under_many_clients_are_linearizable() {
+    let bounds = Bounds::from_env(10);
+    let started = Instant::now();
+    let mut target = Target::start(&bounds, "s3_small_reads", &[]).await;
+    let client = &target.gateway.client;
+    client.create_bucket().bucket("reads").send().await.unwrap();
+    let keys = ["k0", "k1", "k2"];
+    let ops = history::s3_reads::run(client, "reads", &keys, 4 * CLIENTS, &bounds).await;
+    let kills = target.calm().await;
+    let (keys, undecided, failures) = check_keys(history::s3_reads::Object::default(), &ops, |call| call.key.clone());
+    verdict(
+        summary("s3_small_reads", &bounds, &ops, keys, kills, started),
+        undecided,
+        failures,
+    );
 }
 
 /// Paginated listings (the ways clients resend start-after) while keys come and go.

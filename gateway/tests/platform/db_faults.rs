@@ -5,6 +5,8 @@
 
 use pgvs3_testkit as common;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use aws_sdk_s3::primitives::ByteStream;
@@ -191,6 +193,84 @@ async fn killed_embedded_postgres_is_restarted_and_keeps_every_acknowledged_writ
     .await;
     wait_ready(&gateway, Duration::from_secs(30), "ready after a backend crash").await;
     assert_eq!(resp.command(&["GET", "survivor"]).await, Value::bulk("yes"));
+    gateway.stop().await;
+}
+
+/// What the concurrent readers of [`small_reads_ride_out_a_postgres_restart`] got so far.
+#[derive(Default)]
+struct Reads {
+    bodies: std::sync::atomic::AtomicUsize,
+    unavailable: std::sync::atomic::AtomicUsize,
+}
+
+/// Sixteen clients GET the small objects of `bucket` one request at a time, until `stop`: each
+/// answer must be the object's own body or a 503 (the database away), nothing else.
+fn spawn_readers(
+    gateway: &TestGateway,
+    bucket: &str,
+    stop: &Arc<AtomicBool>,
+    reads: &Arc<Reads>,
+) -> tokio::task::JoinSet<()> {
+    let mut readers = tokio::task::JoinSet::new();
+    for reader in 0..16 {
+        let (client, bucket) = (single_try(gateway), bucket.to_owned());
+        let (stop, reads) = (stop.clone(), reads.clone());
+        readers.spawn(async move {
+            let mut i = reader;
+            while !stop.load(Ordering::Relaxed) {
+                i = (i + 7) % OBJECTS;
+                match client.get_object().bucket(&bucket).key(format!("k{i}")).send().await {
+                    Ok(object) => {
+                        let body = object.body.collect().await.expect("the body of an answered GET");
+                        assert_eq!(body.into_bytes().as_ref(), noise(1000 + i, i as u64).as_slice(), "k{i}");
+                        reads.bodies.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(err) => {
+                        let status = err.raw_response().map(|r| r.status().as_u16());
+                        assert_eq!(status, Some(503), "GET k{i}: {err:?}");
+                        reads.unavailable.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        });
+    }
+    readers
+}
+
+/// Many small GETs at once while the embedded PostgreSQL is killed and restarted under them:
+/// every answer is the object's own body or a 503, and the reads are answered again after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_reads_ride_out_a_postgres_restart() {
+    let dir = ScratchDir::new("reads-restart");
+    let gateway = embedded_gateway(&dir.0, &["--pg-probe-interval", "200ms"]).await;
+    wait_ready(&gateway, Duration::from_secs(10), "ready at start").await;
+    put_objects(&gateway, "reads").await;
+    let (stop, reads) = (Arc::new(AtomicBool::new(false)), Arc::new(Reads::default()));
+    let mut readers = spawn_readers(&gateway, "reads", &stop, &reads);
+    eventually(Duration::from_secs(10), "the readers are answered", || async {
+        (reads.bodies.load(Ordering::Relaxed) > 0).then_some(())
+    })
+    .await;
+
+    // Every connection dies with the postmaster, under reads in flight.
+    kill9(postmaster_pid(&dir.0));
+    wait_unready(&gateway, "/readyz reports the lost PostgreSQL").await;
+    wait_ready(&gateway, Duration::from_secs(60), "ready again after the restart").await;
+    let before = reads.bodies.load(Ordering::Relaxed);
+    eventually(Duration::from_secs(30), "the readers are answered again", || async {
+        (reads.bodies.load(Ordering::Relaxed) > before).then_some(())
+    })
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    while let Some(reader) = readers.join_next().await {
+        reader.expect("a reader saw only its objects' bodies and 503s");
+    }
+    println!(
+        "{} bodies, {} answered 503 during the restart",
+        reads.bodies.load(Ordering::Relaxed),
+        reads.unavailable.load(Ordering::Relaxed)
+    );
+    assert_objects(&gateway, "reads").await;
     gateway.stop().await;
 }
 
