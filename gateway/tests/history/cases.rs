@@ -50,6 +50,33 @@ fn versions_verdict(ops: &[Op<s3::Call, s3::Reply>]) -> Verdict {
     check(&Versions::default(), ops, 100_000)
 }
 
+/// A write that changes nothing where the search first meets it (a SET of the value the key
+/// holds) may still have taken effect later, after a concurrent write: the search must not
+/// settle its place early. (It took every operation that left the state as it was at once, as
+/// it may a read, and called this history a violation.)
+#[test]
+fn a_write_that_changes_nothing_now_may_take_effect_later() {
+    let set = |client, call, ret, value: &str| {
+        op(
+            client,
+            call,
+            Some(ret),
+            redis(resp::Cmd::Set(value.into(), None)),
+            resp::Reply::Ok,
+        )
+    };
+    let ops = [
+        set(0, 0, 1, "a"),
+        set(1, 2, 10, "a"),
+        set(2, 3, 4, "b"),
+        op(3, 11, Some(12), redis(resp::Cmd::Get), resp::Reply::Bulk("a".into())),
+    ];
+    assert_eq!(key_verdict(&ops), Verdict::Linearizable);
+    let mut without_the_second_set = ops.to_vec();
+    without_the_second_set.remove(1);
+    assert_eq!(key_verdict(&without_the_second_set), Verdict::Violation);
+}
+
 #[test]
 fn concurrent_writes_may_be_read_in_either_order() {
     let put = |client, body: &str, version: &str| {

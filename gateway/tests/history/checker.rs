@@ -145,11 +145,14 @@ impl<M: Model> Search<'_, M> {
             }
         }
         candidates.retain(|&i| self.ops[i].call <= horizon);
-        // A candidate that leaves the state exactly as it is (a read that agrees with it) can be
-        // taken now without losing a linearization: any order that takes it later stays valid
-        // with it moved here, since nothing it precedes in real time is taken yet. So no branch.
+        // A read that agrees with the state can be taken now without losing a linearization:
+        // any order that takes it later stays valid with it moved here, since it changes no
+        // state and nothing it precedes in real time is taken yet. So no branch. Only a read: a
+        // write that changes nothing here (a SET of the value the key holds) may change the
+        // state where a valid order takes it later.
         for &i in &candidates {
-            if let [next] = state.step(&self.ops[i]).as_slice()
+            if M::changes_nothing(&self.ops[i])
+                && let [next] = state.step(&self.ops[i]).as_slice()
                 && next == state
             {
                 self.flip(i);
