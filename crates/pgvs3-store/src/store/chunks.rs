@@ -146,6 +146,8 @@ pub struct ChunkStream {
     remaining: u64,
     /// The object's key when its body is encrypted.
     key: Option<ObjectKey>,
+    /// The frame being filled: rows that arrive are gathered until it is full.
+    frame: BytesMut,
 }
 
 impl ChunkStream {
@@ -163,6 +165,7 @@ impl ChunkStream {
             skip: 0,
             remaining: 0,
             key: None,
+            frame: BytesMut::new(),
         };
         stream.next_segment();
         stream
@@ -242,22 +245,41 @@ impl ChunkStream {
     }
 }
 
-/// Rows already received are handed on together, up to this many bytes per frame: one write
+/// Rows are handed on together, this many bytes per frame (or the rest of the body): one write
 /// per frame instead of one per 8 KiB chunk.
 const MAX_FRAME: usize = 256 * 1024;
+
+/// TEMPORARY experiment switch (issue 40 step 2): yield partial frames when rows stall.
+fn exp_yield_partial() -> bool {
+    static V: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *V.get_or_init(|| std::env::var("PGVS3_EXP_FRAME").as_deref() == Ok("yield"))
+}
+
+/// TEMPORARY experiment: frame size.
+fn exp_max_frame() -> usize {
+    static V: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *V.get_or_init(|| std::env::var("PGVS3_EXP_MAX_FRAME").ok().and_then(|v| v.parse().ok()).unwrap_or(MAX_FRAME))
+}
 
 impl Stream for ChunkStream {
     type Item = Result<Bytes, StoreError>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        // Sized up front: growing a buffer to 256 KiB by doubling would copy it several times.
-        let mut frame = BytesMut::with_capacity(MAX_FRAME.min(self.remaining as usize + CHUNK_SIZE));
-        while frame.len() < MAX_FRAME {
+        let max_frame = exp_max_frame();
+        let mut frame = std::mem::take(&mut self.frame);
+        if frame.capacity() == 0 {
+            // Sized up front: growing a buffer to 256 KiB by doubling would copy it several times.
+            frame.reserve(max_frame.min(self.remaining as usize + CHUNK_SIZE));
+        }
+        while frame.len() < max_frame {
             if self.remaining == 0 && !self.next_segment() {
                 break;
             }
             match self.rows.as_mut().poll_next(cx) {
-                Poll::Pending if frame.is_empty() => return Poll::Pending,
+                Poll::Pending if frame.is_empty() || !exp_yield_partial() => {
+                    self.frame = frame;
+                    return Poll::Pending;
+                }
                 Poll::Pending => break,
                 Poll::Ready(Some(Ok(row))) => {
                     let seq: i32 = row.get("seq");
