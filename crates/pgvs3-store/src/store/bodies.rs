@@ -280,18 +280,12 @@ pub(super) async fn write_chunks(
 /// Bytes of chunk rows sent to PostgreSQL in one COPY message.
 const COPY_MESSAGE: usize = 256 * 1024;
 
-/// TEMPORARY experiment: COPY message size.
-fn exp_copy_message() -> usize {
-    static V: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *V.get_or_init(|| std::env::var("PGVS3_EXP_COPY_MESSAGE").ok().and_then(|v| v.parse().ok()).unwrap_or(COPY_MESSAGE))
-}
-
 /// Chunk rows of one body written with `COPY chunks (body_id, seq, data) FROM STDIN (FORMAT
-/// binary)`, sealed on the way when the body is encrypted. The rows are encoded here rather than
-/// by tokio-postgres's `BinaryCopyInWriter`, which hands its connection one message per 8 KiB
-/// row: every row was a wake-up of the connection's task and a socket write of its own (the
-/// kernel's socket paths were a fifth of the gateway's CPU on a 10 MiB PUT). Here a message
-/// holds [`COPY_MESSAGE`] bytes of rows.
+/// binary)`, sealed on the way when the body is encrypted (in the message buffer: no copy of
+/// its own). The rows are encoded here rather than by tokio-postgres's `BinaryCopyInWriter`,
+/// which hands its connection one message per 8 KiB row: every row was a send through the
+/// connection's channel, a wake-up of its task and a socket write of its own (1,290 for 10 MiB).
+/// Here a message holds [`COPY_MESSAGE`] bytes of rows.
 pub(super) struct ChunkCopy<'k> {
     sink: std::pin::Pin<Box<CopyInSink<Bytes>>>,
     buf: BytesMut,
@@ -329,7 +323,7 @@ impl<'k> ChunkCopy<'k> {
         if let Some(key) = self.key {
             key.apply(self.body_id, i64::from(seq), &mut buf[start..]);
         }
-        if buf.len() >= exp_copy_message() {
+        if buf.len() >= COPY_MESSAGE {
             let message = std::mem::replace(buf, BytesMut::with_capacity(COPY_MESSAGE + CHUNK_SIZE + 64));
             self.sink.send(message.freeze()).await?;
         }

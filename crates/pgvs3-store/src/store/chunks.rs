@@ -246,41 +246,31 @@ impl ChunkStream {
 }
 
 /// Rows are handed on together, this many bytes per frame (or the rest of the body): one write
-/// per frame instead of one per 8 KiB chunk.
+/// per frame instead of one per 8 KiB chunk. A frame is handed on only when it is full, not
+/// when the rows that have arrived run out: rows come from the connection's task a few at a
+/// time (about 20 KiB per read of its socket), so frames were ~32 KiB, each a socket write to
+/// the client and a read of it there. Filled, an 8 MiB GET at one worker cost the client half
+/// its CPU and the gateway ~10% less (docs/benchmarks.md, issue 40 step 2).
 const MAX_FRAME: usize = 256 * 1024;
-
-/// TEMPORARY experiment switch (issue 40 step 2): yield partial frames when rows stall.
-fn exp_yield_partial() -> bool {
-    static V: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *V.get_or_init(|| std::env::var("PGVS3_EXP_FRAME").as_deref() == Ok("yield"))
-}
-
-/// TEMPORARY experiment: frame size.
-fn exp_max_frame() -> usize {
-    static V: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *V.get_or_init(|| std::env::var("PGVS3_EXP_MAX_FRAME").ok().and_then(|v| v.parse().ok()).unwrap_or(MAX_FRAME))
-}
 
 impl Stream for ChunkStream {
     type Item = Result<Bytes, StoreError>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let max_frame = exp_max_frame();
         let mut frame = std::mem::take(&mut self.frame);
         if frame.capacity() == 0 {
             // Sized up front: growing a buffer to 256 KiB by doubling would copy it several times.
-            frame.reserve(max_frame.min(self.remaining as usize + CHUNK_SIZE));
+            frame.reserve(MAX_FRAME.min(self.remaining as usize + CHUNK_SIZE));
         }
-        while frame.len() < max_frame {
+        while frame.len() < MAX_FRAME {
             if self.remaining == 0 && !self.next_segment() {
                 break;
             }
             match self.rows.as_mut().poll_next(cx) {
-                Poll::Pending if frame.is_empty() || !exp_yield_partial() => {
+                Poll::Pending => {
                     self.frame = frame;
                     return Poll::Pending;
                 }
-                Poll::Pending => break,
                 Poll::Ready(Some(Ok(row))) => {
                     let seq: i32 = row.get("seq");
                     if let Err(err) = self.decode_into(i64::from(seq), row.get("data"), &mut frame) {

@@ -159,12 +159,7 @@ impl Store {
         let mut writing: Option<BatchWrite<'a>> = None;
         let mut ended = false;
         loop {
-            if staged.ready_bytes >= exp_batch_bytes() {
-                if exp_no_overlap() {
-                    writing = Some(staged.write_batch());
-                    staged.lease = Some(writing.take().unwrap().await?);
-                    continue;
-                }
+            if staged.ready_bytes >= BATCH_BYTES {
                 // A full batch waits for the one before it: two batches in memory at most, and
                 // the lease back in hand before the next write takes it.
                 if let Some(write) = writing.take() {
@@ -194,18 +189,6 @@ impl Store {
         }
         Ok(staged)
     }
-}
-
-/// TEMPORARY experiment: batch size.
-fn exp_batch_bytes() -> usize {
-    static V: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *V.get_or_init(|| std::env::var("PGVS3_EXP_BATCH").ok().and_then(|v| v.parse().ok()).unwrap_or(BATCH_BYTES))
-}
-
-/// TEMPORARY experiment: no overlap.
-fn exp_no_overlap() -> bool {
-    static V: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *V.get_or_init(|| std::env::var("PGVS3_EXP_OVERLAP").as_deref() == Ok("off"))
 }
 
 /// A batch being written: gives the body's lease back once the batch has committed.
