@@ -2,12 +2,13 @@
 //! of a chunked one, located part by part in a multipart object), and written chunk by chunk
 //! while their digest is computed beside them.
 
-use bytes::{BufMut, Bytes, BytesMut};
-use futures::{SinkExt, StreamExt};
+use bytes::{Bytes, BytesMut};
+use futures::StreamExt;
 use md5::{Digest, Md5};
-use tokio_postgres::CopyInSink;
+use tokio_postgres::binary_copy::BinaryCopyInWriter;
+use tokio_postgres::types::Type;
 
-use super::chunks::{CHUNK_SIZE, ChunkStream, Chunker, Segment};
+use super::chunks::{ChunkStream, Chunker, Segment};
 use super::encryption::ObjectKey;
 use super::objects::{BodyObserver, BodyStream, NamespaceSql, ObjectHead, ReadOptions, StoredChecksum};
 use super::{StoreError, StoreResult};
@@ -208,15 +209,8 @@ impl BodyDigest {
     }
 
     pub(super) async fn update(&self, piece: Bytes) -> StoreResult<()> {
-        self.reserve().await?.send(piece);
-        Ok(())
-    }
-
-    /// A place in the queue for the next piece. Waiting for it can be given up (cancelled)
-    /// without losing a piece, so a piece is taken from the body only once its place is held.
-    pub(super) async fn reserve(&self) -> StoreResult<tokio::sync::mpsc::Permit<'_, Bytes>> {
         self.pieces
-            .reserve()
+            .send(piece)
             .await
             .map_err(|_| StoreError::Body("the body's digest stopped".into()))
     }
@@ -245,7 +239,9 @@ pub(super) async fn write_chunks(
     key: Option<&ObjectKey>,
 ) -> StoreResult<(i64, u64)> {
     let body_id: i64 = tx.query_one(&sql.bodies.next_body_id, &[]).await?.get("body_id");
-    let mut copy = ChunkCopy::new(tx.copy_in(&sql.bodies.copy_chunks).await?, body_id, key);
+    let sink = tx.copy_in(&sql.bodies.copy_chunks).await?;
+    let writer = BinaryCopyInWriter::new(sink, &[Type::INT8, Type::INT4, Type::BYTEA]);
+    futures::pin_mut!(writer);
     let mut chunker = Chunker::new(compress);
     let mut seq: i32 = 0;
     let mut size = head.len() as u64;
@@ -255,9 +251,17 @@ pub(super) async fn write_chunks(
     {
         digest.update(head.freeze()).await?;
     }
+    let seal = |seq: i32, chunk: Bytes| match key {
+        None => chunk,
+        Some(key) => {
+            let mut sealed = BytesMut::from(&chunk[..]);
+            key.apply(body_id, i64::from(seq), &mut sealed);
+            sealed.freeze()
+        }
+    };
     loop {
         while let Some(chunk) = chunker.next_full() {
-            copy.write(seq, &chunk).await?;
+            writer.as_mut().write(&[&body_id, &seq, &&seal(seq, chunk)[..]]).await?;
             seq += 1;
         }
         let Some(piece) = body.next().await else {
@@ -271,73 +275,10 @@ pub(super) async fn write_chunks(
         }
     }
     if let Some(chunk) = chunker.finish() {
-        copy.write(seq, &chunk).await?;
+        writer.as_mut().write(&[&body_id, &seq, &&seal(seq, chunk)[..]]).await?;
     }
-    copy.finish().await?;
+    writer.finish().await?;
     Ok((body_id, size))
-}
-
-/// Bytes of chunk rows sent to PostgreSQL in one COPY message.
-const COPY_MESSAGE: usize = 256 * 1024;
-
-/// Chunk rows of one body written with `COPY chunks (body_id, seq, data) FROM STDIN (FORMAT
-/// binary)`, sealed on the way when the body is encrypted (in the message buffer: no copy of
-/// its own). The rows are encoded here rather than by tokio-postgres's `BinaryCopyInWriter`,
-/// which hands its connection one message per 8 KiB row: every row was a send through the
-/// connection's channel, a wake-up of its task and a socket write of its own (1,290 for 10 MiB).
-/// Here a message holds [`COPY_MESSAGE`] bytes of rows.
-pub(super) struct ChunkCopy<'k> {
-    sink: std::pin::Pin<Box<CopyInSink<Bytes>>>,
-    buf: BytesMut,
-    body_id: i64,
-    key: Option<&'k ObjectKey>,
-}
-
-impl<'k> ChunkCopy<'k> {
-    /// `sink` is a COPY of `copy_chunks` just started; the rows are body `body_id`'s, encrypted
-    /// with `key` when there is one.
-    pub(super) fn new(sink: CopyInSink<Bytes>, body_id: i64, key: Option<&'k ObjectKey>) -> ChunkCopy<'k> {
-        let mut buf = BytesMut::with_capacity(COPY_MESSAGE + CHUNK_SIZE + 64);
-        buf.put_slice(b"PGCOPY\n\xff\r\n\0");
-        buf.put_i32(0); // flags: no OIDs
-        buf.put_i32(0); // no header extension
-        ChunkCopy {
-            sink: Box::pin(sink),
-            buf,
-            body_id,
-            key,
-        }
-    }
-
-    /// Appends chunk `seq` (stored bytes: compressed where it paid, not yet sealed).
-    pub(super) async fn write(&mut self, seq: i32, chunk: &[u8]) -> StoreResult<()> {
-        let buf = &mut self.buf;
-        buf.put_i16(3);
-        buf.put_i32(8);
-        buf.put_i64(self.body_id);
-        buf.put_i32(4);
-        buf.put_i32(seq);
-        buf.put_i32(chunk.len() as i32);
-        let start = buf.len();
-        buf.put_slice(chunk);
-        if let Some(key) = self.key {
-            key.apply(self.body_id, i64::from(seq), &mut buf[start..]);
-        }
-        if buf.len() >= COPY_MESSAGE {
-            let message = std::mem::replace(buf, BytesMut::with_capacity(COPY_MESSAGE + CHUNK_SIZE + 64));
-            self.sink.send(message.freeze()).await?;
-        }
-        Ok(())
-    }
-
-    /// Ends the COPY (its rows are then in the transaction).
-    pub(super) async fn finish(mut self) -> StoreResult<()> {
-        self.buf.put_i16(-1);
-        let rest = std::mem::take(&mut self.buf).freeze();
-        self.sink.send(rest).await?;
-        self.sink.as_mut().finish().await?;
-        Ok(())
-    }
 }
 
 /// Reads `body` until more than `max` bytes are in (or it ends); returns them and whether the

@@ -146,8 +146,6 @@ pub struct ChunkStream {
     remaining: u64,
     /// The object's key when its body is encrypted.
     key: Option<ObjectKey>,
-    /// The frame being filled: rows that arrive are gathered until it is full.
-    frame: BytesMut,
 }
 
 impl ChunkStream {
@@ -165,7 +163,6 @@ impl ChunkStream {
             skip: 0,
             remaining: 0,
             key: None,
-            frame: BytesMut::new(),
         };
         stream.next_segment();
         stream
@@ -245,32 +242,23 @@ impl ChunkStream {
     }
 }
 
-/// Rows are handed on together, this many bytes per frame (or the rest of the body): one write
-/// per frame instead of one per 8 KiB chunk. A frame is handed on only when it is full, not
-/// when the rows that have arrived run out: rows come from the connection's task a few at a
-/// time (about 20 KiB per read of its socket), so frames were ~32 KiB, each a socket write to
-/// the client and a read of it there. Filled, an 8 MiB GET at one worker cost the client half
-/// its CPU and the gateway ~10% less (docs/benchmarks.md, issue 40 step 2).
+/// Rows already received are handed on together, up to this many bytes per frame: one write
+/// per frame instead of one per 8 KiB chunk.
 const MAX_FRAME: usize = 256 * 1024;
 
 impl Stream for ChunkStream {
     type Item = Result<Bytes, StoreError>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let mut frame = std::mem::take(&mut self.frame);
-        if frame.capacity() == 0 {
-            // Sized up front: growing a buffer to 256 KiB by doubling would copy it several times.
-            frame.reserve(MAX_FRAME.min(self.remaining as usize + CHUNK_SIZE));
-        }
+        // Sized up front: growing a buffer to 256 KiB by doubling would copy it several times.
+        let mut frame = BytesMut::with_capacity(MAX_FRAME.min(self.remaining as usize + CHUNK_SIZE));
         while frame.len() < MAX_FRAME {
             if self.remaining == 0 && !self.next_segment() {
                 break;
             }
             match self.rows.as_mut().poll_next(cx) {
-                Poll::Pending => {
-                    self.frame = frame;
-                    return Poll::Pending;
-                }
+                Poll::Pending if frame.is_empty() => return Poll::Pending,
+                Poll::Pending => break,
                 Poll::Ready(Some(Ok(row))) => {
                     let seq: i32 = row.get("seq");
                     if let Err(err) = self.decode_into(i64::from(seq), row.get("data"), &mut frame) {

@@ -8,26 +8,19 @@
 //! whose client left or whose gateway died (once the lease ran out), and never those of a live
 //! one. Uploads take their connections within [`UploadShare`], so requests that are not uploads
 //! always find some of the pool free.
-//!
-//! While a batch is written, the next one is read from the client: one batch in the database's
-//! hands and one in the reader's, never more (a body holds at most two batches in memory). The
-//! batch being written carries the lease with it; the reader renews the lease while it waits for
-//! its client only when no batch is being written (a write renews it itself), so the lease has
-//! one holder at a time and batches commit in order, each under a lease that has not run out.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use deadpool_postgres::{GenericClient, Object, Pool};
 use futures::StreamExt;
-use tokio::sync::mpsc::Permit;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
+use tokio_postgres::binary_copy::BinaryCopyInWriter;
+use tokio_postgres::types::Type;
 
-use super::bodies::{BodyDigest, ChunkCopy};
+use super::bodies::BodyDigest;
 use super::chunks::Chunker;
 use super::encryption::ObjectKey;
 use super::objects::{BodyStream, NamespaceSql};
@@ -128,9 +121,8 @@ impl Store {
     }
 
     /// Reads `body` (after `head`, bytes already taken from it) into chunks, each piece also
-    /// given to `digest`; every full batch but the last is written on a connection of its own
-    /// while the next is read. The rest is written by [`Staged::finish`], in the transaction
-    /// that stores the row.
+    /// given to `digest`; every full batch but the last is written on a connection of its own.
+    /// The rest is written by [`Staged::finish`], in the transaction that stores the row.
     pub(super) async fn stage_body<'a>(
         &'a self,
         sql: &'a NamespaceSql,
@@ -151,48 +143,16 @@ impl Store {
             size: 0,
             lease: None,
         };
-        let place = match digest {
-            Some(digest) => Some(digest.reserve().await?),
-            None => None,
-        };
-        staged.take(head.freeze(), place);
-        let mut writing: Option<BatchWrite<'a>> = None;
-        let mut ended = false;
-        loop {
+        staged.take(head.freeze(), digest).await?;
+        while let Some(piece) = staged.next_piece(body).await? {
+            staged.take(piece, digest).await?;
             if staged.ready_bytes >= BATCH_BYTES {
-                // A full batch waits for the one before it: two batches in memory at most, and
-                // the lease back in hand before the next write takes it.
-                if let Some(write) = writing.take() {
-                    staged.lease = Some(write.await?);
-                }
-                writing = Some(staged.write_batch());
-                continue;
+                staged.flush().await?;
             }
-            if ended {
-                break;
-            }
-            let Some(write) = writing.as_mut() else {
-                ended = !staged.read_piece(body, digest).await?;
-                continue;
-            };
-            // Reading a piece gives up cleanly when the write ends first (see `read_piece`).
-            tokio::select! {
-                written = write => {
-                    staged.lease = Some(written?);
-                    writing = None;
-                }
-                more = staged.read_piece(body, digest) => ended = !more?,
-            }
-        }
-        if let Some(write) = writing {
-            staged.lease = Some(write.await?);
         }
         Ok(staged)
     }
 }
-
-/// A batch being written: gives the body's lease back once the batch has committed.
-type BatchWrite<'a> = Pin<Box<dyn Future<Output = StoreResult<Lease>> + Send + 'a>>;
 
 /// A body read to its end, all but its last batch written.
 pub(super) struct Staged<'a> {
@@ -203,37 +163,20 @@ pub(super) struct Staged<'a> {
     /// Full chunks (compressed where it paid, not yet sealed) waiting for their batch.
     ready: Vec<Bytes>,
     ready_bytes: usize,
-    /// The sequence number of the first chunk in `ready`.
     next_seq: i32,
     size: u64,
-    /// Set once the first batch is written ahead of the row; taken by a batch while it is
-    /// written.
+    /// Set once the first batch is written ahead of the row.
     lease: Option<Lease>,
 }
 
-impl<'a> Staged<'a> {
+impl Staged<'_> {
     pub(super) fn size(&self) -> u64 {
         self.size
     }
 
-    /// Reads the body's next piece into chunks; false at its end. Cancel-safe: it gives up only
-    /// while it waits (for a place in the digest's queue, or for the client), before any
-    /// piece is taken, so no byte is lost to the chunks or the digest.
-    async fn read_piece(&mut self, body: &mut BodyStream, digest: Option<&BodyDigest>) -> StoreResult<bool> {
-        let place = match digest {
-            Some(digest) => Some(digest.reserve().await?),
-            None => None,
-        };
-        let Some(piece) = self.next_piece(body).await? else {
-            return Ok(false);
-        };
-        self.take(piece, place);
-        Ok(true)
-    }
-
-    fn take(&mut self, piece: Bytes, digest: Option<Permit<'_, Bytes>>) {
+    async fn take(&mut self, piece: Bytes, digest: Option<&BodyDigest>) -> StoreResult<()> {
         if piece.is_empty() {
-            return;
+            return Ok(());
         }
         self.size += piece.len() as u64;
         self.chunker.push(&piece);
@@ -242,8 +185,9 @@ impl<'a> Staged<'a> {
             self.ready.push(chunk);
         }
         if let Some(digest) = digest {
-            digest.send(piece);
+            digest.update(piece).await?;
         }
+        Ok(())
     }
 
     /// The body's next piece; while it waits, a lease is renewed when due.
@@ -272,14 +216,45 @@ impl<'a> Staged<'a> {
         }
     }
 
-    /// Starts writing the full chunks read so far; the write takes the lease with it.
-    fn write_batch(&mut self) -> BatchWrite<'a> {
-        let chunks = std::mem::take(&mut self.ready);
-        self.ready_bytes = 0;
-        let first_seq = self.next_seq;
-        self.next_seq += chunks.len() as i32;
-        let (store, sql, key, lease) = (self.store, self.sql, self.key, self.lease.take());
-        Box::pin(write_batch(store, sql, key, lease, first_seq, chunks))
+    /// Writes the full chunks read so far, in a transaction of their own, under the body's lease.
+    async fn flush(&mut self) -> StoreResult<()> {
+        let mut client = self.store.upload_client().await?;
+        let tx = client.transaction().await?;
+        // A batch's commit acknowledges nothing, so it does not wait for its WAL to reach the
+        // disk: the upload's last transaction commits synchronously, and that flush takes the
+        // WAL up to its commit record, past every batch written before it. A crash before it
+        // loses batches and their lease together (a commit is atomic either way), as it would
+        // lose an upload still streaming. Each batch waited for an fsync of its megabyte before.
+        tx.batch_execute("SET LOCAL synchronous_commit = off").await?;
+        // Each batch renews the lease in its own transaction: chunks are only ever written
+        // under a lease that has not run out, so none can outlive the reaper's pass unseen.
+        let lease = match &mut self.lease {
+            Some(lease) => {
+                if !lease.renew(&tx).await? {
+                    return Err(lease_ran_out());
+                }
+                lease
+            }
+            None => {
+                // In the batch's transaction: the chunks are never there without their lease.
+                let body_id: i64 = tx
+                    .query_one(&self.sql.staging.lease, &[&LEASE.as_secs_f64()])
+                    .await?
+                    .get("body_id");
+                self.lease.insert(Lease {
+                    store: self.store.clone(),
+                    retire: self.sql.staging.retire.clone(),
+                    renew: self.sql.staging.renew.clone(),
+                    body_id,
+                    renewed: Instant::now(),
+                    done: false,
+                })
+            }
+        };
+        let body_id = lease.body_id;
+        self.write_ready(&tx, body_id).await?;
+        tx.commit().await?;
+        Ok(())
     }
 
     /// Writes the rest of the body inside `tx` (the transaction that stores the row naming it)
@@ -301,8 +276,7 @@ impl<'a> Staged<'a> {
             }
             None => tx.query_one(&self.sql.bodies.next_body_id, &[]).await?.get("body_id"),
         };
-        let chunks = std::mem::take(&mut self.ready);
-        copy_chunks(tx, self.sql, self.key, body_id, self.next_seq, chunks).await?;
+        self.write_ready(tx, body_id).await?;
         Ok(body_id)
     }
 
@@ -312,73 +286,31 @@ impl<'a> Staged<'a> {
             lease.done = true;
         }
     }
-}
 
-/// Writes `chunks` (from sequence number `first_seq` on) in a transaction of their own, under
-/// the body's lease (taken in that transaction for the first batch); gives the lease back.
-async fn write_batch(
-    store: &Store,
-    sql: &NamespaceSql,
-    key: Option<&ObjectKey>,
-    lease: Option<Lease>,
-    first_seq: i32,
-    chunks: Vec<Bytes>,
-) -> StoreResult<Lease> {
-    let mut client = store.upload_client().await?;
-    let tx = client.transaction().await?;
-    // A batch's commit acknowledges nothing, so it does not wait for its WAL to reach the
-    // disk: the upload's last transaction commits synchronously, and that flush takes the
-    // WAL up to its commit record, past every batch written before it. A crash before it
-    // loses batches and their lease together (a commit is atomic either way), as it would
-    // lose an upload still streaming. Each batch waited for an fsync of its megabyte before.
-    tx.batch_execute("SET LOCAL synchronous_commit = off").await?;
-    // Each batch renews the lease in its own transaction: chunks are only ever written
-    // under a lease that has not run out, so none can outlive the reaper's pass unseen.
-    let lease = match lease {
-        Some(mut lease) => {
-            if !lease.renew(&tx).await? {
-                return Err(lease_ran_out());
-            }
-            lease
+    async fn write_ready(&mut self, tx: &tokio_postgres::Transaction<'_>, body_id: i64) -> StoreResult<()> {
+        if self.ready.is_empty() {
+            return Ok(());
         }
-        None => {
-            // In the batch's transaction: the chunks are never there without their lease.
-            let body_id: i64 = tx
-                .query_one(&sql.staging.lease, &[&LEASE.as_secs_f64()])
-                .await?
-                .get("body_id");
-            Lease {
-                store: store.clone(),
-                retire: sql.staging.retire.clone(),
-                renew: sql.staging.renew.clone(),
-                body_id,
-                renewed: Instant::now(),
-                done: false,
-            }
+        let sink = tx.copy_in(&self.sql.bodies.copy_chunks).await?;
+        let writer = BinaryCopyInWriter::new(sink, &[Type::INT8, Type::INT4, Type::BYTEA]);
+        futures::pin_mut!(writer);
+        for chunk in self.ready.drain(..) {
+            let seq = self.next_seq;
+            let chunk = match self.key {
+                None => chunk,
+                Some(key) => {
+                    let mut sealed = BytesMut::from(&chunk[..]);
+                    key.apply(body_id, i64::from(seq), &mut sealed);
+                    sealed.freeze()
+                }
+            };
+            writer.as_mut().write(&[&body_id, &seq, &&chunk[..]]).await?;
+            self.next_seq += 1;
         }
-    };
-    copy_chunks(&tx, sql, key, lease.body_id, first_seq, chunks).await?;
-    tx.commit().await?;
-    Ok(lease)
-}
-
-/// Writes `chunks` of body `body_id`, from sequence number `first_seq` on, inside `tx`.
-async fn copy_chunks(
-    tx: &tokio_postgres::Transaction<'_>,
-    sql: &NamespaceSql,
-    key: Option<&ObjectKey>,
-    body_id: i64,
-    first_seq: i32,
-    chunks: Vec<Bytes>,
-) -> StoreResult<()> {
-    if chunks.is_empty() {
-        return Ok(());
+        self.ready_bytes = 0;
+        writer.finish().await?;
+        Ok(())
     }
-    let mut copy = ChunkCopy::new(tx.copy_in(&sql.bodies.copy_chunks).await?, body_id, key);
-    for (seq, chunk) in (first_seq..).zip(chunks) {
-        copy.write(seq, &chunk).await?;
-    }
-    copy.finish().await
 }
 
 fn lease_ran_out() -> StoreError {

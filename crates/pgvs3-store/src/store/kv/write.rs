@@ -7,10 +7,10 @@ use std::time::SystemTime;
 
 use bytes::Bytes;
 use md5::{Digest, Md5};
-use tokio_postgres::types::ToSql;
+use tokio_postgres::binary_copy::BinaryCopyInWriter;
+use tokio_postgres::types::{ToSql, Type};
 
 use super::{Change, FINE_LOCK_LIMIT, KvBatch, KvSql, KvValue};
-use crate::store::bodies::ChunkCopy;
 use crate::store::chunks::Chunker;
 use crate::store::objects::INLINE_LIMIT;
 use crate::store::types::{TypedCall, TypedRow};
@@ -411,15 +411,17 @@ async fn copy_body(client: &deadpool_postgres::Object, bucket: &BucketInfo, valu
         .query_one(&bucket.sql.bodies.next_body_id, &[])
         .await?
         .get("body_id");
-    let mut copy = ChunkCopy::new(client.copy_in(&bucket.sql.bodies.copy_chunks).await?, body_id, None);
+    let sink = client.copy_in(&bucket.sql.bodies.copy_chunks).await?;
+    let writer = BinaryCopyInWriter::new(sink, &[Type::INT8, Type::INT4, Type::BYTEA]);
+    futures::pin_mut!(writer);
     let mut chunker = Chunker::new(true);
     chunker.push(value);
     let mut seq: i32 = 0;
     while let Some(chunk) = chunker.next_full().or_else(|| chunker.finish()) {
-        copy.write(seq, &chunk).await?;
+        writer.as_mut().write(&[&body_id, &seq, &&chunk[..]]).await?;
         seq += 1;
     }
-    copy.finish().await?;
+    writer.finish().await?;
     Ok(body_id)
 }
 
