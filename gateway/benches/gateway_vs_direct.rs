@@ -456,7 +456,7 @@ async fn main() -> anyhow::Result<()> {
     for (_, size, body) in &large {
         if wanted(&format!("GET {size}")) {
             gateway
-                .send(gateway.request("PUT", &large_key(size), body.clone()))
+                .send(gateway.request("PUT", &format!("/bench/{}", large_key(size)), body.clone()))
                 .await;
         }
     }

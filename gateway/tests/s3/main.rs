@@ -12,6 +12,7 @@ mod cors;
 mod edge_semantics;
 mod encryption;
 mod key_policy;
+mod large_uploads;
 mod lifecycle;
 mod log_volume;
 mod multipart;
