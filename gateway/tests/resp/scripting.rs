@@ -1032,7 +1032,10 @@ async fn a_script_sees_its_typed_calls_from_generic_commands() {
         Value::Okay,
         bulk("WRONGTYPE"),
     ];
-    for args in [vec!["EVAL", script, "1", "declared"], vec!["EVAL", script, "0", "undeclared"]] {
+    for args in [
+        vec!["EVAL", script, "1", "declared"],
+        vec!["EVAL", script, "0", "undeclared"],
+    ] {
         let reply: Value = query(&mut con, &args).await;
         let Value::Array(replies) = reply else {
             panic!("{reply:?}")

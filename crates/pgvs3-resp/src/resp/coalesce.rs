@@ -375,7 +375,11 @@ mod tests {
         assert_eq!(groups.len(), 4, "only `*` IDs with the same options merge");
         let call = groups[0].call();
         assert_eq!(call.args.len(), 8);
-        assert_eq!(call.ints[8..], [Some(2), Some(4), Some(2)], "each entry's fields and values");
+        assert_eq!(
+            call.ints[8..],
+            [Some(2), Some(4), Some(2)],
+            "each entry's fields and values"
+        );
         let id = |ms: u8| {
             let mut id = vec![0u8; 16];
             id[7] = ms;
