@@ -2570,6 +2570,11 @@ DECLARE
     entries pgvs3.resp_stream_entry[];
     found_entries pgvs3.resp_stream_entry[];
     j int;
+    sizes bigint[];
+    ids_ms bigint[] := '{}';
+    ids_seq bigint[] := '{}';
+    starts bigint[] := '{}';
+    added bigint;
 BEGIN
     err := pgvs3.resp_check(b, ks, strings, ks, 'x', write);
     IF err IS NOT NULL THEN
@@ -2622,9 +2627,19 @@ BEGIN
         -- args: fields and values; ints: {NOMKSTREAM (1), ID mode, ms, seq (see
         -- resp_stream_next_id), then the trimming: by ID (1) or length (0) or none (NULL),
         -- threshold, threshold's seq, most to remove}. items: {the ID}, or {NULL}.
+        -- A run of XADDs with `*` IDs and the same options coalesced into one call (layout
+        -- v47, resp/coalesce.rs) adds ints: each entry's number of fields and values, its
+        -- entries' args one after another. Each entry gets its ID after the one before, as the
+        -- commands one after another would; one trim after all of them removes what theirs
+        -- would have, each after its own entry (the oldest entries first, as many as the last
+        -- trim leaves beyond the threshold, each trim's most added up); one notification wakes
+        -- the blocked readers (PostgreSQL sends a transaction's equal notifications once).
+        -- items: the IDs in order, {NULL} per entry (NOMKSTREAM, no stream), fewer IDs than
+        -- entries when the stream ran out of IDs midway (the rest are `stream_exhausted`).
+        sizes := CASE WHEN cardinality(ints) > 8 THEN ints[9:] ELSE ARRAY[cardinality(args)::bigint] END;
         IF s.key IS NULL THEN
             IF ints[1] = 1 THEN
-                items := ARRAY[NULL::bytea];
+                items := array_fill(NULL::bytea, ARRAY[cardinality(sizes)]);
                 RETURN;
             END IF;
             s.last_ms := pgvs3.resp_stream_min();
@@ -2633,21 +2648,35 @@ BEGIN
             err := 'stream_exhausted';
             RETURN;
         END IF;
-        SELECT * INTO id FROM pgvs3.resp_stream_next_id(ints[2], ints[3], ints[4], s.last_ms, s.last_seq);
-        IF id.id_ms IS NULL THEN
-            err := 'xadd_id_too_small';
-            RETURN;
-        END IF;
+        FOR j IN 1 .. cardinality(sizes) LOOP
+            EXIT WHEN j > 1 AND (s.last_ms, s.last_seq) = (pgvs3.resp_stream_max(), pgvs3.resp_stream_max());
+            SELECT * INTO id FROM pgvs3.resp_stream_next_id(ints[2], ints[3], ints[4], s.last_ms, s.last_seq);
+            IF id.id_ms IS NULL THEN
+                -- (Only an explicit ID, never coalesced: nothing was added.)
+                err := 'xadd_id_too_small';
+                RETURN;
+            END IF;
+            starts := starts || coalesce(starts[j - 1] + sizes[j - 1], 1);
+            ids_ms := ids_ms || id.id_ms;
+            ids_seq := ids_seq || id.id_seq;
+            s.last_ms := id.id_ms;
+            s.last_seq := id.id_seq;
+        END LOOP;
+        added := cardinality(ids_ms);
         PERFORM pgvs3.resp_touch(b, k, 'x');
-        INSERT INTO pgvs3.resp_stream AS r VALUES (b, k, id.id_ms, id.id_seq, pgvs3.resp_stream_min(), pgvs3.resp_stream_min(), 1, 1)
+        INSERT INTO pgvs3.resp_stream AS r VALUES (b, k, s.last_ms, s.last_seq, pgvs3.resp_stream_min(), pgvs3.resp_stream_min(), added, added)
         ON CONFLICT (bucket_id, key) DO UPDATE
-            SET last_ms = EXCLUDED.last_ms, last_seq = EXCLUDED.last_seq, added = r.added + 1, length = r.length + 1;
-        INSERT INTO pgvs3.resp_stream_entry VALUES (b, k, id.id_ms, id.id_seq, args);
+            SET last_ms = EXCLUDED.last_ms, last_seq = EXCLUDED.last_seq, added = r.added + EXCLUDED.added,
+                length = r.length + EXCLUDED.length;
+        INSERT INTO pgvs3.resp_stream_entry
+        SELECT b, k, ids_ms[e], ids_seq[e], args[starts[e] : starts[e] + sizes[e] - 1] FROM generate_series(1, added) e;
         IF ints[5] IS NOT NULL THEN
-            PERFORM pgvs3.resp_stream_trim(b, k, ints[5] = 1, ints[6], ints[7], ints[8]);
+            -- A most past what a bigint holds is no limit.
+            PERFORM pgvs3.resp_stream_trim(b, k, ints[5] = 1, ints[6], ints[7],
+                CASE WHEN ints[8] <= 9223372036854775807 / added THEN ints[8] * added END);
         END IF;
         PERFORM pgvs3.resp_wake(b, k);
-        items := ARRAY[pgvs3.resp_stream_id(id.id_ms, id.id_seq)];
+        items := ARRAY(SELECT pgvs3.resp_stream_id(ids_ms[e], ids_seq[e]) FROM generate_series(1, added) e ORDER BY e);
     WHEN 'xlen' THEN
         n := s.length;
     WHEN 'xrange', 'xrevrange' THEN

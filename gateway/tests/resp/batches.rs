@@ -220,3 +220,142 @@ async fn many_connections_on_one_list_lose_and_repeat_nothing() {
     assert_eq!(popped.len(), total, "an element was popped twice");
     assert_eq!(total, CONNECTIONS * EACH, "an element was lost");
 }
+
+/// The ID an XADD answered, as a pair to compare.
+fn stream_id(reply: &Value) -> (u64, u64) {
+    let Value::Bulk(id) = reply else {
+        panic!("an ID, got {reply:?}")
+    };
+    let id = String::from_utf8_lossy(id);
+    let (ms, seq) = id.split_once('-').expect("ms-seq");
+    (ms.parse().unwrap(), seq.parse().unwrap())
+}
+
+/// A pipeline of XADDs with `*` IDs on one stream is one call: each command answers its own
+/// entry's ID, in order, each entry holds its own fields, each command's MAXLEN is honoured as
+/// if they ran one after another, and each emits its own `xadd` event.
+#[tokio::test]
+async fn a_pipeline_of_xadds_answers_each_its_own_id_and_trims_and_tells_per_command() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = RawResp::connect(gateway.resp_addr()).await;
+    con.command(&["CONFIG", "SET", "notify-keyspace-events", "KEA"]).await;
+    let mut subscriber = RawResp::connect(gateway.resp_addr()).await;
+    subscriber.command(&["SUBSCRIBE", "__keyevent@0__:xadd"]).await;
+    con.command(&["SET", "text", "x"]).await;
+    let before = coalesced(&gateway).await;
+    let mut commands: Vec<Vec<String>> = (0..10).map(|i| words(&format!("XADD s * n {i} m x{i}"))).collect();
+    commands.extend((10..15).map(|i| words(&format!("XADD s MAXLEN 8 * n {i}"))));
+    commands.extend((0..2).map(|_| words("XADD none NOMKSTREAM * n 0")));
+    commands.extend((0..2).map(|_| words("XADD text * n 0")));
+    let replies = pipeline(&mut con, &commands).await;
+    let ids: Vec<(u64, u64)> = replies[..15].iter().map(stream_id).collect();
+    assert!(ids.windows(2).all(|pair| pair[0] < pair[1]), "increasing: {ids:?}");
+    assert_eq!(replies[15..17], [Value::Nil, Value::Nil]);
+    assert_eq!(replies[17..], vec![Value::Error(WRONGTYPE.into()); 2]);
+
+    // Each trim kept 8: the last 8 entries, with their own fields.
+    assert_eq!(con.command(&["XLEN", "s"]).await, Value::Int(8));
+    let Value::Array(entries) = con.command(&["XRANGE", "s", "-", "+"]).await else {
+        panic!("entries")
+    };
+    let kept: Vec<(u64, u64)> = entries
+        .iter()
+        .map(|entry| match entry {
+            Value::Array(parts) => stream_id(&parts[0]),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(kept, ids[7..]);
+    assert_eq!(
+        entries[0],
+        Value::Array(vec![
+            replies[7].clone(),
+            Value::Array(["n", "7", "m", "x7"].into_iter().map(Value::bulk).collect())
+        ])
+    );
+    assert_eq!(
+        entries[7],
+        Value::Array(vec![
+            replies[14].clone(),
+            Value::Array(["n", "14"].into_iter().map(Value::bulk).collect())
+        ])
+    );
+    // The stream counts every entry added, and a new `*` ID follows the last.
+    let Value::Array(info) = con.command(&["XINFO", "STREAM", "s"]).await else {
+        panic!("XINFO")
+    };
+    let added = info
+        .chunks(2)
+        .find(|pair| pair[0] == Value::bulk("entries-added"))
+        .map(|pair| pair[1].clone());
+    assert_eq!(added, Some(Value::Int(15)));
+    let next = con.command(&["XADD", "s", "*", "n", "15"]).await;
+    assert!(stream_id(&next) > ids[14]);
+    // 9 + 4 XADDs ran inside another's call, and one of each NOMKSTREAM and WRONGTYPE pair.
+    assert!(coalesced(&gateway).await - before >= 15.0);
+
+    // One `xadd` event per command that added an entry (16), none for the others.
+    for i in 0..16 {
+        let event = tokio::time::timeout(std::time::Duration::from_secs(20), subscriber.reply())
+            .await
+            .expect("the events arrive within 20 s")
+            .expect("a message");
+        assert_eq!(
+            event,
+            Value::Array(vec![
+                Value::bulk("message"),
+                Value::bulk("__keyevent@0__:xadd"),
+                Value::bulk("s")
+            ]),
+            "event {i}"
+        );
+    }
+    con.command(&["XADD", "marker", "*", "n", "0"]).await;
+    let event = subscriber.reply().await.expect("a message");
+    assert_eq!(
+        event,
+        Value::Array(vec![
+            Value::bulk("message"),
+            Value::bulk("__keyevent@0__:xadd"),
+            Value::bulk("marker")
+        ]),
+        "no more events of s"
+    );
+}
+
+/// A client blocked in XREAD on a stream is woken (by NOTIFY alone, from another gateway) by
+/// a pipeline of XADDs coalesced into one call.
+#[tokio::test]
+async fn a_coalesced_run_of_xadds_wakes_a_blocked_xread() {
+    let (first, second) = crate::redis_rs::gateways_woken_by_notify().await;
+    let mut blocked = RawResp::connect(first.resp_addr()).await;
+    let mut adder = RawResp::connect(second.resp_addr()).await;
+    let request: Vec<&[u8]> = ["XREAD", "BLOCK", "0", "STREAMS", "woken", "$"]
+        .iter()
+        .map(|arg| arg.as_bytes())
+        .collect();
+    blocked.send(&encode(&request)).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut added = Vec::new();
+    let woken = loop {
+        assert!(std::time::Instant::now() < deadline, "the XREAD was never woken");
+        let commands: Vec<Vec<String>> = (0..3).map(|i| words(&format!("XADD woken * n {i}"))).collect();
+        added.extend(pipeline(&mut adder, &commands).await);
+        if let Ok(reply) = tokio::time::timeout(std::time::Duration::from_millis(200), blocked.reply()).await {
+            break reply.expect("a reply");
+        }
+    };
+    let Value::Array(streams) = woken else {
+        panic!("{woken:?}")
+    };
+    let Value::Array(stream) = &streams[0] else {
+        panic!("{streams:?}")
+    };
+    let Value::Array(entries) = &stream[1] else {
+        panic!("{stream:?}")
+    };
+    let Value::Array(entry) = &entries[0] else {
+        panic!("{entries:?}")
+    };
+    assert!(added.contains(&entry[0]), "{:?} is one of {added:?}", entry[0]);
+}

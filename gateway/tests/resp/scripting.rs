@@ -994,3 +994,54 @@ async fn scripts_publish_after_their_writes() {
             .starts_with("ERR Write commands are not allowed from read-only scripts.")
     );
 }
+
+/// A script's typed calls on a key, then generic commands on it, then typed calls again, on a
+/// declared key and on one it did not declare (locked on the way): each command sees what the
+/// ones before it left, as they run in Redis.
+#[tokio::test]
+async fn a_script_sees_its_typed_calls_from_generic_commands() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = connect(&gateway).await;
+    let script = "local k = KEYS[1] or ARGV[1] \
+        local out = {} \
+        out[#out + 1] = redis.call('RPUSH', k, 'a', 'b') \
+        out[#out + 1] = redis.call('LPOP', k) \
+        out[#out + 1] = redis.call('TYPE', k).ok \
+        out[#out + 1] = redis.call('RPOP', k) \
+        out[#out + 1] = redis.call('EXISTS', k) \
+        out[#out + 1] = redis.call('HSET', k, 'f', 'v') \
+        out[#out + 1] = redis.call('TYPE', k).ok \
+        out[#out + 1] = redis.call('EXPIRE', k, 100) \
+        out[#out + 1] = redis.call('HDEL', k, 'f') \
+        out[#out + 1] = redis.call('EXISTS', k) \
+        out[#out + 1] = redis.call('SET', k, 'text') \
+        local wrong = redis.pcall('HSET', k, 'g', 'w') \
+        out[#out + 1] = string.sub(wrong.err or 'none', 1, 9) \
+        return out";
+    let expected = vec![
+        Value::Int(2),
+        bulk("a"),
+        bulk("list"),
+        bulk("b"),
+        Value::Int(0),
+        Value::Int(1),
+        bulk("hash"),
+        Value::Int(1),
+        Value::Int(1),
+        Value::Int(0),
+        Value::Okay,
+        bulk("WRONGTYPE"),
+    ];
+    for args in [
+        vec!["EVAL", script, "1", "declared"],
+        vec!["EVAL", script, "0", "undeclared"],
+    ] {
+        let reply: Value = query(&mut con, &args).await;
+        let Value::Array(replies) = reply else {
+            panic!("{reply:?}")
+        };
+        assert_eq!(replies, expected, "{args:?}");
+        let key = args[3];
+        assert_eq!(query::<String>(&mut con, &["GET", key]).await, "text");
+    }
+}

@@ -10,15 +10,19 @@
 //! - HSET/HMSET, and ZADDs with the same options (not INCR): one call over every pair, which
 //!   answers pair by pair whether it added its field or member (or changed its score); a
 //!   command counts its own pairs.
+//! - XADD with a `*` ID and the same options: one call adds every entry, each with its ID
+//!   after the one before, and trims after them what each command's trim would have; a
+//!   command answers its own entry's ID.
 //!
-//! The only error these calls answer is WRONGTYPE, the same for every command of a run on one
-//! key, so each command still gets its own reply. Commands merge only when they follow each
+//! The only error these calls answer for the whole run is WRONGTYPE (or, for XADD, a stream out
+//! of IDs), the same for every command of a run on one key, so each command still gets its own
+//! reply; a stream that runs out of IDs midway answers the IDs it gave, and the rest that error. Commands merge only when they follow each
 //! other in the batch, so the order of the batch (each connection's arrival order) holds.
 
 use super::codec::Reply;
 use super::command::KeyCommand;
 use super::typed::{Shape, Typed};
-use crate::store::{Cut, HashOp, ListOp, TypedCall, TypedRow, ZsetOp};
+use crate::store::{Cut, HashOp, ListOp, StreamOp, TypedCall, TypedRow, ZsetOp, sql_error_text};
 
 /// How a run of commands became one call, and so how its row is shared out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,6 +31,7 @@ enum Kind {
     Pop,
     HashSet,
     Zadd,
+    Xadd,
 }
 
 /// The kind of merge a command can take part in, if any.
@@ -43,6 +48,9 @@ fn kind(typed: &Typed) -> Option<Kind> {
         Some(Kind::HashSet)
     } else if call.is(ZsetOp::Zadd) && call.ints.len() == 6 && call.ints[5] == Some(0) {
         Some(Kind::Zadd)
+    } else if call.is(StreamOp::Xadd) && call.ints.len() == 8 && call.ints[1] == Some(0) {
+        // `*` only: an explicit ID can be too small, which fails that command alone.
+        Some(Kind::Xadd)
     } else {
         None
     }
@@ -128,6 +136,9 @@ fn merge(kind: Kind, members: &[&Typed]) -> TypedCall {
                 .collect();
             call.ints.push(Some(1));
         }
+        Kind::Xadd => call
+            .ints
+            .extend(members.iter().map(|typed| Some(typed.call.args.len() as i64))),
     }
     call
 }
@@ -205,6 +216,26 @@ impl Group<'_> {
                             Shape::Ok => Reply::OK,
                             _ => Reply::Integer(count as i64),
                         }
+                    })
+                    .collect()
+            }
+            Kind::Xadd => {
+                // One ID per entry added (a nil for each when NOMKSTREAM found no stream).
+                let mut ids = row.items.into_iter();
+                self.members
+                    .iter()
+                    .map(|typed| {
+                        let row = match ids.next() {
+                            Some(id) => TypedRow {
+                                items: vec![id],
+                                ..TypedRow::default()
+                            },
+                            None => TypedRow {
+                                err: Some(sql_error_text("stream_exhausted")),
+                                ..TypedRow::default()
+                            },
+                        };
+                        typed.reply(row)
                     })
                     .collect()
             }
@@ -327,6 +358,50 @@ mod tests {
                 Reply::Integer(1)
             ]
         );
+    }
+
+    #[test]
+    fn xadds_with_star_ids_are_one_call_and_answer_their_own_ids() {
+        let commands = [
+            parse(&["xadd", "s", "*", "a", "1"]),
+            parse(&["xadd", "s", "*", "b", "2", "c", "3"]),
+            parse(&["xadd", "s", "*", "d", "4"]),
+            parse(&["xadd", "s", "maxlen", "5", "*", "e", "5"]),
+            parse(&["xadd", "s", "7-1", "f", "6"]),
+            parse(&["xadd", "s", "7-2", "g", "7"]),
+        ];
+        let run: Vec<&Typed> = commands.iter().collect();
+        let groups = coalesce(&run);
+        assert_eq!(groups.len(), 4, "only `*` IDs with the same options merge");
+        let call = groups[0].call();
+        assert_eq!(call.args.len(), 8);
+        assert_eq!(
+            call.ints[8..],
+            [Some(2), Some(4), Some(2)],
+            "each entry's fields and values"
+        );
+        let id = |ms: u8| {
+            let mut id = vec![0u8; 16];
+            id[7] = ms;
+            Some(Bytes::from(id))
+        };
+        let row = TypedRow {
+            items: vec![id(1), id(2)],
+            ..TypedRow::default()
+        };
+        let replies = groups[0].replies(row);
+        assert_eq!(replies.len(), 3);
+        assert!(matches!(&replies[0], Reply::Bulk(_)) && replies[0] != replies[1]);
+        assert_eq!(
+            replies[2],
+            Reply::Error(sql_error_text("stream_exhausted")),
+            "past the IDs the stream gave, its last ID was the greatest"
+        );
+        let nomkstream = TypedRow {
+            items: vec![None, None, None],
+            ..TypedRow::default()
+        };
+        assert_eq!(groups[0].replies(nomkstream), vec![Reply::Nil; 3]);
     }
 
     #[test]

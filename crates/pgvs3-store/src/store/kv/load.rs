@@ -173,13 +173,43 @@ impl KvBatch {
     /// Loads `keys` again (inside the batch's transaction, under its locks): after typed
     /// commands changed them in the database.
     pub async fn reload(&mut self, keys: &[String]) -> StoreResult<()> {
+        let reloaded = self.try_lock_and_reload(&[], keys).await?;
+        debug_assert!(reloaded, "no lock to take");
+        Ok(())
+    }
+
+    /// Locks further keys of a write batch, after those it began with, without waiting, and
+    /// loads `keys` again, in one round trip (the load runs after the locks, so under them):
+    /// false when another transaction holds one of `lock`, and then nothing is taken as
+    /// loaded. Taking them in the sorted order is no longer possible, and waiting could
+    /// deadlock; the caller starts over instead, holding the whole keyspace
+    /// ([`Store::kv_write_all`]).
+    pub async fn try_lock_and_reload(&mut self, lock: &[String], keys: &[String]) -> StoreResult<bool> {
         if self.client.is_none() {
             self.client = Some(self.pool.get().await?);
         }
         let client = self.client.as_ref().expect("taken above");
         let sql = &self.bucket.sql.kv;
+        let id = &self.bucket.id;
+        // Both prepared first: sent on their first poll, the lock goes out before the load.
         let load = client.prepare_cached(&sql.load).await?;
-        let rows = client.query(&load, &[&self.bucket.id, &keys]).await?;
+        let try_lock = match lock.is_empty() {
+            true => None,
+            false => Some(client.prepare_cached(&sql.try_lock).await?),
+        };
+        let lock_id = self.bucket.id as i32;
+        let try_lock = async {
+            let Some(statement) = &try_lock else {
+                return Ok(true);
+            };
+            let row = client.query_one(statement, &[&lock_id, &lock]).await?;
+            Ok::<_, tokio_postgres::Error>(row.get::<_, Option<bool>>("locked").unwrap_or(true))
+        };
+        let params: [&(dyn ToSql + Sync); 2] = [id, &keys];
+        let (locked, rows) = futures::try_join!(try_lock, client.query(&load, &params))?;
+        if !locked {
+            return Ok(false);
+        }
         for key in keys {
             self.slots.remove(key);
         }
@@ -190,22 +220,7 @@ impl KvBatch {
         let now = self.now;
         self.absorb(&rows, keys);
         self.now = now;
-        Ok(())
-    }
-
-    /// Locks further keys of a write batch, after those it began with, without waiting: false
-    /// when another transaction holds one of them. Taking them in the sorted order is no longer
-    /// possible, and waiting could deadlock; the caller starts over instead, holding the whole
-    /// keyspace ([`Store::kv_write_all`]).
-    pub async fn try_lock(&mut self, keys: &[String]) -> StoreResult<bool> {
-        if self.client.is_none() {
-            self.client = Some(self.pool.get().await?);
-        }
-        let client = self.client.as_ref().expect("taken above");
-        let statement = client.prepare_cached(&self.bucket.sql.kv.try_lock).await?;
-        let lock_id = self.bucket.id as i32;
-        let row = client.query_one(&statement, &[&lock_id, &keys]).await?;
-        Ok(row.get::<_, Option<bool>>("locked").unwrap_or(true))
+        Ok(true)
     }
 }
 
