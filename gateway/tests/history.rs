@@ -134,8 +134,13 @@ fn summary<I, O>(
     started: Instant,
 ) -> String {
     let lost = ops.iter().filter(|op| matches!(op.answer, Answer::Lost(_))).count();
+    let clients = ops
+        .iter()
+        .map(|op| op.client)
+        .collect::<std::collections::HashSet<_>>()
+        .len();
     format!(
-        "history {name}: seed {} ({} s, {CLIENTS} clients, faults {}): {} operations ({lost} without an answer) on {objects} objects, {kills} PostgreSQL kills, {:.1} s\n\
+        "history {name}: seed {} ({} s, {clients} clients, faults {}): {} operations ({lost} without an answer) on {objects} objects, {kills} PostgreSQL kills, {:.1} s\n\
          replay: PGVS3_HISTORY_SEED={} cargo test -p pgvs3-gateway --test history -- {name}",
         bounds.seed,
         bounds.seconds,
