@@ -3491,6 +3491,34 @@ CREATE FUNCTION pgvs3.resp_wake(b bigint, k text) RETURNS void
 $$;
 
 --
+-- Name: resp_watch(bigint, bigint, text[]); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_watch(token bigint, b bigint, keys text[]) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    ns text;
+    added int;
+BEGIN
+    IF pg_is_in_recovery() THEN
+        RETURN NULL;
+    END IF;
+    SELECT namespace INTO ns FROM pgvs3.buckets WHERE id = b;
+    IF ns IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'resp_watched_write'
+                                         AND tgrelid = format('%I.objects', ns)::regclass) THEN
+        -- Two WATCHes may both have found it missing: the second replaces the first's.
+        EXECUTE format('CREATE OR REPLACE TRIGGER resp_watched_write AFTER INSERT OR UPDATE OR DELETE ON %I.objects
+                            FOR EACH ROW EXECUTE FUNCTION pgvs3.resp_watched_write()', ns);
+    END IF;
+    INSERT INTO pgvs3.resp_watches (token, bucket_id, key)
+    SELECT token, b, k FROM unnest(keys) AS k
+    ON CONFLICT DO NOTHING;
+    GET DIAGNOSTICS added = ROW_COUNT;
+    RETURN added;
+END $$;
+
+--
 -- Name: resp_watch_objects(text); Type: FUNCTION; Schema: pgvs3; Owner: -
 --
 
@@ -3514,6 +3542,25 @@ BEGIN
     EXECUTE format('CREATE CONSTRAINT TRIGGER resp_object_event AFTER INSERT OR UPDATE OR DELETE ON %I.objects
                         DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION pgvs3.resp_object_event()', ns);
 END $_$;
+
+--
+-- Name: resp_watched_write(); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_watched_write() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF TG_OP <> 'INSERT' THEN
+        UPDATE pgvs3.resp_watches SET touched = true
+         WHERE bucket_id = OLD.bucket_id AND key = OLD.key AND NOT touched;
+    END IF;
+    IF TG_OP = 'INSERT' OR (TG_OP = 'UPDATE' AND (NEW.bucket_id, NEW.key) IS DISTINCT FROM (OLD.bucket_id, OLD.key)) THEN
+        UPDATE pgvs3.resp_watches SET touched = true
+         WHERE bucket_id = NEW.bucket_id AND key = NEW.key AND NOT touched;
+    END IF;
+    RETURN NULL;
+END $$;
 
 --
 -- Name: resp_wrongtype(); Type: FUNCTION; Schema: pgvs3; Owner: -
@@ -4564,6 +4611,18 @@ CREATE TABLE pgvs3.resp_typed (
 );
 
 --
+-- Name: resp_watches; Type: TABLE; Schema: pgvs3; Owner: -
+--
+
+CREATE UNLOGGED TABLE pgvs3.resp_watches (
+    token bigint NOT NULL,
+    bucket_id bigint NOT NULL,
+    key text NOT NULL COLLATE pg_catalog."C",
+    touched boolean DEFAULT false NOT NULL,
+    since timestamp with time zone DEFAULT clock_timestamp() NOT NULL
+);
+
+--
 -- Name: resp_zset; Type: TABLE; Schema: pgvs3; Owner: -
 --
 
@@ -5259,6 +5318,13 @@ ALTER TABLE ONLY pgvs3.resp_typed
     ADD CONSTRAINT resp_typed_pkey PRIMARY KEY (bucket_id);
 
 --
+-- Name: resp_watches resp_watches_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.resp_watches
+    ADD CONSTRAINT resp_watches_pkey PRIMARY KEY (token, bucket_id, key);
+
+--
 -- Name: resp_zset resp_zset_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -
 --
 
@@ -5576,6 +5642,12 @@ CREATE INDEX resp_messages_age ON pgvs3.resp_messages USING btree (created_at);
 CREATE INDEX resp_stream_pending_consumer ON pgvs3.resp_stream_pending USING btree (bucket_id, key, grp, consumer, ms, seq);
 
 --
+-- Name: resp_watches_key; Type: INDEX; Schema: pgvs3; Owner: -
+--
+
+CREATE INDEX resp_watches_key ON pgvs3.resp_watches USING btree (bucket_id, key);
+
+--
 -- Name: resp_zset_by_score; Type: INDEX; Schema: pgvs3; Owner: -
 --
 
@@ -5814,6 +5886,12 @@ CREATE TRIGGER resp_keys_mark_typed AFTER INSERT ON pgvs3.resp_keys FOR EACH ROW
 --
 
 CREATE TRIGGER resp_keys_stream_gone AFTER DELETE OR UPDATE OF key ON pgvs3.resp_keys FOR EACH ROW WHEN ((old.type = 'x'::"char")) EXECUTE FUNCTION pgvs3.resp_stream_gone();
+
+--
+-- Name: resp_keys resp_watched_write; Type: TRIGGER; Schema: pgvs3; Owner: -
+--
+
+CREATE TRIGGER resp_watched_write AFTER INSERT OR DELETE OR UPDATE ON pgvs3.resp_keys FOR EACH ROW EXECUTE FUNCTION pgvs3.resp_watched_write();
 
 --
 -- Name: sts_roles sts_roles_catalog_version; Type: TRIGGER; Schema: pgvs3; Owner: -

@@ -122,6 +122,12 @@ declare -A resp_url=([redis-always]="redis://127.0.0.1:$durable_port"
 
 run=(--duration "$seconds" --warmup "$warmup")
 loadgen() { "$bin/pgvs3-loadgen" "$@"; }
+# redis-benchmark --csv's row (test, rps, avg, min, p50, p95, p99, max) as "RATE P99_MS"; null for
+# what a run too short to time (a smoke) prints as "inf" or leaves out.
+rb_csv() {
+    awk -F'","' 'NR == 2 { rate = $2; p99 = $7; gsub(/"/, "", p99) }
+        END { print (rate ~ /^[0-9.]+$/ ? rate : "null"), (p99 ~ /^[0-9.]+$/ ? p99 : "null") }'
+}
 # A peer's failures (e.g. rclone's 500 InternalError to some large PUTs) are its behaviour: the
 # cases it completed are in its table, the others are missing; pgvs3's failures fail the run.
 peer_loadgen() { "$bin/pgvs3-loadgen" "$@" || echo "warning: a peer failed: pgvs3-loadgen $1 ${3:-}" >&2; }
@@ -224,12 +230,10 @@ if wants resp; then
                 # One client waits for each durable write: a tenth of the requests is plenty.
                 n=$requests
                 [ "$clients" = 1 ] && n=$((requests / 10))
-                rate=$(redis-benchmark -p "$port" -c "$clients" -P "$pipeline" -d 4096 -r 100000 \
-                    -n "$n" --csv "${command[@]}" 2>/dev/null | awk -F'","' 'NR == 2 { print $2 }')
-                # Too few requests to time (a smoke) print "inf".
-                [[ "$rate" =~ ^[0-9.]+$ ]] || rate=null
-                printf '{"target":"%s","case":"%s -c %s -P %s","rate":%s}\n' "$target" "$label" \
-                    "$clients" "$pipeline" "$rate" >>"$out/redis-benchmark.ndjson"
+                read -r rate p99 < <(redis-benchmark -p "$port" -c "$clients" -P "$pipeline" -d 4096 \
+                    -r 100000 -n "$n" --csv "${command[@]}" 2>/dev/null | rb_csv)
+                printf '{"target":"%s","case":"%s -c %s -P %s","rate":%s,"p99_ms":%s}\n' "$target" "$label" \
+                    "$clients" "$pipeline" "$rate" "$p99" >>"$out/redis-benchmark.ndjson"
             done
         done
     done
@@ -265,13 +269,11 @@ PY
     [ "$smoke" = yes ] && cold=(2000 300)
     # cold_case LABEL REQUESTS COMMAND...: one redis-benchmark run against $port, as $target.
     cold_case() {
-        local label=$1 n=$2 rate
+        local label=$1 n=$2 rate p99
         shift 2
-        rate=$(redis-benchmark -p "$port" -c 64 -r 1000000000 -n "$n" --csv "$@" 2>/dev/null |
-            awk -F'","' 'NR == 2 { print $2 }')
-        [[ "$rate" =~ ^[0-9.]+$ ]] || rate=null
-        printf '{"target":"%s","case":"cold: %s -c 64","rate":%s}\n' "$target" "$label" "$rate" \
-            >>"$out/redis-benchmark.ndjson"
+        read -r rate p99 < <(redis-benchmark -p "$port" -c 64 -r 1000000000 -n "$n" --csv "$@" 2>/dev/null | rb_csv)
+        printf '{"target":"%s","case":"cold: %s -c 64","rate":%s,"p99_ms":%s}\n' "$target" "$label" "$rate" \
+            "$p99" >>"$out/redis-benchmark.ndjson"
     }
     for target in pgvs3 redis-always; do
         port=${resp_url[$target]##*:}

@@ -128,14 +128,17 @@ def main():
     bench = load(out / "redis-benchmark.ndjson")
     if bench:
         rates = {(r["target"], r["case"]): r["rate"] for r in bench}
+        p99s = {(r["target"], r["case"]): r.get("p99_ms") for r in bench}
         rows = []
         for case in dict.fromkeys(r["case"] for r in bench):
             m, a, mem = (rates.get((t, case)) for t in ["pgvs3", "redis-always", "redis-memory"])
-            rows.append([case, fmt(m), fmt(a), fmt(mem), fmt(ratio(m, a), 2), fmt(ratio(m, mem), 2)])
+            rows.append([case, fmt(m), fmt(p99s.get(("pgvs3", case)), 1), fmt(a),
+                         fmt(p99s.get(("redis-always", case)), 1), fmt(mem), fmt(ratio(m, a), 2),
+                         fmt(ratio(m, mem), 2)])
             ratios.append((f"redis-benchmark {case} / redis always", ratio(m, a)))
-        sections += ["## RESP (redis-benchmark, requests/s)", "",
-                     table(["case", "pgvs3", "redis appendfsync always", "redis in memory", "pgvs3 / always",
-                            "pgvs3 / in memory"], rows), ""]
+        sections += ["## RESP (redis-benchmark, requests/s; p99 in ms)", "",
+                     table(["case", "pgvs3", "pgvs3 p99", "redis appendfsync always", "always p99",
+                            "redis in memory", "pgvs3 / always", "pgvs3 / in memory"], rows), ""]
 
     ojs, direct_ojs = by_case(load(out / "ojs-pgvs3.ndjson")), by_case(load(out / "direct-ojs.ndjson"))
     if ojs:

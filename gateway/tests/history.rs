@@ -151,6 +151,9 @@ fn summary<I, O>(
     )
 }
 
+/// How many operations a failure shows around its cut, reads included.
+const CONTEXT_OPS: usize = 80;
+
 /// Checks each key's history against `initial`; a report of each failing key with a minimal
 /// failing history.
 fn check_keys<M: Model + Debug>(
@@ -170,13 +173,24 @@ fn check_keys<M: Model + Debug>(
             Verdict::Violation => {
                 let minimal = minimise(&initial, history, BUDGET / 10, Instant::now() + Duration::from_secs(30));
                 let start: Vec<String> = minimal.start.iter().map(|state| format!("  {state:?}")).collect();
+                // Everything from shortly before the cut to the failure, reads included: what
+                // the short history left out may show how the server came to answer as it did.
+                let failed_by = minimal.ops.iter().map(|op| op.end()).max().unwrap_or(0);
+                let around: Vec<_> = history[minimal.skipped.saturating_sub(CONTEXT_OPS / 4)..]
+                    .iter()
+                    .filter(|op| op.call <= failed_by)
+                    .take(CONTEXT_OPS)
+                    .cloned()
+                    .collect();
                 failures.push(format!(
-                    "key {name}: its {} operations are not linearizable. After the first {} (which may have left it in any of these states)\n{}\nthese fail (times in ms since the run began; reads that do not matter left out):\n{}earlier operations on the values and versions they name:\n{}",
+                    "key {name}: its {} operations are not linearizable. After the first {} (which may have left it in any of these states)\n{}\nthese fail (times in ms since the run began; reads that do not matter left out):\n{}earlier operations on the values and versions they name:\n{}every operation from {} before the cut to the failure (at most {CONTEXT_OPS}):\n{}",
                     history.len(),
                     minimal.skipped,
                     start.join("\n"),
                     render(&minimal.ops),
                     render(&origins(&history[..minimal.skipped], &minimal.ops)),
+                    minimal.skipped.min(CONTEXT_OPS / 4),
+                    render(&around),
                 ));
             }
         }

@@ -838,6 +838,12 @@ impl Keyspace {
         self.store.kv_scan(&self.bucket, after, prefix, count).await
     }
 
+    /// Registers WATCHed `keys` under `token` (see `store/kv/watch.rs`): how many were new to
+    /// it, `None` where nothing can be registered (a hot standby).
+    pub async fn watch(&self, token: i64, keys: &[String]) -> StoreResult<Option<i64>> {
+        self.store.kv_watch(&self.bucket, token, keys).await
+    }
+
     /// Runs typed reads (hashes, sets, sorted sets, lists) in one round trip.
     pub async fn typed_read(&self, calls: &[&crate::store::TypedCall]) -> StoreResult<Vec<crate::store::TypedRow>> {
         self.store.kv_typed_read(&self.bucket, calls).await

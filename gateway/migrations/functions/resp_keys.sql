@@ -191,3 +191,48 @@ CREATE OR REPLACE FUNCTION pgvs3.resp_typed_conflict() RETURNS boolean LANGUAGE 
 BEGIN
     RAISE EXCEPTION 'the keyspace holds typed keys' USING ERRCODE = 'P0001', HINT = 'RespTyped';
 END $$;
+
+-- WATCH (layout v48, 0048_resp_watches.sql): registers `keys` of bucket `b` under `token` (one
+-- per watching connection) and has every write of them mark the registration touched: typed
+-- keys by the trigger on resp_keys, strings by one made here on the namespace's objects the
+-- first time one of its keys is watched. Committed before the WATCH reads the keys, so a write
+-- that commits after that read sees the registration. Answers how many of `keys` were new to
+-- `token`; NULL on a hot standby, which cannot write it (its gateway refuses EXEC's writes
+-- anyway; a read-only EXEC there compares values).
+CREATE OR REPLACE FUNCTION pgvs3.resp_watch(token bigint, b bigint, keys text[]) RETURNS int
+LANGUAGE plpgsql AS $$
+DECLARE
+    ns text;
+    added int;
+BEGIN
+    IF pg_is_in_recovery() THEN
+        RETURN NULL;
+    END IF;
+    SELECT namespace INTO ns FROM pgvs3.buckets WHERE id = b;
+    IF ns IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'resp_watched_write'
+                                         AND tgrelid = format('%I.objects', ns)::regclass) THEN
+        -- Two WATCHes may both have found it missing: the second replaces the first's.
+        EXECUTE format('CREATE OR REPLACE TRIGGER resp_watched_write AFTER INSERT OR UPDATE OR DELETE ON %I.objects
+                            FOR EACH ROW EXECUTE FUNCTION pgvs3.resp_watched_write()', ns);
+    END IF;
+    INSERT INTO pgvs3.resp_watches (token, bucket_id, key)
+    SELECT token, b, k FROM unnest(keys) AS k
+    ON CONFLICT DO NOTHING;
+    GET DIAGNOSTICS added = ROW_COUNT;
+    RETURN added;
+END $$;
+
+-- A write of a key (row of resp_keys or of a namespace's objects) marks the WATCHes of it, of
+-- the old key and the new when RENAME moves a row.
+CREATE OR REPLACE FUNCTION pgvs3.resp_watched_write() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP <> 'INSERT' THEN
+        UPDATE pgvs3.resp_watches SET touched = true
+         WHERE bucket_id = OLD.bucket_id AND key = OLD.key AND NOT touched;
+    END IF;
+    IF TG_OP = 'INSERT' OR (TG_OP = 'UPDATE' AND (NEW.bucket_id, NEW.key) IS DISTINCT FROM (OLD.bucket_id, OLD.key)) THEN
+        UPDATE pgvs3.resp_watches SET touched = true
+         WHERE bucket_id = NEW.bucket_id AND key = NEW.key AND NOT touched;
+    END IF;
+    RETURN NULL;
+END $$;

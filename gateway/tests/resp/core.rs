@@ -686,6 +686,110 @@ async fn transactions_with_multi_exec_and_watch() {
     assert_eq!(raw.command(&["UNWATCH"]).await, Value::Simple("OK".into()));
 }
 
+/// WATCH fails EXEC on any write of a watched key since WATCH, as Redis's does, also when the
+/// key holds at EXEC what it held at WATCH: made and deleted again, deleted and made again, set
+/// to the value it had, written and deleted over S3, and before a script. A WATCH dropped
+/// (UNWATCH, EXEC, DISCARD, a closed connection) leaves no registration behind. Compared with
+/// redis-server 7.0.15, where each of these EXECs answers nil.
+#[tokio::test]
+async fn watch_sees_a_key_written_and_written_back() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let sql = gateway.sql().await;
+    let registered = || async {
+        sql.query_one("SELECT count(*) AS n FROM pgvs3.resp_watches", &[])
+            .await
+            .unwrap()
+            .get::<_, i64>("n")
+    };
+    // Registrations an EXEC did not take back are dropped in the background.
+    let all_dropped = || async {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while registered().await > 0 {
+            assert!(std::time::Instant::now() < deadline, "registrations left behind");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    let mut other = RawResp::connect(gateway.resp_addr()).await;
+    let ok = || Value::Simple("OK".into());
+    let cases: &[(&[&[&str]], &[&[&str]])] = &[
+        // Absent at WATCH and at EXEC.
+        (&[], &[&["SET", "w", "made"], &["DEL", "w"]]),
+        // A hash deleted and made again (its version counter starts over).
+        (&[&["HSET", "w", "f", "v"]], &[&["DEL", "w"], &["HSET", "w", "f", "v"]]),
+        // A list emptied and pushed again.
+        (&[&["RPUSH", "w", "a"]], &[&["LPOP", "w"], &["RPUSH", "w", "a"]]),
+        // A string set to the value it had.
+        (&[&["SET", "w", "same"]], &[&["SET", "w", "same"]]),
+        // A TTL set and taken away.
+        (&[&["SET", "w", "v"]], &[&["EXPIRE", "w", "100"], &["PERSIST", "w"]]),
+    ];
+    for (setup, writes) in cases {
+        other.command(&["DEL", "w"]).await;
+        for args in *setup {
+            other.command(args).await;
+        }
+        assert_eq!(raw.command(&["WATCH", "w"]).await, ok());
+        for args in *writes {
+            other.command(args).await;
+        }
+        assert_eq!(raw.command(&["MULTI"]).await, ok());
+        assert_eq!(raw.command(&["SET", "w", "mine"]).await, Value::Simple("QUEUED".into()));
+        assert_eq!(raw.command(&["EXEC"]).await, Value::Nil, "after {writes:?}");
+        assert_ne!(other.command(&["GET", "w"]).await, Value::bulk("mine"));
+    }
+
+    // Over S3: an object put and deleted under the watched name.
+    other.command(&["DEL", "w"]).await;
+    raw.command(&["WATCH", "w"]).await;
+    let s3 = &gateway.client;
+    s3.put_object()
+        .bucket("resp")
+        .key("w")
+        .body(ByteStream::from_static(b"s3"))
+        .send()
+        .await
+        .unwrap();
+    s3.delete_object().bucket("resp").key("w").send().await.unwrap();
+    raw.command(&["MULTI"]).await;
+    raw.command(&["SET", "w", "mine"]).await;
+    assert_eq!(raw.command(&["EXEC"]).await, Value::Nil);
+
+    // A script queued in the transaction runs under the same check.
+    raw.command(&["WATCH", "w"]).await;
+    other.command(&["SET", "w", "made"]).await;
+    other.command(&["DEL", "w"]).await;
+    raw.command(&["MULTI"]).await;
+    raw.command(&["EVAL", "return redis.call('SET', KEYS[1], 'mine')", "1", "w"])
+        .await;
+    assert_eq!(raw.command(&["EXEC"]).await, Value::Nil);
+    assert_eq!(other.command(&["EXISTS", "w"]).await, Value::Int(0));
+
+    // Untouched, it runs; a write of another key does not count.
+    raw.command(&["WATCH", "w", "w2"]).await;
+    other.command(&["SET", "unrelated", "x"]).await;
+    raw.command(&["MULTI"]).await;
+    raw.command(&["SET", "w", "mine"]).await;
+    assert_eq!(raw.command(&["EXEC"]).await, Value::Array(vec![ok()]));
+    all_dropped().await;
+
+    // Registrations go with UNWATCH, DISCARD and the connection.
+    raw.command(&["WATCH", "w", "w2"]).await;
+    raw.command(&["WATCH", "w"]).await;
+    assert_eq!(registered().await, 2);
+    raw.command(&["UNWATCH"]).await;
+    all_dropped().await;
+    raw.command(&["WATCH", "w", "w2"]).await;
+    raw.command(&["MULTI"]).await;
+    raw.command(&["DISCARD"]).await;
+    all_dropped().await;
+    let mut closing = RawResp::connect(gateway.resp_addr()).await;
+    closing.command(&["WATCH", "w", "w2", "w3"]).await;
+    assert_eq!(registered().await, 3);
+    drop(closing);
+    all_dropped().await;
+}
+
 /// As Redis: a command refused before it runs (unknown, wrong arity) while queueing makes EXEC
 /// answer EXECABORT; one whose arguments are bad is queued, and its error is its place in
 /// EXEC's reply, beside the others' results. Compared live with redis-server.

@@ -326,7 +326,7 @@ impl Connection {
                 }
             }
             let command = [(KeyCommand::Typed(Box::new(attempt)), spec)];
-            let reply = match self.execute(&command, spec.is_write(), &[]).await {
+            let reply = match self.execute(&command, spec.is_write(), &[], None).await {
                 Ok(mut replies) => replies.pop().unwrap_or(Reply::Nil),
                 Err(reply) => reply,
             };

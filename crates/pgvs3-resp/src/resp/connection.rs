@@ -16,7 +16,7 @@ use super::clients::Registration;
 use super::codec::{Reply, RequestParser};
 use super::command::{self, KeyCommand, Spec, wrong_arity};
 use super::commands::pubsub::is_subscription;
-use super::commands::transactions::{Fingerprint, MultiQueue, Queued};
+use super::commands::transactions::{Fingerprint, MultiQueue, Queued, WatchRegistration};
 use super::execute::Run;
 use super::pubsub::Mailbox;
 use crate::bucket::Keyspace;
@@ -68,6 +68,8 @@ pub struct Connection {
     pub(crate) multi: Option<MultiQueue>,
     pub(crate) multi_failed: bool,
     pub(crate) watched: Vec<(u32, String, Fingerprint)>,
+    /// Where `watched` stands in PostgreSQL (store/kv/watch.rs).
+    pub(crate) watch_registration: WatchRegistration,
     pub(crate) cursors: HashMap<u64, String>,
     pub(crate) next_cursor: u64,
     pub(crate) quit: bool,
@@ -129,6 +131,7 @@ impl Connection {
             multi: None,
             multi_failed: false,
             watched: Vec::new(),
+            watch_registration: Default::default(),
             cursors: HashMap::new(),
             next_cursor: 1,
             quit: false,
@@ -631,7 +634,7 @@ impl Connection {
                     // A refused EXEC discards the transaction, as Redis's `execCommandAbort`.
                     self.multi = None;
                     self.multi_failed = false;
-                    self.watched.clear();
+                    self.unwatch_all();
                     let Reply::Error(error) = denied.reply() else {
                         unreachable!("a denial is an error")
                     };
@@ -929,5 +932,6 @@ impl Drop for Connection {
     fn drop(&mut self) {
         self.stop_tracking();
         self.unsubscribe_all();
+        self.unwatch_all();
     }
 }

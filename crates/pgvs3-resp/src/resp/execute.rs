@@ -11,7 +11,7 @@ use super::command::{KeyCommand, Spec};
 use super::commands::transactions::{Fingerprint, fingerprint};
 use super::connection::{Connection, store_error};
 use super::keys;
-use crate::store::Access;
+use crate::store::{Access, Watches};
 
 /// A read's reply the database may send without its memory reserved from the buffer budget
 /// (about twice this as a datum: see `TypedCall::reply_limit`).
@@ -57,7 +57,7 @@ impl Connection {
         };
         self.reply_memory.push(reservation);
         command.limit_reply(room);
-        Box::pin(self.execute(&[(command, spec)], false, &[]))
+        Box::pin(self.execute(&[(command, spec)], false, &[], None))
             .await
             .map_or_else(|reply| reply, |mut replies| replies.pop().unwrap_or(Reply::Nil))
     }
@@ -81,7 +81,7 @@ impl Connection {
             });
         }
         let started = Instant::now();
-        let replies = Box::pin(self.execute(&commands, write, &[]))
+        let replies = Box::pin(self.execute(&commands, write, &[], None))
             .await
             .unwrap_or_else(|reply| vec![reply; commands.len()]);
         // The run's commands share one statement: each is counted its share of its time.
@@ -106,8 +106,10 @@ impl Connection {
         commands: &[(KeyCommand, &'static Spec)],
         write: bool,
         watched: &[(String, Fingerprint)],
+        watches: Option<Watches>,
     ) -> Result<Vec<Reply>, Reply> {
-        self.within(write, self.execute_now(commands, write, watched)).await?
+        self.within(write, self.execute_now(commands, write, watched, watches))
+            .await?
     }
 
     /// Database work of a command, within its class's time limit (`--resp-read-timeout`,
@@ -135,9 +137,11 @@ impl Connection {
         commands: &[(KeyCommand, &'static Spec)],
         write: bool,
         watched: &[(String, Fingerprint)],
+        watches: Option<Watches>,
     ) -> Result<Vec<Reply>, Reply> {
         let keyspace = self.keyspace(if write { Access::Write } else { Access::Read }).await?;
-        if write && watched.is_empty() {
+        let unwatched = watched.is_empty() && watches.is_none();
+        if write && unwatched {
             // Shares a transaction with other connections' writes.
             let commands = commands.iter().map(|(command, _)| command.clone()).collect();
             return self
@@ -148,7 +152,7 @@ impl Connection {
                 .map_err(store_error);
         }
         if !write
-            && watched.is_empty()
+            && unwatched
             && commands
                 .iter()
                 .all(|(command, _)| matches!(command, KeyCommand::Typed(_)))
@@ -175,14 +179,18 @@ impl Connection {
         keys.dedup();
         let batch = if write {
             keyspace.write(&keys).await
-        } else if watched.is_empty() {
+        } else if unwatched {
             // Shares a statement with other connections' reads.
             self.server.group_commit.load(&keyspace, keys).await
         } else {
             keyspace.read(&keys).await
         };
         let mut batch = batch.map_err(store_error)?;
-        if watched.iter().any(|(key, seen)| fingerprint(batch.get(key)) != *seen) {
+        let untouched = match watches {
+            Some(watches) => batch.watches_untouched(watches).await.map_err(store_error)?,
+            None => true,
+        };
+        if !untouched || watched.iter().any(|(key, seen)| fingerprint(batch.get(key)) != *seen) {
             batch.rollback().await.map_err(store_error)?;
             return Err(Reply::NilArray);
         }

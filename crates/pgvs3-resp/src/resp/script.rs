@@ -38,7 +38,7 @@ use super::lua::{self, Limits, Outcome, Stop};
 use super::notify::Recorder;
 use super::pubsub::PubSub;
 use crate::bucket::Keyspace;
-use crate::store::{KvBatch, StoreError, StoreResult};
+use crate::store::{KvBatch, StoreError, StoreResult, Watches};
 
 const NOSCRIPT: &str = "NOSCRIPT No matching script. Please use EVAL.";
 /// The largest script EVAL and SCRIPT LOAD take.
@@ -326,7 +326,8 @@ impl Scripts {
     }
 
     /// Runs `steps` in order in one batch of `keyspace` (a write batch holding the keyspace
-    /// when `write`), then commits. `accept` sees the batch first, with `watched` loaded: when
+    /// when `write`), then commits. `accept` sees the batch first, with `watched` loaded (and
+    /// `watches`, their registration, taken back): when
     /// it refuses (a WATCHed key changed), nothing runs and the answer is `None`. On a standby gateway (`standby`),
     /// scripts' writes are refused as any write is. `client` runs them (the writer their
     /// invalidations name, and whose reads are remembered).
@@ -338,6 +339,7 @@ impl Scripts {
         write: bool,
         standby: bool,
         watched: &[String],
+        watches: Option<Watches>,
         accept: impl Fn(&KvBatch) -> bool,
         client: RunBy,
     ) -> StoreResult<Option<Vec<Reply>>> {
@@ -357,6 +359,7 @@ impl Scripts {
             steps,
             keys: &keys,
             standby,
+            watches,
             client,
         };
         match self.attempt(&run, locking, &accept).await? {
@@ -380,14 +383,19 @@ impl Scripts {
             steps,
             keys,
             standby,
+            watches,
             client,
         } = *run;
-        let batch = match locking {
+        let mut batch = match locking {
             Locking::None => keyspace.read(keys).await?,
             Locking::Keys => keyspace.write(keys).await?,
             Locking::Keyspace => keyspace.write_all(keys).await?,
         };
-        if !accept(&batch) {
+        let untouched = match watches {
+            Some(watches) => batch.watches_untouched(watches).await?,
+            None => true,
+        };
+        if !untouched || !accept(&batch) {
             batch.rollback().await?;
             return Ok(Attempt::Done(None));
         }
@@ -614,6 +622,8 @@ struct Run<'a> {
     steps: &'a [Step],
     keys: &'a [String],
     standby: bool,
+    /// The registration of the WATCHed keys among `keys`, taken back under their locks.
+    watches: Option<Watches>,
     client: RunBy,
 }
 

@@ -39,6 +39,7 @@ mod abandon;
 mod catalog;
 mod load;
 mod sql;
+mod watch;
 mod write;
 
 use std::collections::HashMap;
@@ -57,6 +58,7 @@ use abandon::abandon;
 pub use catalog::{FunctionLibrary, LibraryPolicy, LibraryRefusal, RegisteredFunction};
 pub(super) use load::{Waited, await_writers};
 pub(super) use sql::KvSql;
+pub use watch::Watches;
 
 /// Most keys a write batch locks one by one.
 pub const FINE_LOCK_LIMIT: usize = 64;

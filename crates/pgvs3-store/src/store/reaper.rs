@@ -152,6 +152,14 @@ impl Store {
         }
         // RESP's typed keys (hashes, sets, sorted sets, lists) live outside the namespaces.
         stats.expired_objects += expire(&client, super::types::DELETE_EXPIRED).await?;
+        // WATCH registrations a gateway that went away left (a connection drops its own): an
+        // EXEC that comes a day after its WATCH finds them gone and fails, as if touched.
+        client
+            .execute(
+                "DELETE FROM pgvs3.resp_watches WHERE since < clock_timestamp() - interval '1 day'",
+                &[],
+            )
+            .await?;
         Ok(stats)
     }
 

@@ -35,7 +35,7 @@ impl Connection {
                 self.monitor = None;
                 self.multi = None;
                 self.multi_failed = false;
-                self.watched.clear();
+                self.unwatch_all();
                 self.cursors.clear();
                 self.db = 0;
                 self.resp3 = false;

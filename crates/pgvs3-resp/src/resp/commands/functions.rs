@@ -472,7 +472,7 @@ impl Connection {
             Request::function(name, body, keys.to_vec(), argv.to_vec(), read_only_call || no_writes)
                 .called_by(self.caller()),
         )];
-        match self.run_scripted(&steps, &[]).await {
+        match self.run_scripted(&steps, &[], None).await {
             Ok(mut replies) => replies.pop().unwrap_or(Reply::Nil),
             Err(reply) => reply,
         }

@@ -19,7 +19,7 @@ impl Connection {
                     Ok(request) => [Step::Script(request.called_by(self.caller()))],
                     Err(reply) => return reply,
                 };
-                match self.run_scripted(&steps, &[]).await {
+                match self.run_scripted(&steps, &[], None).await {
                     Ok(mut replies) => replies.pop().unwrap_or(Reply::Nil),
                     Err(reply) => reply,
                 }
@@ -51,6 +51,7 @@ impl Connection {
         &self,
         steps: &[Step],
         watched: &[(String, Fingerprint)],
+        watches: Option<crate::store::Watches>,
     ) -> Result<Vec<Reply>, Reply> {
         let standby = self.server.replica.is_standby();
         let write = !standby && script::writes(steps);
@@ -67,6 +68,7 @@ impl Connection {
                 write,
                 standby,
                 &watched_keys,
+                watches,
                 unchanged,
                 self.run_by(),
             )

@@ -9,10 +9,22 @@ use crate::resp::codec::Reply;
 use crate::resp::command::{self, KeyCommand, Spec};
 use crate::resp::connection::{Connection, InputBudget, store_error};
 use crate::resp::script::{self, Step};
-use crate::store::{Access, KvEntry};
+use crate::store::{Access, KvEntry, Watches};
 
 /// A WATCHed key as it was: its version (ETag, last modified) and expiry, or absent.
 pub(crate) type Fingerprint = Option<(Option<(String, SystemTime)>, Option<SystemTime>)>;
+
+/// Where a connection's WATCHed keys stand in PostgreSQL (store/kv/watch.rs). Registered,
+/// EXEC fails on any write of them since WATCH; else it compares what they hold
+/// ([`Fingerprint`]), which misses a key written and then written back.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WatchRegistration {
+    #[default]
+    Nothing,
+    Registered(Watches),
+    /// A key could not be registered (a gateway on a hot standby): values are compared.
+    Unavailable,
+}
 
 pub(crate) fn fingerprint(entry: Option<&KvEntry>) -> Fingerprint {
     entry.map(|entry| (entry.version.clone(), entry.expires_at))
@@ -84,8 +96,62 @@ impl Connection {
         if self.multi.take().is_none() {
             return Reply::error("ERR DISCARD without MULTI");
         }
-        self.watched.clear();
+        self.unwatch_all();
         Reply::OK
+    }
+
+    /// Forgets the WATCHed keys; their registration goes in the background.
+    pub(crate) fn unwatch_all(&mut self) {
+        self.watched.clear();
+        if let WatchRegistration::Registered(watches) = std::mem::take(&mut self.watch_registration) {
+            self.drop_registration(watches);
+        }
+    }
+
+    fn drop_registration(&self, watches: Watches) {
+        // A connection dropped as the runtime shuts down leaves it to the maintenance pass.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let store = self.server.buckets.store().clone();
+        runtime.spawn(async move {
+            if let Err(err) = store.kv_unwatch(watches.token).await {
+                // Left for the maintenance pass, which drops registrations a day old.
+                tracing::warn!(error = %err, "WATCH registration not dropped");
+            }
+        });
+    }
+
+    /// Registers `keys` (see [`WatchRegistration`]) before they are read.
+    async fn register_watch(&mut self, keyspace: &crate::bucket::Keyspace, keys: &[String]) -> Result<(), Reply> {
+        let token = match self.watch_registration {
+            WatchRegistration::Unavailable => return Ok(()),
+            WatchRegistration::Registered(watches) => watches.token,
+            WatchRegistration::Nothing if self.server.replica.is_standby() => {
+                self.watch_registration = WatchRegistration::Unavailable;
+                return Ok(());
+            }
+            // Random across gateways and connections.
+            WatchRegistration::Nothing => {
+                use std::hash::{BuildHasher, Hasher};
+                std::collections::hash_map::RandomState::new().build_hasher().finish() as i64
+            }
+        };
+        let added = keyspace.watch(token, keys).await.map_err(store_error)?;
+        self.watch_registration = match (self.watch_registration, added) {
+            (_, None) => {
+                if let WatchRegistration::Registered(watches) = self.watch_registration {
+                    self.drop_registration(watches);
+                }
+                WatchRegistration::Unavailable
+            }
+            (WatchRegistration::Registered(watches), Some(added)) => WatchRegistration::Registered(Watches {
+                token,
+                keys: watches.keys + added,
+            }),
+            (_, Some(added)) => WatchRegistration::Registered(Watches { token, keys: added }),
+        };
+        Ok(())
     }
 
     pub(crate) async fn watch(&mut self, args: &[Bytes]) -> Reply {
@@ -101,6 +167,9 @@ impl Connection {
             Ok(keyspace) => keyspace,
             Err(reply) => return reply,
         };
+        if let Err(reply) = self.register_watch(&keyspace, &keys).await {
+            return reply;
+        }
         match keyspace.read(&keys).await {
             Ok(batch) => {
                 for key in keys {
@@ -114,11 +183,26 @@ impl Connection {
     }
 
     pub(crate) fn unwatch(&mut self) -> Reply {
-        self.watched.clear();
+        self.unwatch_all();
         Reply::OK
     }
 
     pub(crate) async fn exec(&mut self) -> Reply {
+        let watches = match std::mem::take(&mut self.watch_registration) {
+            WatchRegistration::Registered(watches) => Some(watches),
+            WatchRegistration::Nothing | WatchRegistration::Unavailable => None,
+        };
+        let mut consumed = false;
+        let reply = self.exec_queued(watches, &mut consumed).await;
+        if let (Some(watches), false) = (watches, consumed) {
+            self.drop_registration(watches);
+        }
+        reply
+    }
+
+    /// EXEC, the registration of its WATCHed keys being `watches`: `consumed` once a batch that
+    /// took it back has committed.
+    async fn exec_queued(&mut self, watches: Option<Watches>, consumed: &mut bool) -> Reply {
         let Some(MultiQueue { commands: queued, .. }) = self.multi.take() else {
             return Reply::error("ERR EXEC without MULTI");
         };
@@ -177,16 +261,22 @@ impl Connection {
                     Queued::Other(..) | Queued::Failed(..) => None,
                 })
                 .collect();
-            match self.run_scripted(&steps, &here).await {
-                Ok(replies) => replies,
+            match self.run_scripted(&steps, &here, watches).await {
+                Ok(replies) => {
+                    *consumed = true;
+                    replies
+                }
                 Err(Reply::NilArray) => return Reply::NilArray,
                 Err(reply) => vec![reply; steps.len()],
             }
-        } else if commands.is_empty() && here.is_empty() {
+        } else if commands.is_empty() && here.is_empty() && watches.is_none() {
             Vec::new()
         } else {
-            match self.execute(&commands, write, &here).await {
-                Ok(replies) => replies,
+            match self.execute(&commands, write, &here, watches).await {
+                Ok(replies) => {
+                    *consumed = true;
+                    replies
+                }
                 Err(Reply::NilArray) => return Reply::NilArray,
                 Err(reply) => vec![reply; commands.len()],
             }

@@ -1,0 +1,71 @@
+//! WATCH's registrations (layout v48, `pgvs3.resp_watches`): a watching connection's keys,
+//! which every write of them marks as touched (triggers on the keys' rows), so that EXEC fails
+//! on any write since WATCH, as Redis's does, and not only on a key that now differs: a key
+//! made and deleted again in between, or deleted and made again, compares equal.
+
+use super::KvBatch;
+use crate::store::{BucketInfo, Store, StoreResult};
+
+/// A connection's registered WATCH: its token, and how many (database, key) pairs it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Watches {
+    pub token: i64,
+    pub keys: i64,
+}
+
+/// The registrations of `$1` taken back; how many were untouched.
+const TAKE: &str = "WITH taken AS (DELETE FROM pgvs3.resp_watches WHERE token = $1 RETURNING touched)
+                    SELECT count(*) FILTER (WHERE NOT touched) AS untouched FROM taken";
+
+impl Store {
+    /// Registers `keys` of `bucket` under `token`, committed before it answers: the WATCH reads
+    /// the keys after it. How many were not registered under `token` before; `None` where
+    /// nothing can be registered (a hot standby).
+    pub(crate) async fn kv_watch(&self, bucket: &BucketInfo, token: i64, keys: &[String]) -> StoreResult<Option<i64>> {
+        let client = self.client().await?;
+        let row = client
+            .query_one(
+                "SELECT pgvs3.resp_watch($1, $2, $3) AS registered",
+                &[&token, &bucket.id, &keys],
+            )
+            .await?;
+        Ok(row.get::<_, Option<i32>>("registered").map(i64::from))
+    }
+
+    /// Drops the registrations of `token` (UNWATCH, DISCARD, an EXEC that did not commit, a
+    /// connection that went away).
+    pub async fn kv_unwatch(&self, token: i64) -> StoreResult<()> {
+        let client = self.client().await?;
+        client
+            .execute("DELETE FROM pgvs3.resp_watches WHERE token = $1", &[&token])
+            .await?;
+        Ok(())
+    }
+}
+
+impl KvBatch {
+    /// Takes `watches` back, and answers whether none of its keys was written since WATCH. A
+    /// write batch does it in its transaction, under its keys' locks: no write of them can
+    /// come between this and its commit, and its rollback keeps the registrations. A read batch
+    /// does it after its load: a write that committed before the load is seen as touched (one
+    /// after it may be too, and fails an EXEC that Redis would have run: the client retries).
+    pub async fn watches_untouched(&mut self, watches: Watches) -> StoreResult<bool> {
+        let in_transaction = self.in_transaction && self.deferred_locks.is_none();
+        let untouched: i64 = match (in_transaction, self.client.as_ref()) {
+            (true, Some(client)) => {
+                self.busy = true;
+                let row = client.query_one(TAKE, &[&watches.token]).await;
+                self.busy = false;
+                row?.get("untouched")
+            }
+            _ => self
+                .pool
+                .get()
+                .await?
+                .query_one(TAKE, &[&watches.token])
+                .await?
+                .get("untouched"),
+        };
+        Ok(untouched == watches.keys)
+    }
+}
