@@ -1740,14 +1740,16 @@ $$;
 CREATE FUNCTION pgvs3.resp_check(b bigint, all_keys text[], strings text[], check_keys text[], t "char", write boolean) RETURNS text
     LANGUAGE plpgsql
     AS $$
+DECLARE
+    now timestamptz := clock_timestamp();
 BEGIN
     IF write THEN
-        DELETE FROM pgvs3.resp_keys WHERE bucket_id = b AND key = ANY (all_keys) AND expires_at <= clock_timestamp();
+        DELETE FROM pgvs3.resp_keys WHERE bucket_id = b AND key = ANY (all_keys) AND expires_at <= now;
     END IF;
     IF strings && check_keys OR EXISTS (
         SELECT 1 FROM pgvs3.resp_keys
          WHERE bucket_id = b AND key = ANY (check_keys) AND type <> t
-           AND (expires_at IS NULL OR expires_at > clock_timestamp())) THEN
+           AND (expires_at IS NULL OR expires_at > now)) THEN
         RETURN pgvs3.resp_wrongtype();
     END IF;
     RETURN NULL;

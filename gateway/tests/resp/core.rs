@@ -712,7 +712,9 @@ async fn watch_sees_a_key_written_and_written_back() {
     let mut raw = RawResp::connect(gateway.resp_addr()).await;
     let mut other = RawResp::connect(gateway.resp_addr()).await;
     let ok = || Value::Simple("OK".into());
-    let cases: &[(&[&[&str]], &[&[&str]])] = &[
+    // (what the key holds before WATCH, what another client writes before EXEC)
+    type Case<'a> = (&'a [&'a [&'a str]], &'a [&'a [&'a str]]);
+    let cases: &[Case] = &[
         // Absent at WATCH and at EXEC.
         (&[], &[&["SET", "w", "made"], &["DEL", "w"]]),
         // A hash deleted and made again (its version counter starts over).

@@ -1655,6 +1655,131 @@ async fn a_persist_after_a_typed_command_in_one_batch_is_kept() {
     assert_eq!(query::<String>(&mut con, &["GET", "s"]).await, "v");
 }
 
+/// A read of several keys waits for each key's writers in turn; a key it waited for that then
+/// expired again, past a new deadline, needs a new wait: a second writer may have found it
+/// alive before that deadline and not have committed. Here `s0` is past its expiry; writer 1
+/// gives it a new one and commits while the read waits for it; the read then meets `s1` past
+/// its expiry and waits for writer 3 on `s1`; meanwhile writer 2 takes `s0` alive, the new
+/// deadline passes, and writer 2 makes `s0` persistent. The read must wait for writer 2 and
+/// answer its value; it used to answer nil, with `s0` back after it (found by reading the code
+/// after `resp_key_histories_are_linearizable`'s failures).
+#[tokio::test]
+async fn a_read_waits_again_for_a_key_past_a_new_deadline() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = connect(&gateway).await;
+    query::<String>(&mut con, &["SET", "s0", "v", "PX", "600000"]).await;
+    query::<String>(&mut con, &["SET", "s1", "w", "PX", "600000"]).await;
+    let observer = gateway.sql().await;
+    let bucket = observer
+        .query_one("SELECT id, namespace FROM pgvs3.buckets WHERE name = 'resp'", &[])
+        .await
+        .unwrap();
+    let (bucket_id, namespace): (i64, String) = (bucket.get("id"), bucket.get("namespace"));
+    let set_deadline = format!(
+        "UPDATE {namespace}.objects SET expires_at = clock_timestamp() + $3::float8 * interval '1 second'
+          WHERE bucket_id = $1 AND key = $2"
+    );
+    let lapsed = format!(
+        "SELECT expires_at <= clock_timestamp() AS lapsed FROM {namespace}.objects WHERE bucket_id = $1 AND key = $2"
+    );
+    let until_lapsed = |key: &'static str| {
+        let (observer, lapsed) = (&observer, &lapsed);
+        common::eventually(Duration::from_secs(20), key, move || async move {
+            let row = observer.query_one(lapsed, &[&bucket_id, &key]).await.unwrap();
+            row.get::<_, bool>("lapsed").then_some(())
+        })
+    };
+    // The read waits on an advisory lock, or has answered.
+    let waits_or_answered = |reading: &tokio::task::JoinHandle<Value>| {
+        let finished = reading.is_finished();
+        let observer = &observer;
+        async move {
+            let waiting: bool = observer
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted) AS waiting",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get("waiting");
+            (waiting || finished).then_some(())
+        }
+    };
+    // A writer: the key's locks in the order write batches take them.
+    let gateway = &gateway;
+    let lock = |key: &'static str| async move {
+        let writer = gateway.sql().await;
+        writer.batch_execute("BEGIN").await.unwrap();
+        writer
+            .execute("SELECT pg_advisory_xact_lock_shared(-$1::int8)", &[&bucket_id])
+            .await
+            .unwrap();
+        writer
+            .execute(
+                "SELECT pg_advisory_xact_lock($1::int4, hashtext($2))",
+                &[&(bucket_id as i32), &key],
+            )
+            .await
+            .unwrap();
+        writer
+    };
+    observer
+        .execute(&set_deadline, &[&bucket_id, &"s0", &-1.0f64])
+        .await
+        .unwrap();
+    observer
+        .execute(&set_deadline, &[&bucket_id, &"s1", &2.0f64])
+        .await
+        .unwrap();
+    let writer_1 = lock("s0").await;
+    writer_1
+        .execute(&set_deadline, &[&bucket_id, &"s0", &4.0f64])
+        .await
+        .unwrap();
+
+    let mut reader = RawResp::connect(gateway.resp_addr()).await;
+    let reading = tokio::spawn(async move { reader.command(&["MGET", "s0", "s1"]).await });
+    common::eventually(Duration::from_secs(10), "the read waits for writer 1", || {
+        waits_or_answered(&reading)
+    })
+    .await;
+    assert!(
+        !reading.is_finished(),
+        "a read past an expiry waits for the key's writer"
+    );
+    let writer_3 = lock("s1").await;
+    until_lapsed("s1").await;
+    writer_1.batch_execute("COMMIT").await.unwrap();
+    // The read now meets s0 alive and s1 past its expiry, and waits for writer 3.
+    common::eventually(Duration::from_secs(10), "the read waits for writer 3", || {
+        waits_or_answered(&reading)
+    })
+    .await;
+    let writer_2 = lock("s0").await;
+    until_lapsed("s0").await;
+    writer_2
+        .execute(
+            &format!("UPDATE {namespace}.objects SET expires_at = NULL WHERE bucket_id = $1 AND key = 's0'"),
+            &[&bucket_id],
+        )
+        .await
+        .unwrap();
+    writer_3.batch_execute("COMMIT").await.unwrap();
+    common::eventually(
+        Duration::from_secs(10),
+        "the read waits for writer 2 (or answered)",
+        || waits_or_answered(&reading),
+    )
+    .await;
+    writer_2.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(
+        reading.await.unwrap(),
+        Value::Array(vec![Value::bulk("v"), Value::Nil]),
+        "s0 was alive for writer 2, whose write came after the read's first wait"
+    );
+    assert_eq!(query::<String>(&mut con, &["GET", "s0"]).await, "v");
+}
+
 /// Whether a blocked client still has no reply after half a second (five of its attempts at
 /// a 100 ms `--resp-block-poll`).
 async fn still_blocked(blocked: &mut RawResp) -> bool {

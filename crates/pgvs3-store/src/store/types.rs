@@ -370,9 +370,9 @@ pub struct TypedRow {
 #[derive(Debug)]
 pub(super) struct TypedSql {
     calls: [String; 7],
-    /// The keys among `$2` past their expiry and not yet removed, typed or strings: what typed
-    /// reads that ran before it (in its snapshot, by an earlier clock) may have taken as
-    /// absent ([`read_calls`]).
+    /// The keys among `$2` past their expiry and not yet removed, typed or strings, with their
+    /// deadlines: what typed reads that ran before it (in its snapshot, by an earlier clock)
+    /// may have taken as absent ([`read_calls`]).
     lapsed: String,
 }
 
@@ -383,7 +383,10 @@ impl TypedSql {
         // alignment) where its reply takes at least 5, and a float8 score 8 where its reply
         // takes at least 3, so half the datum (and 3 bytes an element) is below the reply's
         // size (`Cut::least_reply_bytes`). What is cut is never sent, only its size; what is
-        // not is at most about twice the limit.
+        // not is at most about twice the limit. `$8`: the batch has just deleted the expired
+        // strings among the keys under their locks, so every row left was a live string then
+        // (judged again by a later clock, one that expired in between would be neither deleted
+        // nor seen, and a typed key would be made beside it).
         let call = |family: &str| {
             format!(
                 "SELECT err, n, CASE WHEN cut THEN NULL ELSE items END AS items,
@@ -397,18 +400,19 @@ impl TypedSql {
                                           + coalesce(cardinality(r.scores), 0) AS elements
                                    FROM pgvs3.resp_{family}($1, $2, $3,
                                         ARRAY(SELECT key FROM {ns}.objects WHERE bucket_id = $2 AND key = ANY($3)
-                                               AND (expires_at IS NULL OR expires_at > clock_timestamp())),
+                                               AND ($8 OR expires_at IS NULL OR expires_at > clock_timestamp())),
                                         $4, $5, $6) r) sized) called"
             )
         };
         TypedSql {
             calls: FAMILIES.map(call),
             lapsed: format!(
-                "SELECT ARRAY(SELECT key FROM pgvs3.resp_keys
-                               WHERE bucket_id = $1 AND key = ANY($2) AND expires_at <= clock_timestamp()
-                              UNION ALL
-                              SELECT key FROM {ns}.objects
-                               WHERE bucket_id = $1 AND key = ANY($2) AND expires_at <= clock_timestamp()) AS lapsed"
+                "SELECT coalesce(array_agg(key), '{{}}') AS lapsed, coalesce(array_agg(expires_at), '{{}}') AS deadlines
+                   FROM (SELECT key, expires_at FROM pgvs3.resp_keys
+                          WHERE bucket_id = $1 AND key = ANY($2) AND expires_at <= clock_timestamp()
+                         UNION ALL
+                         SELECT key, expires_at FROM {ns}.objects
+                          WHERE bucket_id = $1 AND key = ANY($2) AND expires_at <= clock_timestamp()) l"
             ),
         }
     }
@@ -420,11 +424,13 @@ pub(super) const DELETE_EXPIRED: &str = "DELETE FROM pgvs3.resp_keys WHERE ctid 
 
 /// Sends the calls on `client` one after the other without waiting between them (one round
 /// trip), with `before` sent first and `after` last; PostgreSQL runs them in that order. The
-/// calls' rows, and what `after` answered.
+/// calls' rows, and what `after` answered. `expired_strings_deleted`: `before` deletes the
+/// expired strings among the keys, so the calls take every string row left as live.
 pub(super) async fn send_calls<B, A, T>(
     client: &deadpool_postgres::Object,
     bucket: &BucketInfo,
     calls: &[&TypedCall],
+    expired_strings_deleted: bool,
     before: B,
     after: A,
 ) -> StoreResult<(Vec<TypedRow>, T)>
@@ -443,10 +449,10 @@ where
         .iter()
         .map(|call| call.args.iter().map(|arg| &arg[..]).collect())
         .collect();
-    let params: Vec<[&(dyn ToSql + Sync); 7]> = calls
+    let params: Vec<[&(dyn ToSql + Sync); 8]> = calls
         .iter()
         .zip(&args)
-        .map(|(call, args)| -> [&(dyn ToSql + Sync); 7] {
+        .map(|(call, args)| -> [&(dyn ToSql + Sync); 8] {
             [
                 &call.op,
                 &bucket.id,
@@ -455,6 +461,7 @@ where
                 &call.ints,
                 &call.floats,
                 &call.reply_limit,
+                &expired_strings_deleted,
             ]
         })
         .collect();
@@ -525,9 +532,11 @@ pub(super) async fn read_calls(
         let after = async {
             let params: [&(dyn ToSql + Sync); 2] = [&bucket.id, &keys];
             let (row, _) = futures::try_join!(client.query_one(&lapsed, &params), client.batch_execute("COMMIT"))?;
-            Ok(row.get::<_, Vec<String>>("lapsed"))
+            let keys = row.get::<_, Vec<String>>("lapsed");
+            let deadlines = row.get::<_, Vec<std::time::SystemTime>>("deadlines");
+            Ok(keys.into_iter().zip(deadlines).collect::<Vec<_>>())
         };
-        let (rows, lapsed) = send_calls(client, bucket, calls, before, after).await?;
+        let (rows, lapsed) = send_calls(client, bucket, calls, false, before, after).await?;
         fresh = waited.fresh(lapsed);
         if fresh.is_empty() {
             return Ok(rows);

@@ -89,7 +89,7 @@ impl KvBatch {
 
     /// A read's wait for the writers of the keys it found past their expiry (`lapsed`), each
     /// followed by a new load: see [`Waited`]. (Rare: the reaper removes expired rows.)
-    async fn wait_for_writers(&mut self, keys: &[String], mut lapsed: Vec<String>) -> StoreResult<()> {
+    async fn wait_for_writers(&mut self, keys: &[String], mut lapsed: Vec<Lapsed>) -> StoreResult<()> {
         let mut waited = Waited::default();
         loop {
             let fresh = waited.fresh(lapsed);
@@ -115,8 +115,8 @@ impl KvBatch {
     }
 
     /// Takes loaded rows as the state of `keys`; answers the keys whose row had expired by the
-    /// load's clock (they are absent).
-    fn absorb(&mut self, rows: &[Row], keys: &[String]) -> Vec<String> {
+    /// load's clock (they are absent), with their deadlines.
+    fn absorb(&mut self, rows: &[Row], keys: &[String]) -> Vec<Lapsed> {
         let mut lapsed = Vec::new();
         for row in rows {
             self.now = row.get("now");
@@ -125,10 +125,11 @@ impl KvBatch {
             };
             let typed = row.get::<_, Option<i8>>("type").and_then(KeyType::from_code);
             let expires_at: Option<SystemTime> = row.get("expires_at");
-            let expired = expires_at.is_some_and(|at| at <= self.now);
-            if expired {
-                lapsed.push(key.clone());
+            let expired = expires_at.filter(|at| *at <= self.now);
+            if let Some(deadline) = expired {
+                lapsed.push((key.clone(), deadline));
             }
+            let expired = expired.is_some();
             if expired && typed.is_none() {
                 // An expired string: absent; a write over it replaces the row by its key.
                 continue;
@@ -256,23 +257,30 @@ fn loaded_entry(row: &Row, typed: Option<KeyType>, expires_at: Option<SystemTime
 /// bring the key back after the read. So a read that meets a key past its expiry (not yet
 /// removed by the reaper) waits for the key's writers ([`await_writers`]) and reads again; a
 /// writer that takes the key's lock after that loads it past its expiry and finds it absent
-/// too. A key met past its expiry again after its wait needs no second one; one that expired
-/// between the two reads does: a read repeats until it meets no key it has not waited for,
-/// at most once per key.
+/// too. A key met past the same deadline again after its wait needs no second one; one that
+/// expired between the two reads does, and so does one met past a new deadline: a writer that
+/// set it (waited for) may have been followed by another that loaded the key alive before it
+/// and has not committed (a read of several keys waits for each in turn, long enough for
+/// that). A read repeats until it meets no (key, deadline) it has not waited for.
 #[derive(Debug, Default)]
-pub(in crate::store) struct Waited(Vec<String>);
+pub(in crate::store) struct Waited(Vec<Lapsed>);
+
+/// A key a read found past its expiry, and that expiry.
+pub(in crate::store) type Lapsed = (String, SystemTime);
 
 impl Waited {
-    /// Of `lapsed` (keys a read found past their expiry), those it has not waited for yet, now
-    /// counted as waited for.
-    pub(in crate::store) fn fresh(&mut self, lapsed: Vec<String>) -> Vec<String> {
+    /// Of `lapsed` (keys a read found past their expiry), the keys it has not waited for yet
+    /// past that deadline, now counted as waited for.
+    pub(in crate::store) fn fresh(&mut self, lapsed: Vec<Lapsed>) -> Vec<String> {
         let mut fresh = Vec::new();
-        for key in lapsed {
-            if !self.0.contains(&key) && !fresh.contains(&key) {
-                fresh.push(key);
+        for met in lapsed {
+            if !self.0.contains(&met) {
+                if !fresh.contains(&met.0) {
+                    fresh.push(met.0.clone());
+                }
+                self.0.push(met);
             }
         }
-        self.0.extend(fresh.iter().cloned());
         fresh
     }
 }

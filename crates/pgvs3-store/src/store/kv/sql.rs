@@ -36,19 +36,22 @@ pub(in crate::store) struct KvSql {
 /// but a string written over it must delete the row, which could otherwise come back to life
 /// with an EXPIRE or PERSIST of the string. An expired string row comes as well and is taken as
 /// absent (typed writes delete it, see `delete_expired_strings`): a read that meets an expired
-/// row waits for the key's writer first ([`KvBatch::load`](super::KvBatch::load)).
+/// row waits for the key's writer first ([`KvBatch::load`](super::KvBatch::load)). Every row
+/// is judged by one clock, the batch's: a key alive by an earlier one and expired by the
+/// batch's would be written as alive and then passed over by `set_expiry`.
 fn load_sql(ns: &str, key_condition: &str) -> String {
     let objects = key_condition.replace("KEY", "o.key");
     let typed = key_condition.replace("KEY", "r.key");
     format!(
-        "SELECT o.key, o.size, o.etag, o.last_modified, o.expires_at, o.inline, o.body_id, t.now,
+        "WITH t AS MATERIALIZED (SELECT clock_timestamp() AS now)
+         SELECT o.key, o.size, o.etag, o.last_modified, o.expires_at, o.inline, o.body_id, t.now,
                 o.meta ? 'pc' AS multipart, NULL::\"char\" AS type, o.meta ? 'se' AS sealed
-           FROM (SELECT clock_timestamp() AS now) t
+           FROM t
            LEFT JOIN {ns}.objects o ON o.bucket_id = $1 AND {objects}
          UNION ALL
-         SELECT r.key, 0, 't' || r.version, to_timestamp(0), r.expires_at, NULL, NULL, clock_timestamp(),
+         SELECT r.key, 0, 't' || r.version, to_timestamp(0), r.expires_at, NULL, NULL, t.now,
                 false, r.type, false
-           FROM pgvs3.resp_keys r
+           FROM t, pgvs3.resp_keys r
           WHERE r.bucket_id = $1 AND {typed}"
     )
 }

@@ -91,7 +91,7 @@ impl KvBatch {
                 false => Ok(()),
             }
         };
-        let (rows, ()) = crate::store::types::send_calls(client, &self.bucket, calls, before, after).await?;
+        let (rows, ()) = crate::store::types::send_calls(client, &self.bucket, calls, true, before, after).await?;
         if commit {
             self.in_transaction = false;
         }
