@@ -16,6 +16,8 @@
 #   ojs_vs_direct cargo benches, which measure the in-process gateway next to them).
 # - RESP: pgvs3-loadgen and redis-benchmark against pgvs3, redis-server with appendfsync always,
 #   and redis-server in memory.
+# - cold (with RESP, or alone: --only cold): one-key LPUSH/LPOP and ZADD on a fresh data directory
+#   beside redis-server with appendfsync always (issue 39), then the pops again once analyzed.
 # - OJS: pgvs3-loadgen enqueue, batch enqueue and fetch+ack; the raw SKIP LOCKED claim from
 #   ojs_vs_direct is the direct column.
 # Every pgvs3 case runs in capacity mode (database, WAL, checkpoints, RSS, pool; after a reaper
@@ -292,10 +294,11 @@ if wants resp || wants cold; then
         redis-benchmark -p "$port" -c 64 -r 1000000000 -n "$((cold[0] - 2 * cold[1]))" -q \
             ZADD coldzset __rand_int__ element:__rand_int__ >/dev/null
         cold_case "ZADD, ~${cold[0]} members" "${cold[1]}" ZADD coldzset __rand_int__ element:__rand_int__
-        # The same list once the tables are analyzed (pgvs3's plans must not depend on it).
+        # The same once pgvs3's tables are analyzed (its plans must not depend on it), on a list
+        # made again where the dead elements of the one deleted still lie (until VACUUM).
         if [ "$target" = pgvs3 ]; then
             "$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)/psql" -q -X -v ON_ERROR_STOP=1 \
-                "${capacity[2]}" -c ANALYZE
+                "$gw_database" -c ANALYZE
         fi
         redis-cli -p "$port" DEL coldlist >/dev/null
         redis-benchmark -p "$port" -c 64 -r 1000000000 -n "${cold[0]}" -q LPUSH coldlist element:__rand_int__ >/dev/null
