@@ -17,7 +17,8 @@ ci:
 
 # pgvs3 side by side with rclone, redis-server and the direct statements, in one run; a table of
 # ratios and a chart (docs/benchmarks.md). `just bench --smoke` for a quick check of the harness;
-# `--with-garage` adds Garage (built once with cargo install), `--full` the 1 GiB fixtures.
+# `--with-garage` adds Garage (built once with cargo install), `--full` the 1 GiB fixtures;
+# `--only s3,resp,cold,ojs,direct` picks groups (`cold`: issue 39's fresh-directory cases alone).
 # `just bench lake [--smoke] [--full]`: DuckDB httpfs, Parquet scans, DuckLake and Iceberg
 # through the cache, beside rclone (e2e/scripts/bench-lake.sh).
 bench *ARGS:

@@ -77,8 +77,9 @@ TOML
 
 #   start_gateway PGVS3 DATA_DIR [serve flags...]
 # PGVS3 is the gateway's executable. Every listener on an ephemeral loopback port. Sets gw_pid
-# (also in pids), gw_s3, gw_metrics, gw_ojs, gw_resp and gw_capacity (the loadgen's --capacity
-# flags for this gateway: its database, metrics, pid, and a reaper drain).
+# (also in pids), gw_s3, gw_metrics, gw_ojs, gw_resp, gw_database (a libpq connection string for
+# its cluster) and gw_capacity (the loadgen's --capacity flags for this gateway: its database,
+# metrics, pid, and a reaper drain).
 start_gateway() {
     local pgvs3=$1 data=$2
     shift 2
@@ -106,8 +107,9 @@ start_gateway() {
     gw_resp=$(sed -n 's/^pgvs3 RESP endpoint: \(redis:[^ ]*\).*/\1/p' "$data/serve.log")
     # The cluster's port and socket directory, from its postmaster.pid (lines 4 and 5).
     local pid_file="$data/data/pg/postmaster.pid"
+    gw_database="host=$(sed -n 5p "$pid_file") port=$(sed -n 4p "$pid_file") user=pgvs3 dbname=postgres"
     gw_capacity=(--capacity
-        --capacity-database-url "host=$(sed -n 5p "$pid_file") port=$(sed -n 4p "$pid_file") user=pgvs3 dbname=postgres"
+        --capacity-database-url "$gw_database"
         --capacity-metrics-url "$gw_metrics" --capacity-gateway-pid "$gw_pid"
         --capacity-drain "'$pgvs3' admin --data-dir '$data/data' maintenance --run-once --grace 0s")
 }
