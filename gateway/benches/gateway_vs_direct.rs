@@ -492,8 +492,7 @@ async fn main() -> anyhow::Result<()> {
                    ON CONFLICT (bucket_id, key) DO UPDATE SET size = EXCLUDED.size, etag = EXCLUDED.etag,
                       last_modified = EXCLUDED.last_modified, meta = EXCLUDED.meta, inline = EXCLUDED.inline,
                       body_id = EXCLUDED.body_id, expires_at = NULL RETURNING last_modified";
-    let read_chunks_sql =
-        "SELECT seq, data FROM s3p.chunks WHERE body_id = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq";
+    let chunk_rows_sql = "SELECT seq, data FROM s3p.chunks WHERE body_id = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq";
     let meta = serde_json::json!({});
 
     println!(
@@ -592,9 +591,11 @@ async fn main() -> anyhow::Result<()> {
             }
         })
         .await;
-        // What the gateway sends for a whole chunked body (store/bodies.rs `read_chunks`):
-        // the object's row, then its chunks by index range in one prepared statement, each
-        // row's bytes counted and dropped where the gateway decodes them into a frame.
+        // The bytes of a whole chunked body the plainest way PostgreSQL hands them over: the
+        // object's row, then one prepared range scan of its chunks, a row per chunk (the
+        // gateway's statement before it read 32 chunks to a row, store/chunks.rs
+        // `CHUNKS_PER_ROW`), each row's bytes counted and dropped where the gateway decodes
+        // them into a frame.
         let pool = Arc::clone(&direct);
         let last_seq = ((len - 1) / pgvs3_gateway::store::CHUNK_SIZE) as i32;
         let sql_large_get = measure_side(&args, Side::Direct, large_clients, move |_, _| {
@@ -607,7 +608,7 @@ async fn main() -> anyhow::Result<()> {
                     .await
                     .unwrap();
                 let body_id: i64 = row.get("body_id");
-                let statement = client.prepare_cached(read_chunks_sql).await.unwrap();
+                let statement = client.prepare_cached(chunk_rows_sql).await.unwrap();
                 let params: [&(dyn ToSql + Sync); 3] = [&body_id, &0i32, &last_seq];
                 let rows = client.query_raw(&statement, params).await.unwrap();
                 let bytes = rows
