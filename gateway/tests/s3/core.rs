@@ -207,44 +207,6 @@ async fn compressible_bodies_are_stored_smaller_and_read_back_exact() {
     gw.stop().await;
 }
 
-/// Chunks are read back 32 to a row (259,840 bytes of raw chunks): ranges that start, end and
-/// cross at row boundaries are exact, for raw chunks and for zstd-compressed ones (whose stored
-/// lengths differ from chunk to chunk).
-#[tokio::test]
-async fn ranges_across_the_rows_chunks_are_read_in_are_exact() {
-    let gw = TestGateway::start().await;
-    gw.client.create_bucket().bucket("rows").send().await.unwrap();
-    let row = 32 * 8120;
-    let size = 3 * row + 5000;
-    let text: Vec<u8> = (0..size)
-        .map(|i| b"pgvs3 row groups "[i % 17] ^ (i / 4093) as u8)
-        .collect();
-    for (key, body) in [("raw", noise(size, 11)), ("compressed", text)] {
-        put(&gw, "rows", key, body.clone()).await;
-        assert!(get(&gw, "rows", key).await == body, "{key} whole");
-        for (start, end) in [
-            (row - 1, 2 * row + 1),
-            (row, row + 1),
-            (row - 3, row),
-            (2 * row, size),
-            (100, 3 * row),
-        ] {
-            let out = gw
-                .client
-                .get_object()
-                .bucket("rows")
-                .key(key)
-                .range(format!("bytes={start}-{}", end - 1))
-                .send()
-                .await
-                .unwrap();
-            let got = out.body.collect().await.unwrap().into_bytes();
-            assert!(got.as_ref() == &body[start..end], "{key} {start}-{end}");
-        }
-    }
-    gw.stop().await;
-}
-
 #[tokio::test]
 async fn every_range_form_is_exact_and_unsatisfiable_ranges_get_416() {
     let gw = TestGateway::start().await;

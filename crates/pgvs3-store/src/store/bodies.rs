@@ -8,7 +8,7 @@ use md5::{Digest, Md5};
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::types::Type;
 
-use super::chunks::{CHUNKS_PER_ROW, ChunkStream, Chunker, Segment};
+use super::chunks::{ChunkStream, Chunker, Segment};
 use super::encryption::ObjectKey;
 use super::objects::{BodyObserver, BodyStream, NamespaceSql, ObjectHead, ReadOptions, StoredChecksum};
 use super::{StoreError, StoreResult};
@@ -18,10 +18,11 @@ use super::{StoreError, StoreResult};
 pub(super) struct BodySql {
     pub(super) part_span: String,
     pub(super) part_segments: String,
-    pub(super) read_chunks: String,
+    pub(super) read_segments: String,
     pub(super) copy_body: String,
     pub(super) next_body_id: String,
     pub(super) copy_chunks: String,
+    pub(super) read_chunks: String,
 }
 
 impl BodySql {
@@ -32,28 +33,24 @@ impl BodySql {
                 "SELECT body_id, size, start_offset FROM {ns}.parts
                   WHERE owner_id = $1 AND start_offset < $3 AND start_offset + size > $2 ORDER BY part_number"
             ),
-            // One statement (one snapshot) for all segments (a body, or the parts of a
-            // multipart object), CHUNKS_PER_ROW chunks to a row (see chunks.rs for why). Function
-            // scans yield the segments and their groups in order and nested loops run the
-            // (ordered, not pulled-up) innermost query per group, so rows arrive in order without
-            // a sort that would buffer a whole part; both arrays aggregate the same ordered rows,
-            // so their elements pair up, and ChunkStream checks the sequence numbers.
-            read_chunks: format!(
-                "SELECT c.seqs, c.data
+            // One statement (one snapshot) for all parts. A function scan yields the arrays in
+            // order and a nested loop runs the (ordered, not pulled-up) inner query per part, so
+            // rows arrive part by part without a sort that would buffer a whole part.
+            read_segments: format!(
+                "SELECT c.seq, c.data
                    FROM unnest($1::bigint[], $2::int[], $3::int[]) AS s(body_id, first_seq, last_seq)
-                  CROSS JOIN LATERAL generate_series(s.first_seq, s.last_seq, {CHUNKS_PER_ROW}) AS g(first_seq)
-                  CROSS JOIN LATERAL (SELECT array_agg(seq) AS seqs, array_agg(data) AS data
-                                        FROM (SELECT seq, data FROM {ns}.chunks
-                                               WHERE body_id = s.body_id AND seq >= g.first_seq
-                                                 AND seq <= least(g.first_seq + {last_in_row}, s.last_seq)
-                                               ORDER BY seq) ordered) c",
-                last_in_row = CHUNKS_PER_ROW - 1
+                  CROSS JOIN LATERAL (SELECT seq, data FROM {ns}.chunks
+                                       WHERE body_id = s.body_id AND seq >= s.first_seq AND seq <= s.last_seq
+                                       ORDER BY seq) c"
             ),
             copy_body: format!(
                 "INSERT INTO {ns}.chunks (body_id, seq, data) SELECT $2, seq, data FROM {ns}.chunks WHERE body_id = $1"
             ),
             next_body_id: format!("SELECT nextval('{ns}.body_ids') AS body_id"),
             copy_chunks: format!("COPY {ns}.chunks (body_id, seq, data) FROM STDIN (FORMAT binary)"),
+            read_chunks: format!(
+                "SELECT seq, data FROM {ns}.chunks WHERE body_id = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq"
+            ),
         }
     }
 }
@@ -109,36 +106,21 @@ pub(super) async fn body_rows(
     span: (u64, u64),
 ) -> StoreResult<(Vec<Segment>, tokio_postgres::RowStream)> {
     type Params<'a> = [&'a (dyn tokio_postgres::types::ToSql + Sync); 3];
-    let segments = if multipart {
-        part_segments(client, sql, body_id, span).await?
-    } else {
-        vec![Segment {
+    if !multipart {
+        let segment = Segment {
             body_id,
             size,
             start: span.0,
             end: span.1,
-        }]
-    };
-    let ids: Vec<i64> = segments.iter().map(|s| s.body_id).collect();
-    let firsts: Vec<i32> = segments.iter().map(Segment::first_seq).collect();
-    let lasts: Vec<i32> = segments.iter().map(Segment::last_seq).collect();
-    let statement = client.prepare_cached(&sql.bodies.read_chunks).await?;
-    let params: Params = [&ids, &firsts, &lasts];
-    let rows = client.query_raw(&statement, params).await?;
-    Ok((segments, rows))
-}
-
-/// The parts of a multipart object's manifest holding bytes `span`, each as the segment of
-/// its own body.
-async fn part_segments(
-    client: &deadpool_postgres::ClientWrapper,
-    sql: &NamespaceSql,
-    body_id: i64,
-    span: (u64, u64),
-) -> StoreResult<Vec<Segment>> {
+        };
+        let statement = client.prepare_cached(&sql.bodies.read_chunks).await?;
+        let params: Params = [&body_id, &segment.first_seq(), &segment.last_seq()];
+        let rows = client.query_raw(&statement, params).await?;
+        return Ok((vec![segment], rows));
+    }
     let statement = client.prepare_cached(&sql.bodies.part_segments).await?;
     let (start, end) = (span.0 as i64, span.1 as i64);
-    Ok(client
+    let segments: Vec<Segment> = client
         .query(&statement, &[&body_id, &start, &end])
         .await?
         .iter()
@@ -152,7 +134,14 @@ async fn part_segments(
                 end: span.1.min(offset + size) - offset,
             }
         })
-        .collect())
+        .collect();
+    let ids: Vec<i64> = segments.iter().map(|s| s.body_id).collect();
+    let firsts: Vec<i32> = segments.iter().map(Segment::first_seq).collect();
+    let lasts: Vec<i32> = segments.iter().map(Segment::last_seq).collect();
+    let statement = client.prepare_cached(&sql.bodies.read_segments).await?;
+    let params: Params = [&ids, &firsts, &lasts];
+    let rows = client.query_raw(&statement, params).await?;
+    Ok((segments, rows))
 }
 
 /// The head of a found object, after its preconditions, and the span `options` select, and

@@ -15,13 +15,6 @@ use super::encryption::ObjectKey;
 /// One raw chunk fills one heap page exactly (see migrations/0001_layout_v1.sql).
 pub const CHUNK_SIZE: usize = 8120;
 
-/// Chunks read back per row (arrays of their sequence numbers and data, `bodies.rs`'s
-/// `read_chunks`): one row is one ~254 KiB frame to the client. With a row per chunk an 8 MiB
-/// GET took ~1,000 rows, which tokio-postgres's connection task hands to the request's task a
-/// socket read (~20 KiB) at a time: ~400 reads, channel sends and wake-ups per GET, and as many
-/// small frames to hyper (issue 40, docs/benchmarks.md).
-pub const CHUNKS_PER_ROW: usize = 32;
-
 /// Chunks are compressed only when zstd saves at least this share of the bytes; less is not
 /// worth the CPU on every read.
 const MIN_SAVING_DIVISOR: usize = 8;
@@ -156,8 +149,7 @@ pub struct ChunkStream {
 }
 
 impl ChunkStream {
-    /// `rows` yields `(seqs, data)` arrays of up to [`CHUNKS_PER_ROW`] chunks of `segments`, in
-    /// order, segment after segment, a row never spanning two segments.
+    /// `rows` yields `(seq, data)` for the chunks of `segments`, segment after segment.
     /// `client` is the connection `rows` come from, kept checked out until the stream ends
     /// (`None` when the caller holds it).
     pub fn new(client: Option<deadpool_postgres::Object>, rows: RowStream, segments: Vec<Segment>) -> ChunkStream {
@@ -248,54 +240,46 @@ impl ChunkStream {
         self.remaining -= take as u64;
         Ok(())
     }
-
-    /// Appends the wanted part of one row's chunks to `frame`; NULL arrays are a group of the
-    /// body with no chunk at all.
-    fn decode_row(&mut self, row: &tokio_postgres::Row, frame: &mut BytesMut) -> Result<(), StoreError> {
-        let seqs: Option<Vec<i32>> = row.try_get("seqs")?;
-        let data: Option<Vec<&[u8]>> = row.try_get("data")?;
-        let (seqs, data) = match (seqs, data) {
-            (Some(seqs), Some(data)) if seqs.len() == data.len() => (seqs, data),
-            _ => return Err(StoreError::Corrupt(format!("chunk {} missing", self.next_seq))),
-        };
-        for (seq, stored) in seqs.into_iter().zip(data) {
-            self.decode_into(i64::from(seq), stored, frame)?;
-        }
-        Ok(())
-    }
 }
+
+/// Rows already received are handed on together, up to this many bytes per frame: one write
+/// per frame instead of one per 8 KiB chunk.
+const MAX_FRAME: usize = 256 * 1024;
 
 impl Stream for ChunkStream {
     type Item = Result<Bytes, StoreError>;
 
-    /// One row's chunks per frame.
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        loop {
+        // Sized up front: growing a buffer to 256 KiB by doubling would copy it several times.
+        let mut frame = BytesMut::with_capacity(MAX_FRAME.min(self.remaining as usize + CHUNK_SIZE));
+        while frame.len() < MAX_FRAME {
             if self.remaining == 0 && !self.next_segment() {
-                self.client = None;
-                return Poll::Ready(None);
+                break;
             }
-            let row = match self.rows.as_mut().poll_next(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(Some(Ok(row))) => row,
+            match self.rows.as_mut().poll_next(cx) {
+                Poll::Pending if frame.is_empty() => return Poll::Pending,
+                Poll::Pending => break,
+                Poll::Ready(Some(Ok(row))) => {
+                    let seq: i32 = row.get("seq");
+                    if let Err(err) = self.decode_into(i64::from(seq), row.get("data"), &mut frame) {
+                        return self.fail(err);
+                    }
+                }
                 Poll::Ready(Some(Err(err))) => return self.fail(StoreError::from(err)),
                 Poll::Ready(None) => {
                     let missing = self.next_seq;
                     return self.fail(StoreError::Corrupt(format!("body ends before chunk {missing}")));
                 }
-            };
-            // Sized up front for the row: growing a buffer by doubling would copy it.
-            let mut frame = BytesMut::with_capacity((CHUNKS_PER_ROW * CHUNK_SIZE).min(self.remaining as usize));
-            if let Err(err) = self.decode_row(&row, &mut frame) {
-                return self.fail(err);
             }
-            if self.remaining == 0 && self.segments.is_empty() {
-                // Back to the pool as soon as the last byte is read, not when the client is done.
-                self.client = None;
-            }
-            if !frame.is_empty() {
-                return Poll::Ready(Some(Ok(frame.freeze())));
-            }
+        }
+        if self.remaining == 0 && self.segments.is_empty() {
+            // Back to the pool as soon as the last byte is read, not when the client is done.
+            self.client = None;
+        }
+        if frame.is_empty() {
+            Poll::Ready(None)
+        } else {
+            Poll::Ready(Some(Ok(frame.freeze())))
         }
     }
 }
