@@ -591,11 +591,9 @@ async fn main() -> anyhow::Result<()> {
             }
         })
         .await;
-        // The bytes of a whole chunked body the plainest way PostgreSQL hands them over: the
-        // object's row, then one prepared range scan of its chunks, a row per chunk (the
-        // gateway's statement before it read 32 chunks to a row, store/chunks.rs
-        // `CHUNKS_PER_ROW`), each row's bytes counted and dropped where the gateway decodes
-        // them into a frame.
+        // What the gateway sends for a whole chunked body (store/bodies.rs `read_chunks`): the
+        // object's row, then one prepared range scan of its chunks, a row per chunk, each row's
+        // bytes counted and dropped where the gateway decodes them into a frame.
         let pool = Arc::clone(&direct);
         let last_seq = ((len - 1) / pgvs3_gateway::store::CHUNK_SIZE) as i32;
         let sql_large_get = measure_side(&args, Side::Direct, large_clients, move |_, _| {
