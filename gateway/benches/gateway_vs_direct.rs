@@ -1,5 +1,6 @@
-//! 4 KiB GET/PUT, 8 MiB and 64 MiB GET, 10 MiB and 64 MiB PUT through the gateway, next to the same SQL statements issued
-//! directly with tokio-postgres on the same PostgreSQL, run side by side; prints the ratios.
+//! 4 KiB GET/PUT, 8 and 64 MiB GET, 10 and 64 MiB PUT through the gateway, next to the same SQL
+//! statements issued directly with tokio-postgres on the same PostgreSQL, run side by side;
+//! prints the ratios.
 //!
 //! `cargo bench -p pgvs3-gateway --bench gateway_vs_direct -- [--seconds N] [--clients N] [--json FILE]`
 //!
