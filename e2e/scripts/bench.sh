@@ -5,9 +5,10 @@
 #       [--out DIR]
 #   e2e/scripts/bench.sh lake [--smoke] [--full] ...   (DuckDB, DuckLake, Iceberg: bench-lake.sh)
 # - S3 (pgvs3-loadgen, the same flags for all): pgvs3 and `rclone serve s3` over a local
-#   directory; 4 KiB put/get/head/list at 16 workers for N seconds, 64 MiB (incompressible)
-#   put/get at 2 workers (10 requests), 10 MiB put at 8 workers alone and beside 4 KiB GETs at
-#   16, the 100 MiB Parquet fixture put/get at 2 (8 requests); pgvs3's cases with their CPU
+#   directory; 4 KiB put/get/head/list at 16 workers for N seconds, 8 MiB get at 1 worker,
+#   64 MiB (incompressible) put/get at 2 workers (10 requests), 10 MiB put at 8 workers alone
+#   and beside 4 KiB GETs at 16, the 100 MiB Parquet fixture put/get at 2 (8 requests); pgvs3's
+#   cases with their CPU
 #   split per request (gateway, PostgreSQL, load generator);
 #   --full adds the 1 GiB Parquet and binary fixtures put/get at 1 worker (3 requests).
 #   --with-garage adds Garage (one node on loopback ports with a generated configuration; built
@@ -175,6 +176,9 @@ if wants s3; then
             --workers 2 --keys 4
     else
         s3_pair "${run[@]}" --ops put,get,head,list --sizes 4KiB --workers 16 --keys 1000
+        # One client reading 8 MiB bodies (issue 40): the GET body path alone, no concurrency to
+        # hide its per-row costs behind.
+        s3_pair "${run[@]}" --ops get --sizes 8MiB --workers 1 --keys 4
         # 10 MiB PUTs at 8 workers alone, then beside 4 KiB GETs at 16 workers (both sides of
         # the mix in DIR/beside-TARGET-{put,get}.ndjson): what large uploads cost small reads.
         s3_pair "${run[@]}" --ops put --sizes 10MiB --workers 8 --keys 8 --timeout 300
@@ -319,7 +323,10 @@ if wants direct; then
     echo "## direct: the gateway's statements straight to PostgreSQL (cargo benches) (${SECONDS}s in)" >&2
     jobs=5000
     [ "$smoke" = yes ] && jobs=300
-    cargo_bench gateway_vs_direct -- --seconds "$bench_seconds" --json "$out/direct-s3.ndjson" >&2
+    # The 8 MiB GET at one client, as the S3 group runs it; the other large cases at two.
+    cargo_bench gateway_vs_direct -- --seconds "$bench_seconds" --skip "GET 8 MiB" --json "$out/direct-s3.ndjson" >&2
+    cargo_bench gateway_vs_direct -- --seconds "$bench_seconds" --only "GET 8 MiB" --large-clients 1 \
+        --json "$out/direct-s3.ndjson" >&2
     cargo_bench ojs_vs_direct -- --seconds "$bench_seconds" --jobs "$jobs" --json "$out/direct-ojs.ndjson" >&2
 fi
 

@@ -41,7 +41,7 @@ def table(header, rows):
 
 
 # loadgen case → the gateway_vs_direct case measuring the same request directly.
-DIRECT_S3 = {"s3 get 4KiB": "GET 4 KiB", "s3 put 4KiB": "PUT 4 KiB", "s3 get 10MiB": "GET 10 MiB",
+DIRECT_S3 = {"s3 get 4KiB": "GET 4 KiB", "s3 put 4KiB": "PUT 4 KiB", "s3 get 8MiB": "GET 8 MiB",
              "s3 put 10MiB": "PUT 10 MiB", "s3 get 64MiB": "GET 64 MiB", "s3 put 64MiB": "PUT 64 MiB"}
 
 
