@@ -1518,11 +1518,7 @@ async fn a_read_past_an_expiry_waits_for_the_write_that_found_the_key_alive() {
     let gateway = TestGateway::with_resp(&[]).await;
     let mut con = connect(&gateway).await;
     let observer = gateway.sql().await;
-    let bucket = observer
-        .query_one("SELECT id, namespace FROM pgvs3.buckets WHERE name = 'resp'", &[])
-        .await
-        .unwrap();
-    let (bucket_id, namespace): (i64, String) = (bucket.get("id"), bucket.get("namespace"));
+    let (bucket_id, namespace) = resp_bucket(&observer).await;
     let strings = format!("{namespace}.objects");
     let bulk = Value::bulk;
     let cases: [(&[&str], &[&str], Value); 6] = [
@@ -1549,20 +1545,10 @@ async fn a_read_past_an_expiry_waits_for_the_write_that_found_the_key_alive() {
         };
         query::<redis::Value>(&mut con, make).await;
         assert_eq!(query::<i64>(&mut con, &["PEXPIRE", key, "300"]).await, 1);
-        // The writer: the key's locks in the order write batches take them, then its change.
+        // The writer: the key's locks as a write batch holds them, then its change.
         let mut writer = gateway.sql().await;
         let write = writer.transaction().await.unwrap();
-        write
-            .execute("SELECT pg_advisory_xact_lock_shared(-$1::int8)", &[&bucket_id])
-            .await
-            .unwrap();
-        write
-            .execute(
-                "SELECT pg_advisory_xact_lock($1::int4, hashtext($2))",
-                &[&(bucket_id as i32), &key],
-            )
-            .await
-            .unwrap();
+        lock_as_a_writer(&write, bucket_id, key).await;
         let persist = format!("UPDATE {table} SET expires_at = NULL WHERE bucket_id = $1 AND key = $2");
         assert_eq!(write.execute(&persist, &[&bucket_id, &key]).await.unwrap(), 1);
         let expired =
@@ -1670,11 +1656,7 @@ async fn a_read_waits_again_for_a_key_past_a_new_deadline() {
     query::<String>(&mut con, &["SET", "s0", "v", "PX", "600000"]).await;
     query::<String>(&mut con, &["SET", "s1", "w", "PX", "600000"]).await;
     let observer = gateway.sql().await;
-    let bucket = observer
-        .query_one("SELECT id, namespace FROM pgvs3.buckets WHERE name = 'resp'", &[])
-        .await
-        .unwrap();
-    let (bucket_id, namespace): (i64, String) = (bucket.get("id"), bucket.get("namespace"));
+    let (bucket_id, namespace) = resp_bucket(&observer).await;
     let set_deadline = format!(
         "UPDATE {namespace}.objects SET expires_at = clock_timestamp() + $3::float8 * interval '1 second'
           WHERE bucket_id = $1 AND key = $2"
@@ -1705,22 +1687,12 @@ async fn a_read_waits_again_for_a_key_past_a_new_deadline() {
             (waiting || finished).then_some(())
         }
     };
-    // A writer: the key's locks in the order write batches take them.
+    // A writer: a transaction holding the key's locks as a write batch does.
     let gateway = &gateway;
     let lock = |key: &'static str| async move {
         let writer = gateway.sql().await;
         writer.batch_execute("BEGIN").await.unwrap();
-        writer
-            .execute("SELECT pg_advisory_xact_lock_shared(-$1::int8)", &[&bucket_id])
-            .await
-            .unwrap();
-        writer
-            .execute(
-                "SELECT pg_advisory_xact_lock($1::int4, hashtext($2))",
-                &[&(bucket_id as i32), &key],
-            )
-            .await
-            .unwrap();
+        lock_as_a_writer(&writer, bucket_id, key).await;
         writer
     };
     observer
@@ -1778,6 +1750,29 @@ async fn a_read_waits_again_for_a_key_past_a_new_deadline() {
         "s0 was alive for writer 2, whose write came after the read's first wait"
     );
     assert_eq!(query::<String>(&mut con, &["GET", "s0"]).await, "v");
+}
+
+/// The id and namespace of the `resp` bucket (database 0's).
+async fn resp_bucket(sql: &tokio_postgres::Client) -> (i64, String) {
+    let bucket = sql
+        .query_one("SELECT id, namespace FROM pgvs3.buckets WHERE name = 'resp'", &[])
+        .await
+        .unwrap();
+    (bucket.get("id"), bucket.get("namespace"))
+}
+
+/// Takes `key`'s locks in the open transaction of `sql` in the order a write batch takes them
+/// (store/kv.rs): the keyspace's shared, then the key's.
+async fn lock_as_a_writer(sql: &impl tokio_postgres::GenericClient, bucket_id: i64, key: &str) {
+    sql.execute("SELECT pg_advisory_xact_lock_shared(-$1::int8)", &[&bucket_id])
+        .await
+        .unwrap();
+    sql.execute(
+        "SELECT pg_advisory_xact_lock($1::int4, hashtext($2))",
+        &[&(bucket_id as i32), &key],
+    )
+    .await
+    .unwrap();
 }
 
 /// Whether a blocked client still has no reply after half a second (five of its attempts at
