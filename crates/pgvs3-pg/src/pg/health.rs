@@ -220,12 +220,15 @@ mod tests {
         let connections = Connections::default();
         let busy = connections.connect(&config).await.expect("connect");
         let pool = super::super::pool(config.clone(), 2).expect("pool");
-        let health = DatabaseHealth::new(pool, connections, &Metrics::new(), Duration::from_millis(200));
+        // The probe's timeout is well under each stall (a probe on this runtime would miss it
+        // every time) and well over what a connect and a SELECT 1 take on a loaded CI machine
+        // (200 ms was not: once under load the probe's first connect took longer).
+        let health = DatabaseHealth::new(pool, connections, &Metrics::new(), Duration::from_secs(1));
         let probe = health.spawn_probe(config, Duration::from_millis(20));
-        for _ in 0..10 {
+        for _ in 0..3 {
             // This test's runtime has one thread: blocking it stalls every task on it, as a
             // handler that computes without yielding stalls a worker of the gateway's.
-            std::thread::sleep(Duration::from_millis(500));
+            std::thread::sleep(Duration::from_secs(2));
             tokio::task::yield_now().await;
         }
         probe.abort();
