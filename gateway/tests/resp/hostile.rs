@@ -792,6 +792,39 @@ async fn multi_queues_are_bounded_in_count_and_bytes() {
 }
 
 /// This process's resident set and its peak since [`reset_peak_rss`] (the gateway runs in it).
+/// WATCHed keys are bounded per connection (each is a registration row until EXEC, DISCARD,
+/// UNWATCH or the connection's end): past 100,000 WATCH is refused and watches nothing more,
+/// the keys already watched still guard EXEC, and UNWATCH makes room again.
+#[tokio::test]
+async fn watched_keys_are_bounded_per_connection() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    let mut other = RawResp::connect(gateway.resp_addr()).await;
+    let keys: Vec<String> = (0..50_000).map(|n| format!("w{n}")).collect();
+    for half in [&keys[..25_000], &keys[25_000..]] {
+        let mut watch = vec!["WATCH"];
+        watch.extend(half.iter().map(String::as_str));
+        assert_eq!(raw.command(&watch).await, OK());
+        assert_eq!(raw.command(&watch).await, OK(), "repeats count, and are allowed");
+    }
+    let refused = raw.command(&["WATCH", "one-more"]).await;
+    assert_eq!(
+        refused.error(),
+        "ERR WATCH limit reached: at most 100000 keys watched per connection until EXEC, DISCARD or UNWATCH"
+    );
+    // What was watched before the refusal still guards EXEC; the refused key does not.
+    assert_eq!(other.command(&["SET", "one-more", "x"]).await, OK());
+    assert_eq!(raw.command(&["MULTI"]).await, OK());
+    assert_eq!(raw.command(&["SET", "done", "1"]).await, Value::Simple("QUEUED".into()));
+    assert_eq!(raw.command(&["EXEC"]).await, Value::Array(vec![OK()]));
+    assert_eq!(raw.command(&["WATCH", "w49999"]).await, OK());
+    assert_eq!(other.command(&["SET", "w49999", "x"]).await, OK());
+    assert_eq!(raw.command(&["MULTI"]).await, OK());
+    assert_eq!(raw.command(&["SET", "done", "2"]).await, Value::Simple("QUEUED".into()));
+    assert_eq!(raw.command(&["EXEC"]).await, Value::Nil);
+    assert_eq!(raw.command(&["GET", "done"]).await, Value::Bulk(b"1".to_vec()));
+}
+
 fn rss_bytes(field: &str) -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
     let kib: u64 = status

@@ -44,6 +44,11 @@ const MAX_QUEUED_BYTES: usize = 512 * 1024 * 1024;
 /// What a queued command costs besides its arguments' bytes (its parsed form).
 const QUEUED_OVERHEAD: usize = 256;
 
+/// Keys one connection may WATCH at once (repeats count). Each is a row in
+/// `pgvs3.resp_watches` and an entry EXEC checks, kept until EXEC, DISCARD, UNWATCH or the
+/// connection's end: without a bound, one client could grow both without end.
+const MAX_WATCHED: usize = 100_000;
+
 /// A MULTI's queued commands. A queue outlives the input it came in, so it is bounded in
 /// count and bytes, and its bytes beyond [`UNBUDGETED_INPUT`] are held against the buffer
 /// budget, as large input is.
@@ -163,6 +168,11 @@ impl Connection {
             Ok(keys) => keys,
             Err(reply) => return reply,
         };
+        if self.watched.len() + keys.len() > MAX_WATCHED {
+            return Reply::error(format!(
+                "ERR WATCH limit reached: at most {MAX_WATCHED} keys watched per connection until EXEC, DISCARD or UNWATCH"
+            ));
+        }
         let keyspace = match self.keyspace(Access::Read).await {
             Ok(keyspace) => keyspace,
             Err(reply) => return reply,
