@@ -732,6 +732,54 @@ async fn commands_past_their_time_limit_are_cancelled() {
     assert_eq!(raw.command(&["ZCARD", "z"]).await, Value::Int(1));
 }
 
+/// Connections whose writes share one commit do not each have their own fate: a write answered
+/// "cancelled" at its time limit must never commit, and one whose shared batch commits must
+/// not be answered "cancelled". Here C's batch waits on a lock past the limit (cancelled);
+/// A's and B's writes, queued behind it, then share the next batch, which is still waiting
+/// when A's own deadline passes (B's is later) and commits once the lock goes.
+#[tokio::test]
+async fn a_write_answered_cancelled_never_commits() {
+    let limit = Duration::from_secs(2);
+    let gateway = TestGateway::with_resp(&["--resp-write-timeout", "2s"]).await;
+    let (lock, watch) = (gateway.sql().await, gateway.sql().await);
+    let mut check = RawResp::connect(gateway.resp_addr()).await;
+    assert_eq!(check.command(&["ZADD", "z", "0", "first"]).await, Value::Int(1));
+    lock.batch_execute("BEGIN; LOCK TABLE pgvs3.resp_zset IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let t0 = tokio::time::Instant::now();
+    let mut writers = Vec::new();
+    for (member, after) in [("c", 0), ("a", 500), ("b", 1500)] {
+        tokio::time::sleep_until(t0 + Duration::from_millis(after)).await;
+        let mut raw = RawResp::connect(gateway.resp_addr()).await;
+        raw.send(&encode(&[b"ZADD", b"z", b"1", member.as_bytes()])).await;
+        if member == "c" {
+            lock_waiter(&watch).await;
+        }
+        writers.push((member, raw));
+    }
+    // Past A's deadline (its batch started before it, when C's was cancelled at about 2 s),
+    // before the batch's own (about 4 s).
+    tokio::time::sleep_until(t0 + Duration::from_millis(500) + limit + Duration::from_millis(300)).await;
+    lock.batch_execute("ROLLBACK").await.unwrap();
+    let cancelled = "ERR command timed out after 2 s (--resp-write-timeout) and was cancelled";
+    let mut answers = Vec::new();
+    for (member, mut raw) in writers {
+        let reply = raw.reply().await.expect("a reply");
+        let score = check.command(&["ZSCORE", "z", member]).await;
+        match &reply {
+            Value::Int(1) => assert_eq!(score, Value::Bulk(b"1".to_vec()), "{member} answered 1"),
+            Value::Error(error) if error == cancelled => assert_eq!(score, Value::Nil, "{member} answered cancelled"),
+            other => panic!("{member}: {other:?}"),
+        }
+        answers.push((member, reply));
+    }
+    assert!(t0.elapsed() < Duration::from_secs(10));
+    // C's batch ran alone past the limit; what the others got depends on the scheduling, but
+    // never a cancellation that committed (checked above).
+    assert_eq!(answers[0].1.error(), cancelled, "{answers:?}");
+}
+
 /// A MULTI queue is bounded: at most 100,000 commands (the next one is refused and fails the
 /// transaction, as an error while queueing does in Redis), and its bytes beyond 1 MiB come
 /// out of the buffer budget (given back when the transaction ends).

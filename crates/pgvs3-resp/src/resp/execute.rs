@@ -10,6 +10,7 @@ use super::codec::Reply;
 use super::command::{KeyCommand, Spec};
 use super::commands::transactions::{Fingerprint, fingerprint};
 use super::connection::{Connection, store_error};
+use super::group_commit::Submitted;
 use super::keys;
 use crate::store::{Access, Watches};
 
@@ -108,28 +109,39 @@ impl Connection {
         watched: &[(String, Fingerprint)],
         watches: Option<Watches>,
     ) -> Result<Vec<Reply>, Reply> {
+        if write && watched.is_empty() && watches.is_none() {
+            // A shared commit keeps the time limit itself (group_commit.rs).
+            return self.execute_shared(commands).await;
+        }
         self.within(write, self.execute_now(commands, write, watched, watches))
             .await?
     }
 
     /// Database work of a command, within its class's time limit (`--resp-read-timeout`,
-    /// `--resp-write-timeout`). Past it the work is dropped, which cancels its statement (a
-    /// shared commit only once every client waiting for it is gone).
+    /// `--resp-write-timeout`). Past it the work is dropped, which cancels its statement and
+    /// rolls back its transaction.
     pub(crate) async fn within<T>(&self, write: bool, work: impl Future<Output = T>) -> Result<T, Reply> {
         let settings = &self.server.settings;
-        let (limit, flag) = match write {
-            true => (settings.write_timeout, "--resp-write-timeout"),
-            false => (settings.read_timeout, "--resp-read-timeout"),
+        let limit = match write {
+            true => settings.write_timeout,
+            false => settings.read_timeout,
         };
         let Some(limit) = limit else {
             return Ok(work.await);
         };
-        tokio::time::timeout(limit, work).await.map_err(|_| {
-            Reply::error(format!(
-                "ERR command timed out after {} s ({flag}) and was cancelled",
-                limit.as_secs_f64()
-            ))
-        })
+        tokio::time::timeout(limit, work)
+            .await
+            .map_err(|_| timed_out(limit, write))
+    }
+
+    /// Writes in a transaction shared with other connections' writes.
+    async fn execute_shared(&self, commands: &[(KeyCommand, &'static Spec)]) -> Result<Vec<Reply>, Reply> {
+        let keyspace = self.keyspace(Access::Write).await?;
+        let commands = commands.iter().map(|(command, _)| command.clone()).collect();
+        match self.server.group_commit.submit(&keyspace, commands, self.id()).await {
+            Submitted::Answered(outcome) => outcome.map_err(store_error),
+            Submitted::Withdrawn(limit) => Err(timed_out(limit, true)),
+        }
     }
 
     async fn execute_now(
@@ -141,16 +153,6 @@ impl Connection {
     ) -> Result<Vec<Reply>, Reply> {
         let keyspace = self.keyspace(if write { Access::Write } else { Access::Read }).await?;
         let unwatched = watched.is_empty() && watches.is_none();
-        if write && unwatched {
-            // Shares a transaction with other connections' writes.
-            let commands = commands.iter().map(|(command, _)| command.clone()).collect();
-            return self
-                .server
-                .group_commit
-                .submit(&keyspace, commands, self.id())
-                .await
-                .map_err(store_error);
-        }
         if !write
             && unwatched
             && commands
@@ -218,4 +220,16 @@ impl Connection {
         batch.commit().await.map_err(store_error)?;
         Ok(replies)
     }
+}
+
+/// The answer to commands dropped at their time limit, before they took effect.
+pub(crate) fn timed_out(limit: std::time::Duration, write: bool) -> Reply {
+    let flag = match write {
+        true => "--resp-write-timeout",
+        false => "--resp-read-timeout",
+    };
+    Reply::error(format!(
+        "ERR command timed out after {} s ({flag}) and was cancelled",
+        limit.as_secs_f64()
+    ))
 }

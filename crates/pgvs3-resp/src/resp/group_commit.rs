@@ -10,10 +10,18 @@
 //! wait and one commit for all of it, its typed commands coalesced (`coalesce.rs`). Spread
 //! over workers, they made batches that waited for each other's lock in turn, each carrying a
 //! share (issue 39). Writes on keys of different lanes still overlap.
+//!
+//! A write batch runs within `--resp-write-timeout`: past it the batch is dropped, which rolls
+//! its transaction back, and every connection in it is told its commands were cancelled. A
+//! connection past the limit while its commands still wait in the queue withdraws them (they
+//! never run); once its batch has started it waits for the batch's answer, since the batch
+//! commits for the others and so may for it too: "cancelled" is only ever said when true.
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
@@ -41,7 +49,20 @@ struct WriteJob {
     commands: Vec<KeyCommand>,
     /// The connection's client id (the writer its invalidations name).
     client: u64,
+    /// [`QUEUED`], then [`STARTED`] by the worker or [`WITHDRAWN`] by the connection.
+    state: Arc<AtomicU8>,
     done: oneshot::Sender<Outcome>,
+}
+
+const QUEUED: u8 = 0;
+const STARTED: u8 = 1;
+const WITHDRAWN: u8 = 2;
+
+/// What became of a connection's writes submitted with a time limit.
+pub enum Submitted {
+    Answered(Outcome),
+    /// Past the limit (given) before their batch started: they never ran and never will.
+    Withdrawn(Duration),
 }
 
 struct ReadJob {
@@ -62,36 +83,59 @@ pub struct GroupCommit {
     tracking: Arc<Tracking>,
     writes: Queues<WriteJob>,
     reads: Queues<ReadJob>,
+    /// `--resp-write-timeout`: how long a write batch may run.
+    write_timeout: Option<Duration>,
 }
 
 impl GroupCommit {
-    pub fn new(metrics: Metrics, events: Arc<KeyspaceEvents>, tracking: Arc<Tracking>) -> GroupCommit {
+    pub fn new(
+        metrics: Metrics,
+        events: Arc<KeyspaceEvents>,
+        tracking: Arc<Tracking>,
+        write_timeout: Option<Duration>,
+    ) -> GroupCommit {
         GroupCommit {
             metrics,
             events,
             tracking,
             writes: Mutex::default(),
             reads: Mutex::default(),
+            write_timeout,
         }
     }
 
     /// Runs client `client`'s commands in a shared write transaction on `keyspace`; replies in
-    /// order.
-    pub async fn submit(&self, keyspace: &Keyspace, commands: Vec<KeyCommand>, client: u64) -> Outcome {
+    /// order. Past the write time limit they are withdrawn if their batch has not started.
+    pub async fn submit(&self, keyspace: &Keyspace, commands: Vec<KeyCommand>, client: u64) -> Submitted {
         let lane = (keyspace.bucket().to_owned(), lane(&commands));
         let queue = queue(&self.writes, lane, 1, |receiver| {
             let shared = (Arc::clone(&self.events), Arc::clone(&self.tracking));
-            tokio::spawn(commit_loop(self.metrics.clone(), shared, receiver));
+            tokio::spawn(commit_loop(self.metrics.clone(), shared, self.write_timeout, receiver));
         });
-        let (done, outcome) = oneshot::channel();
+        let (done, mut outcome) = oneshot::channel();
+        let state = Arc::new(AtomicU8::new(QUEUED));
         let job = WriteJob {
             keyspace: keyspace.clone(),
             commands,
             client,
+            state: Arc::clone(&state),
             done,
         };
-        queue.send(job).await.map_err(|_| stopped())?;
-        outcome.await.map_err(|_| stopped())?
+        let answered = async {
+            queue.send(job).await.map_err(|_| stopped())?;
+            (&mut outcome).await.map_err(|_| stopped())?
+        };
+        let Some(limit) = self.write_timeout else {
+            return Submitted::Answered(answered.await);
+        };
+        if let Ok(outcome) = tokio::time::timeout(limit, answered).await {
+            return Submitted::Answered(outcome);
+        }
+        match state.compare_exchange(QUEUED, WITHDRAWN, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => Submitted::Withdrawn(limit),
+            // Started: the batch answers within its own limit, committed or cancelled.
+            Err(_) => Submitted::Answered(outcome.await.map_err(|_| stopped()).and_then(|outcome| outcome)),
+        }
     }
 
     /// Loads `keys` of `keyspace` for reading, in a statement shared with other connections'
@@ -167,14 +211,37 @@ async fn take_waiting<J>(receiver: &SharedReceiver<J>, size: impl Fn(&J) -> usiz
 async fn commit_loop(
     metrics: Metrics,
     (events, tracking): (Arc<KeyspaceEvents>, Arc<Tracking>),
+    limit: Option<Duration>,
     receiver: SharedReceiver<WriteJob>,
 ) {
     while let Some(jobs) = take_waiting(&receiver, |job| job.commands.len()).await {
         let (work, mut done): (Vec<_>, Vec<_>) = jobs
             .into_iter()
+            .filter(|job| {
+                job.state
+                    .compare_exchange(QUEUED, STARTED, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+            })
             .map(|job| ((job.keyspace, job.commands, job.client), job.done))
             .unzip();
-        let Some(outcome) = unless_abandoned(run(&metrics, &work, &events, &tracking), &mut done).await else {
+        if work.is_empty() {
+            continue;
+        }
+        let batch = async {
+            let run = run(&metrics, &work, &events, &tracking);
+            let Some(limit) = limit else {
+                return run.await;
+            };
+            tokio::time::timeout(limit, run).await.unwrap_or_else(|_| {
+                // Dropped before its commit: rolled back, every command cancelled.
+                let cancelled = super::execute::timed_out(limit, true);
+                Ok(work
+                    .iter()
+                    .map(|(_, commands, _)| vec![cancelled.clone(); commands.len()])
+                    .collect())
+            })
+        };
+        let Some(outcome) = unless_abandoned(batch, &mut done).await else {
             continue;
         };
         // How many connections' batches each commit carried: the gain of grouping.

@@ -227,7 +227,12 @@ impl RespServer {
             Arc::clone(&pubsub),
         );
         Ok(Arc::new(RespServer {
-            group_commit: group_commit::GroupCommit::new(metrics.clone(), keyspace_events, tracking),
+            group_commit: group_commit::GroupCommit::new(
+                metrics.clone(),
+                keyspace_events,
+                tracking,
+                settings.write_timeout,
+            ),
             admission: crate::admission::Admission::new("resp", settings.admission, metrics.clone()),
             buckets,
             metrics,
