@@ -255,6 +255,8 @@ async fn each_command_family_emits_the_events_redis_emits() {
                 &["BZPOPMIN", "z3", "1"],
                 &["ZADD", "z6", "1", "x"],
                 &["ZMPOP", "1", "z6", "MAX"],
+                &["ZADD", "z7", "XX", "1", "x"],
+                &["ZADD", "z7", "XX", "GT", "CH", "1", "x"],
             ],
         ),
         (

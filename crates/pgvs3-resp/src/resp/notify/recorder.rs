@@ -344,11 +344,12 @@ impl Recorder {
             "zadd" => {
                 // INCR answers nil when a condition stopped it; otherwise the set changed
                 // unless nothing was added or updated (told apart only by CH: emitted alike).
+                // A missing key that nothing was added to (XX) was not made: Redis is silent.
                 let incr = call.ints.get(5) == Some(&Some(1));
                 let nx = call.ints.first() == Some(&Some(1));
                 if incr && !matches!(reply, Reply::Nil) {
                     self.emit(ZSET, "zincr", &key);
-                } else if !incr && (positive || !nx) {
+                } else if !incr && (positive || (!nx && self.held(&key).exists)) {
                     self.emit(ZSET, "zadd", &key);
                 }
             }
