@@ -808,6 +808,13 @@ impl Keyspace {
         self.store.kv_read_many(&self.bucket, requests).await
     }
 
+    /// Begins a batch on `keys` locked as a write's, for reads that must all see one moment (a
+    /// read-only MULTI/EXEC whose typed calls are statements of their own): writers of the keys
+    /// wait until it ends. It writes nothing of the client's, so it needs no write access.
+    pub async fn read_locked(&self, keys: &[String]) -> StoreResult<KvBatch> {
+        self.store.kv_write(&self.bucket, keys).await
+    }
+
     /// Begins a write batch on `keys` (locked, then loaded).
     pub async fn write(&self, keys: &[String]) -> StoreResult<KvBatch> {
         self.writable()?;

@@ -686,6 +686,49 @@ async fn transactions_with_multi_exec_and_watch() {
     assert_eq!(raw.command(&["UNWATCH"]).await, Value::Simple("OK".into()));
 }
 
+/// A read-only MULTI/EXEC sees one moment, as in Redis, also when it reads a string (loaded by
+/// the gateway) and a list (a call in PostgreSQL): here every committed transaction of the
+/// writer keeps `a` equal to the length of `b`, so every reader's EXEC must see them equal. (The
+/// two reads once ran as statements of their own, and a writer's commit between them showed
+/// `a` one behind.)
+#[tokio::test]
+async fn a_read_only_transaction_sees_one_moment() {
+    const WRITES: usize = 300;
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut writer = RawResp::connect(gateway.resp_addr()).await;
+    let mut reader = RawResp::connect(gateway.resp_addr()).await;
+    let writing = tokio::spawn(async move {
+        for n in 1..=WRITES {
+            assert_eq!(writer.command(&["MULTI"]).await, Value::Simple("OK".into()));
+            for command in [&["SET", "a", &n.to_string()][..], &["RPUSH", "b", "x"]] {
+                assert_eq!(writer.command(command).await, Value::Simple("QUEUED".into()));
+            }
+            let Value::Array(replies) = writer.command(&["EXEC"]).await else {
+                panic!("EXEC")
+            };
+            assert_eq!(replies[1], Value::Int(n as i64));
+        }
+    });
+    let mut reads = 0;
+    while !writing.is_finished() {
+        assert_eq!(reader.command(&["MULTI"]).await, Value::Simple("OK".into()));
+        assert_eq!(reader.command(&["GET", "a"]).await, Value::Simple("QUEUED".into()));
+        assert_eq!(reader.command(&["LLEN", "b"]).await, Value::Simple("QUEUED".into()));
+        let Value::Array(replies) = reader.command(&["EXEC"]).await else {
+            panic!("EXEC")
+        };
+        let a = match &replies[0] {
+            Value::Nil => 0,
+            Value::Bulk(a) => String::from_utf8_lossy(a).parse::<i64>().unwrap(),
+            other => panic!("GET a: {other:?}"),
+        };
+        assert_eq!(replies[1], Value::Int(a), "read {reads}: a and the length of b");
+        reads += 1;
+    }
+    writing.await.unwrap();
+    assert!(reads > 0);
+}
+
 /// WATCH fails EXEC on any write of a watched key since WATCH, as Redis's does, also when the
 /// key holds at EXEC what it held at WATCH: made and deleted again, deleted and made again, set
 /// to the value it had, written and deleted over S3, and before a script. A WATCH dropped

@@ -113,7 +113,29 @@ impl Connection {
             // A shared commit keeps the time limit itself (group_commit.rs).
             return self.execute_shared(commands).await;
         }
-        self.within(write, self.execute_now(commands, write, watched, watches))
+        self.within(write, self.execute_now(commands, write, watched, watches, false))
+            .await?
+    }
+
+    /// Runs a MULTI/EXEC's key commands as [`execute`](Self::execute) does, except that a
+    /// read-only one whose typed calls would run apart from its load (after commands read in
+    /// the gateway, or keys it WATCHed) holds its keys' locks as a write would, so that every
+    /// command sees the same moment, as in Redis. (A gateway on a hot standby takes no locks:
+    /// there its reads may see replayed writes land between them.)
+    pub(crate) async fn execute_transaction(
+        &self,
+        commands: &[(KeyCommand, &'static Spec)],
+        write: bool,
+        watched: &[(String, Fingerprint)],
+        watches: Option<Watches>,
+    ) -> Result<Vec<Reply>, Reply> {
+        let typed = |command: &KeyCommand| matches!(command, KeyCommand::Typed(_));
+        let one_statement = commands.iter().all(|(command, _)| !typed(command))
+            || (watched.is_empty() && watches.is_none() && commands.iter().all(|(command, _)| typed(command)));
+        if write || one_statement || self.server.replica.is_standby() {
+            return self.execute(commands, write, watched, watches).await;
+        }
+        self.within(false, self.execute_now(commands, false, watched, watches, true))
             .await?
     }
 
@@ -150,6 +172,7 @@ impl Connection {
         write: bool,
         watched: &[(String, Fingerprint)],
         watches: Option<Watches>,
+        locked_read: bool,
     ) -> Result<Vec<Reply>, Reply> {
         let keyspace = self.keyspace(if write { Access::Write } else { Access::Read }).await?;
         let unwatched = watched.is_empty() && watches.is_none();
@@ -181,6 +204,8 @@ impl Connection {
         keys.dedup();
         let batch = if write {
             keyspace.write(&keys).await
+        } else if locked_read {
+            keyspace.read_locked(&keys).await
         } else if unwatched {
             // Shares a statement with other connections' reads.
             self.server.group_commit.load(&keyspace, keys).await

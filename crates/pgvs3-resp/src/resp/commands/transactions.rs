@@ -282,7 +282,7 @@ impl Connection {
         } else if commands.is_empty() && here.is_empty() && watches.is_none() {
             Vec::new()
         } else {
-            match self.execute(&commands, write, &here, watches).await {
+            match self.execute_transaction(&commands, write, &here, watches).await {
                 Ok(replies) => {
                     *consumed = true;
                     replies
