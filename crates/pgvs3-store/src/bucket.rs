@@ -809,10 +809,16 @@ impl Keyspace {
     }
 
     /// Begins a batch on `keys` locked as a write's, for reads that must all see one moment (a
-    /// read-only MULTI/EXEC whose typed calls are statements of their own): writers of the keys
+    /// read-only MULTI/EXEC or script whose typed calls are statements of their own): writers of the keys
     /// wait until it ends. It writes nothing of the client's, so it needs no write access.
     pub async fn read_locked(&self, keys: &[String]) -> StoreResult<KvBatch> {
         self.store.kv_write(&self.bucket, keys).await
+    }
+
+    /// As [`read_locked`](Self::read_locked), holding the whole keyspace (see
+    /// [`write_all`](Self::write_all)).
+    pub async fn read_locked_all(&self, keys: &[String]) -> StoreResult<KvBatch> {
+        self.store.kv_write_all(&self.bucket, keys).await
     }
 
     /// Begins a write batch on `keys` (locked, then loaded).

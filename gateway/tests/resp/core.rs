@@ -686,8 +686,8 @@ async fn transactions_with_multi_exec_and_watch() {
     assert_eq!(raw.command(&["UNWATCH"]).await, Value::Simple("OK".into()));
 }
 
-/// A read-only MULTI/EXEC sees one moment, as in Redis, also when it reads a string (loaded by
-/// the gateway) and a list (a call in PostgreSQL): here every committed transaction of the
+/// A read-only MULTI/EXEC or script sees one moment, as in Redis, also when it reads a string
+/// (loaded by the gateway) and a list (a call in PostgreSQL): here every committed transaction of the
 /// writer keeps `a` equal to the length of `b`, so every reader's EXEC must see them equal. (The
 /// two reads once ran as statements of their own, and a writer's commit between them showed
 /// `a` one behind.)
@@ -711,11 +711,18 @@ async fn a_read_only_transaction_sees_one_moment() {
     });
     let mut reads = 0;
     while !writing.is_finished() {
-        assert_eq!(reader.command(&["MULTI"]).await, Value::Simple("OK".into()));
-        assert_eq!(reader.command(&["GET", "a"]).await, Value::Simple("QUEUED".into()));
-        assert_eq!(reader.command(&["LLEN", "b"]).await, Value::Simple("QUEUED".into()));
-        let Value::Array(replies) = reader.command(&["EXEC"]).await else {
-            panic!("EXEC")
+        // Alternately a transaction and a read-only script.
+        let replies = if reads % 2 == 0 {
+            assert_eq!(reader.command(&["MULTI"]).await, Value::Simple("OK".into()));
+            assert_eq!(reader.command(&["GET", "a"]).await, Value::Simple("QUEUED".into()));
+            assert_eq!(reader.command(&["LLEN", "b"]).await, Value::Simple("QUEUED".into()));
+            reader.command(&["EXEC"]).await
+        } else {
+            let script = "return {redis.call('GET', KEYS[1]), redis.call('LLEN', KEYS[2])}";
+            reader.command(&["EVAL_RO", script, "2", "a", "b"]).await
+        };
+        let Value::Array(replies) = replies else {
+            panic!("read {reads}: {replies:?}")
         };
         let a = match &replies[0] {
             Value::Nil => 0,

@@ -350,14 +350,17 @@ impl Scripts {
             .collect();
         keys.sort_unstable();
         keys.dedup();
-        let locking = match write {
-            true => Locking::Keys,
-            false => Locking::None,
+        // A read-only script locks its keys too (without writing), so that its calls, each a
+        // statement of its own, see one moment, as a script does in Redis; a standby cannot.
+        let locking = match standby {
+            false => Locking::Keys,
+            true => Locking::None,
         };
         let run = Run {
             keyspace,
             steps,
             keys: &keys,
+            write,
             standby,
             watches,
             client,
@@ -382,14 +385,17 @@ impl Scripts {
             keyspace,
             steps,
             keys,
+            write,
             standby,
             watches,
             client,
         } = *run;
         let mut batch = match locking {
             Locking::None => keyspace.read(keys).await?,
-            Locking::Keys => keyspace.write(keys).await?,
-            Locking::Keyspace => keyspace.write_all(keys).await?,
+            Locking::Keys if write => keyspace.write(keys).await?,
+            Locking::Keys => keyspace.read_locked(keys).await?,
+            Locking::Keyspace if write => keyspace.write_all(keys).await?,
+            Locking::Keyspace => keyspace.read_locked_all(keys).await?,
         };
         let untouched = match watches {
             Some(watches) => batch.watches_untouched(watches).await?,
@@ -607,7 +613,7 @@ fn shebang(body: &[u8]) -> Result<(usize, bool), Reply> {
 /// What a run's batch locks as it begins.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Locking {
-    /// Nothing (read-only scripts, a standby).
+    /// Nothing (a standby).
     None,
     /// The declared keys; others as they are used.
     Keys,
@@ -621,6 +627,9 @@ struct Run<'a> {
     keyspace: &'a Keyspace,
     steps: &'a [Step],
     keys: &'a [String],
+    /// Whether the steps may write (else the keys are locked as a read's, see
+    /// `Keyspace::read_locked`).
+    write: bool,
     standby: bool,
     /// The registration of the WATCHed keys among `keys`, taken back under their locks.
     watches: Option<Watches>,
