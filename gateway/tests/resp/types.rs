@@ -1775,6 +1775,38 @@ async fn lock_as_a_writer(sql: &impl tokio_postgres::GenericClient, bucket_id: i
     .unwrap();
 }
 
+/// WATCH answers once the writers under way on its keys are done: a transaction that holds
+/// a key's lock as WATCH registers it may have written the key's row before the registration
+/// existed (no mark), so it must commit before the WATCH reads, and count as before it; had
+/// WATCH answered first, EXEC would miss a write that left the key as it found it (set and
+/// deleted again).
+#[tokio::test]
+async fn watch_waits_for_the_writers_under_way_on_its_keys() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = connect(&gateway).await;
+    let _: String = query(&mut con, &["SET", "other", "x"]).await;
+    let (writer, watch) = (gateway.sql().await, gateway.sql().await);
+    let (bucket_id, _) = resp_bucket(&writer).await;
+    writer.batch_execute("BEGIN").await.unwrap();
+    lock_as_a_writer(&writer, bucket_id, "k").await;
+    let mut watcher = RawResp::connect(gateway.resp_addr()).await;
+    watcher.send(&common::resp::encode(&[b"WATCH", b"k"])).await;
+    common::eventually(Duration::from_secs(10), "WATCH waiting for the writer", || async {
+        (common::lock_waiters(&watch).await > 0).then_some(())
+    })
+    .await;
+    writer.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(watcher.reply().await, Some(Value::Simple("OK".into())));
+    // Nothing wrote k since: EXEC runs.
+    for (args, reply) in [
+        (&["MULTI"][..], Value::Simple("OK".into())),
+        (&["SET", "k", "1"], Value::Simple("QUEUED".into())),
+        (&["EXEC"], Value::Array(vec![Value::Simple("OK".into())])),
+    ] {
+        assert_eq!(watcher.command(args).await, reply, "{args:?}");
+    }
+}
+
 /// Whether a blocked client still has no reply after half a second (five of its attempts at
 /// a 100 ms `--resp-block-poll`).
 async fn still_blocked(blocked: &mut RawResp) -> bool {

@@ -515,7 +515,7 @@ pub(super) async fn read_calls(
     loop {
         let wait = match fresh.is_empty() {
             true => None,
-            false => Some(client.prepare_cached(&bucket.sql.kv.await_writers).await?),
+            false => Some(client.prepare_cached(bucket.sql.kv.await_writers(fresh.len())).await?),
         };
         // Sent in this order on the first poll: the wait (outside the transaction, so that its
         // snapshot is taken once the writers are done), BEGIN, the calls, the check, COMMIT.

@@ -100,7 +100,7 @@ impl KvBatch {
             let sql = &self.bucket.sql.kv;
             let bucket_id = self.bucket.id;
             let (wait, load) = futures::try_join!(
-                client.prepare_cached(&sql.await_writers),
+                client.prepare_cached(sql.await_writers(fresh.len())),
                 client.prepare_cached(&sql.load)
             )?;
             // Sent together: the load runs once the writers are done.
@@ -285,8 +285,9 @@ impl Waited {
     }
 }
 
-/// Waits for the writers of `keys` (`statement` is `KvSql::await_writers`, prepared), sent on
-/// the first poll so that statements sent after it run once the writers are done.
+/// Waits for the writers of `keys` (`statement` is `KvSql::await_writers(keys.len())`,
+/// prepared), sent on the first poll so that statements sent after it run once the writers are
+/// done.
 pub(in crate::store) async fn await_writers(
     client: &deadpool_postgres::Object,
     statement: &tokio_postgres::Statement,
@@ -294,8 +295,9 @@ pub(in crate::store) async fn await_writers(
     keys: &[String],
 ) -> Result<(), tokio_postgres::Error> {
     let lock_id = bucket_id as i32;
-    client
-        .execute(statement, &[&bucket_id, &lock_id, &keys])
-        .await
-        .map(drop)
+    let waited = match keys.len() > super::FINE_LOCK_LIMIT {
+        true => client.execute(statement, &[&bucket_id]).await,
+        false => client.execute(statement, &[&bucket_id, &lock_id, &keys]).await,
+    };
+    waited.map(drop)
 }

@@ -2,6 +2,8 @@
 
 use std::sync::atomic::AtomicBool;
 
+use super::FINE_LOCK_LIMIT;
+
 /// The keyspace SQL of one namespace.
 #[derive(Debug)]
 pub(in crate::store) struct KvSql {
@@ -17,7 +19,7 @@ pub(in crate::store) struct KvSql {
     pub(super) lock: String,
     pub(super) lock_keyspace_shared: String,
     pub(super) lock_keyspace: String,
-    pub(in crate::store) await_writers: String,
+    await_key_writers: String,
     pub(super) try_lock: String,
     pub(super) upsert: String,
     pub(super) upsert_plain: String,
@@ -128,7 +130,7 @@ impl KvSql {
             lock_keyspace: "SELECT pg_advisory_xact_lock(-$1::int8)".to_owned(),
             // A read's wait for the writers of keys it found expired (see `Waited`): shared, in
             // the writers' order (keyspace, then keys), held only for this statement.
-            await_writers: "SELECT pg_advisory_xact_lock_shared(-$1::int8),
+            await_key_writers: "SELECT pg_advisory_xact_lock_shared(-$1::int8),
                                    (SELECT count(pg_advisory_xact_lock_shared($2::int4, h))
                                       FROM (SELECT DISTINCT hashtext(k) AS h FROM unnest($3::text[]) AS k
                                              ORDER BY h) AS sorted)"
@@ -267,4 +269,20 @@ fn flush_sql(ns: &str) -> String {
          DELETE FROM {ns}.objects WHERE bucket_id = $1
             AND NOT EXISTS (SELECT 1 FROM pgvs3.buckets WHERE id = $1 AND versioning IS NOT NULL)"
     )
+}
+
+impl KvSql {
+    /// The statement that waits for the writers of `count` keys (see [`await_writers`]): a
+    /// shared lock per key, held for the statement; past [`FINE_LOCK_LIMIT`] keys the
+    /// keyspace's lock exclusively for a moment instead, which waits for every writer of the
+    /// keyspace, so that no read (an MGET or WATCH of thousands of keys) can exhaust
+    /// PostgreSQL's lock table.
+    ///
+    /// [`await_writers`]: super::load::await_writers
+    pub(in crate::store) fn await_writers(&self, count: usize) -> &str {
+        match count > FINE_LOCK_LIMIT {
+            true => &self.lock_keyspace,
+            false => &self.await_key_writers,
+        }
+    }
 }

@@ -3,6 +3,8 @@
 //! on any write since WATCH, as Redis's does, and not only on a key that now differs: a key
 //! made and deleted again in between, or deleted and made again, compares equal.
 
+use tokio_postgres::types::ToSql;
+
 use super::KvBatch;
 use crate::store::{BucketInfo, Store, StoreResult};
 
@@ -21,14 +23,20 @@ impl Store {
     /// Registers `keys` of `bucket` under `token`, committed before it answers: the WATCH reads
     /// the keys after it. How many were not registered under `token` before; `None` where
     /// nothing can be registered (a hot standby).
+    ///
+    /// It answers once the writers under way on the keys are done (in the same round trip): a
+    /// transaction holding a key's lock may have written its row before the registration
+    /// existed, so its write leaves no mark; waiting puts its commit before the WATCH, whose
+    /// read then sees it, where otherwise the WATCH could answer first and EXEC miss a write
+    /// that left the key as it found it.
     pub(crate) async fn kv_watch(&self, bucket: &BucketInfo, token: i64, keys: &[String]) -> StoreResult<Option<i64>> {
         let client = self.client().await?;
-        let row = client
-            .query_one(
-                "SELECT pgvs3.resp_watch($1, $2, $3) AS registered",
-                &[&token, &bucket.id, &keys],
-            )
-            .await?;
+        let await_writers = client.prepare_cached(bucket.sql.kv.await_writers(keys.len())).await?;
+        let params: [&(dyn ToSql + Sync); 3] = [&token, &bucket.id, &keys];
+        let (row, ()) = futures::try_join!(
+            client.query_one("SELECT pgvs3.resp_watch($1, $2, $3) AS registered", &params),
+            super::load::await_writers(&client, &await_writers, bucket.id, keys),
+        )?;
         Ok(row.get::<_, Option<i32>>("registered").map(i64::from))
     }
 
