@@ -134,7 +134,7 @@ async fn bad_arguments_get_redis_texts_and_keep_the_connection() {
     );
     assert_eq!(
         raw.command(&["COPY", "a", "b", "DB", "1"]).await.error(),
-        "ERR syntax error"
+        "ERR DB index is out of range"
     );
     assert_eq!(
         raw.command(&["EXPIRE", "text", "10", "SOMETIMES"]).await.error(),

@@ -12,6 +12,8 @@ use common::{TestGateway, noise};
 use redis::AsyncCommands;
 use redis_rs::{client, command, connect, query};
 
+use super::live_redis::{LiveRedis, same_lines};
+
 fn unix_millis() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
 }
@@ -1337,4 +1339,141 @@ async fn overwrites_arriving_together_keep_large_and_small_values_whole() {
     assert_eq!(batches, 48.0);
     assert!(commits < batches, "48 overwrites took {commits} commits");
     gateway.stop().await;
+}
+
+/// OBJECT ENCODING of a string is the one Redis would hold it in, which depends on how it was
+/// written, not only on its bytes: `raw` once changed in place (APPEND to an existing string,
+/// SETRANGE, SETBIT, BITFIELD, BITOP's destination, PFADD) until SET writes it whole again,
+/// never `int` from INCRBYFLOAT; COPY and RENAME keep it. Compared with redis-server 7.0.15.
+#[tokio::test]
+async fn string_encodings_follow_how_the_string_was_written_as_in_redis() {
+    let gateway = TestGateway::with_resp(&["--resp-flushdb"]).await;
+    let redis = LiveRedis::start().await;
+    let mut ours = RawResp::connect(gateway.resp_addr()).await;
+    let mut theirs = redis.connect().await;
+    same_lines(
+        &mut ours,
+        &mut theirs,
+        &[
+            // type/string's "SETRANGE against integer-encoded key".
+            "SET k 1234",
+            "OBJECT ENCODING k",
+            "SETRANGE k 0 2",
+            "OBJECT ENCODING k",
+            "GET k",
+            "SET k 1234",
+            "SETRANGE k 1 3",
+            "OBJECT ENCODING k",
+            "SET k 1234",
+            "OBJECT ENCODING k",
+            "SET k 1234",
+            "SETRANGE k 5 2",
+            "OBJECT ENCODING k",
+            "SETRANGE fresh 0 7",
+            "OBJECT ENCODING fresh",
+            // APPEND to a missing key is a SET; to an existing one a change in place.
+            "APPEND a 12",
+            "OBJECT ENCODING a",
+            "APPEND a 3",
+            "OBJECT ENCODING a",
+            "EXPIRE a 100",
+            "OBJECT ENCODING a",
+            "COPY a a2",
+            "OBJECT ENCODING a2",
+            "RENAME a2 a3",
+            "OBJECT ENCODING a3",
+            "INCR a",
+            "OBJECT ENCODING a",
+            "SET s 1",
+            "SETBIT s 7 1",
+            "OBJECT ENCODING s",
+            "BITFIELD b SET u8 0 1",
+            "OBJECT ENCODING b",
+            "BITOP AND d s s",
+            "OBJECT ENCODING d",
+            "PFADD h x",
+            "OBJECT ENCODING h",
+            "INCRBYFLOAT f 1",
+            "OBJECT ENCODING f",
+            "INCRBYFLOAT f 0.5",
+            "OBJECT ENCODING f",
+            "SET long 12345678901234567890123",
+            "OBJECT ENCODING long",
+            "APPEND long 4",
+            "OBJECT ENCODING long",
+            "GETSET long 5",
+            "OBJECT ENCODING long",
+            // In one transaction: the marks of changed strings go with unmarked writes.
+            "MULTI",
+            "SET t1 10",
+            "APPEND t2 10",
+            "APPEND t2 1",
+            "SET t3 10",
+            "APPEND t3 1",
+            "SET t3 10",
+            "EXEC",
+            "OBJECT ENCODING t1",
+            "OBJECT ENCODING t2",
+            "OBJECT ENCODING t3",
+        ],
+    )
+    .await;
+
+    // The mark is RESP's alone: an S3 reader sees the bytes and no metadata of it, and an S3
+    // PUT writes the string whole.
+    let head = |key: &'static str| gateway.client.head_object().bucket("resp").key(key).send();
+    let (changed, whole) = (head("a3").await.unwrap(), head("t1").await.unwrap());
+    assert_eq!(changed.content_length(), Some(3));
+    assert_eq!(changed.metadata(), whole.metadata());
+    assert_eq!(changed.content_type(), whole.content_type());
+    gateway
+        .client
+        .put_object()
+        .bucket("resp")
+        .key("a3")
+        .body(ByteStream::from_static(b"42"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ours.command(&["OBJECT", "ENCODING", "a3"]).await, Value::bulk("int"));
+}
+
+/// COPY's DB option as Redis reads it: the client's own database is as if none were named,
+/// one not configured is Redis's out-of-range error; another (a bucket of its own) is refused.
+#[tokio::test]
+async fn copy_to_a_database_answers_as_redis_where_it_can() {
+    let gateway = TestGateway::with_resp(&["--resp-flushdb", "--resp-databases", "1=second"]).await;
+    let redis = LiveRedis::start().await;
+    let mut ours = RawResp::connect(gateway.resp_addr()).await;
+    let mut theirs = redis.connect().await;
+    same_lines(
+        &mut ours,
+        &mut theirs,
+        &[
+            "SET src v",
+            "COPY src dst DB 0",
+            "GET dst",
+            "COPY src dst DB 0",
+            "COPY src dst db 0 REPLACE",
+            "COPY src src DB 0",
+            "COPY missing missing",
+            "COPY src dst DB notanumber",
+            "COPY src dst DB 99999999999",
+            "COPY src dst DB",
+            "COPY src dst DB 0 NOPE",
+            "COPY src dst DB -1",
+            "COPY src dst DB 99",
+            // A runtime error: inside MULTI it is queued, and answered by EXEC.
+            "MULTI",
+            "COPY src dst DB 99",
+            "EXEC",
+        ],
+    )
+    .await;
+    assert_eq!(
+        ours.command(&["COPY", "src", "dst", "DB", "1"]).await.error(),
+        "ERR COPY to another database is not supported by pgvs3: each database is its own bucket"
+    );
+    assert_eq!(ours.command(&["SELECT", "1"]).await, Value::Simple("OK".into()));
+    assert_eq!(ours.command(&["EXISTS", "dst"]).await, Value::Int(0));
 }

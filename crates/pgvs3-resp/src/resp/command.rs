@@ -310,6 +310,11 @@ pub fn not_an_integer() -> Reply {
     Reply::error("ERR value is not an integer or out of range")
 }
 
+/// COPY with `DB` naming another database (or any, from a script): each database is a bucket.
+pub fn copy_across_databases() -> Reply {
+    Reply::error("ERR COPY to another database is not supported by pgvs3: each database is its own bucket")
+}
+
 pub fn wrong_arity(name: &str) -> Reply {
     Reply::error(format!("ERR wrong number of arguments for '{name}' command"))
 }
@@ -436,6 +441,9 @@ pub enum KeyCommand {
         from: String,
         to: String,
         replace: bool,
+        /// `DB n`: the destination's database, until [`KeyCommand::resolve_copy_db`] finds it
+        /// is the command's own.
+        db: Option<i64>,
     },
     /// OBJECT ENCODING, FREQ, IDLETIME or REFCOUNT.
     Object {
@@ -462,6 +470,25 @@ pub enum ObjectInfo {
 }
 
 impl KeyCommand {
+    /// COPY's `DB n` from a client in database `current`, where `exists` says which databases
+    /// are configured: the client's own database is as if none were named; one not configured
+    /// answers Redis's error; another is refused, as each database is its own bucket and a
+    /// batch works in one. (A script's COPY keeps its `DB`, refused when it runs.)
+    pub fn resolve_copy_db(&mut self, current: u32, exists: impl Fn(u32) -> bool) -> Result<(), Reply> {
+        let KeyCommand::Copy { db, .. } = self else {
+            return Ok(());
+        };
+        match db.map(u32::try_from) {
+            None => Ok(()),
+            Some(Ok(index)) if index == current => {
+                *db = None;
+                Ok(())
+            }
+            Some(Ok(index)) if exists(index) => Err(copy_across_databases()),
+            Some(_) => Err(Reply::error("ERR DB index is out of range")),
+        }
+    }
+
     /// Has a typed command's reply cut in the database when it would take more than `bytes`
     /// (see `TypedCall::reply_limit`); string commands' replies are bounded by their values.
     pub fn limit_reply(&mut self, bytes: i64) -> &mut KeyCommand {
@@ -521,12 +548,24 @@ impl KeyCommand {
                 only_new: name == "renamenx",
             },
             "copy" => {
-                let mut replace = false;
-                for option in &args[3..] {
+                let (mut replace, mut db) = (false, None);
+                // In order, the first bad option answering, as Redis's `copyCommand` reads them.
+                let mut options = args[3..].iter();
+                while let Some(option) = options.next() {
                     if option.eq_ignore_ascii_case(b"replace") {
                         replace = true;
+                    } else if option.eq_ignore_ascii_case(b"db")
+                        && let Some(index) = options.next()
+                    {
+                        // Redis's `getIntFromObjectOrReply`: a C int.
+                        let index = integer(index)?;
+                        if i32::try_from(index).is_err() {
+                            return Err(Reply::error(
+                                "ERR value is out of range, value must between -2147483648 and 2147483647",
+                            ));
+                        }
+                        db = Some(index);
                     } else {
-                        // COPY ... DB <n> would cross buckets; not supported (see the docs).
                         return Err(syntax_error());
                     }
                 }
@@ -534,6 +573,7 @@ impl KeyCommand {
                     from: key(arg(1))?,
                     to: key(arg(2))?,
                     replace,
+                    db,
                 }
             }
             "object" => {

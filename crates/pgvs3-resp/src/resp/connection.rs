@@ -666,7 +666,16 @@ impl Connection {
             Ok(())
         })();
         match checked {
-            Ok(()) => KeyCommand::parse(name, args).map_err(Refusal::Arguments),
+            Ok(()) => {
+                let mut command = KeyCommand::parse(name, args).map_err(Refusal::Arguments)?;
+                if let Some(command) = command.as_mut() {
+                    let databases = &self.server.settings.databases;
+                    command
+                        .resolve_copy_db(self.db, |db| databases.contains_key(&db))
+                        .map_err(Refusal::Arguments)?;
+                }
+                Ok(command)
+            }
             Err(reply) => {
                 if self.multi.is_some() {
                     self.multi_failed = true;

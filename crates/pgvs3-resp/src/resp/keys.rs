@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::codec::Reply;
 use super::command::{Expiry, KeyCommand, ObjectInfo, parse_integer};
-use crate::store::{KeyType, KeysOp, KvBatch, KvValue, StoreResult, TypedCall};
+use crate::store::{KeyType, KeysOp, KvBatch, KvEntry, KvValue, StoreResult, StringForm, TypedCall};
 
 pub fn wrongtype() -> Reply {
     Reply::error("WRONGTYPE Operation against a key holding the wrong kind of value")
@@ -105,7 +105,7 @@ async fn apply(command: &KeyCommand, batch: &mut KvBatch) -> StoreResult<Reply> 
         Object { key, subcommand } => match batch.get(key) {
             None => Reply::Nil,
             Some(entry) => match subcommand {
-                ObjectInfo::Encoding => Reply::text(encoding(&entry.value)),
+                ObjectInfo::Encoding => Reply::text(encoding(entry)),
                 // No access is tracked: with the `noeviction` policy CONFIG GET reports, Redis
                 // answers FREQ with this error; IDLETIME counts every key as just used.
                 ObjectInfo::Freq => Reply::error(super::commands::object::NO_LFU),
@@ -173,7 +173,11 @@ async fn apply(command: &KeyCommand, batch: &mut KvBatch) -> StoreResult<Reply> 
         Rename { from, to, only_new } if batch.key_type(from).is_some() => {
             move_typed(batch, KeysOp::Rename, from, to, *only_new).await?
         }
-        Copy { from, to, replace } if batch.key_type(from).is_some() => {
+        // A client's COPY in its own database has no DB left (`resolve_copy_db`).
+        Copy { db: Some(_), .. } => super::command::copy_across_databases(),
+        // Before the source is looked up, as in Redis.
+        Copy { from, to, .. } if from == to => Reply::error("ERR source and destination objects are the same"),
+        Copy { from, to, replace, .. } if batch.key_type(from).is_some() => {
             move_typed(batch, KeysOp::Copy, from, to, !*replace).await?
         }
         Rename { from, to, only_new } => {
@@ -186,31 +190,30 @@ async fn apply(command: &KeyCommand, batch: &mut KvBatch) -> StoreResult<Reply> 
             if *only_new && batch.get(to).is_some() {
                 return Ok(Reply::Integer(0));
             }
-            // The value is copied, not its body moved: a deleted row retires its body.
+            // The value is copied, not its body moved: a deleted row retires its body. Redis
+            // moves the object, its encoding with it.
+            let form = batch.get(from).map_or(StringForm::Whole, |entry| entry.form);
             let value = batch.value(from).await?.unwrap_or_default();
             batch.delete(from);
-            batch.set(to, value, expires_at);
+            batch.write(to, value, expires_at, form);
             if *only_new { Reply::Integer(1) } else { Reply::OK }
         }
-        Copy { from, to, replace } => {
+        Copy { from, to, replace, .. } => {
             let Some(expires_at) = batch.get(from).map(|entry| entry.expires_at) else {
                 return Ok(Reply::Integer(0));
             };
-            if from == to {
-                return Ok(Reply::error("ERR source and destination objects are the same"));
-            }
             if !replace && batch.get(to).is_some() {
                 return Ok(Reply::Integer(0));
             }
+            // Redis's `dupStringObject` keeps the encoding.
+            let form = batch.get(from).map_or(StringForm::Whole, |entry| entry.form);
             let value = batch.value(from).await?.unwrap_or_default();
-            batch.set(to, value, expires_at);
+            batch.write(to, value, expires_at, form);
             Reply::Integer(1)
         }
     };
     Ok(reply)
 }
-/// every value in PostgreSQL, so the small-value encodings never apply), `int` and `embstr` for
-/// strings as Redis picks them.
 /// PostgreSQL's tuple header (23 bytes, aligned to 24) and line pointer (4): what a row of a
 /// key costs beyond its columns.
 const ROW_OVERHEAD: u64 = 28;
@@ -221,15 +224,20 @@ fn stored_size(key: &str, value: u64) -> i64 {
     i64::try_from(ROW_OVERHEAD + key.len() as u64 + value).unwrap_or(i64::MAX)
 }
 
-fn encoding(value: &KvValue) -> &'static str {
-    match value {
-        KvValue::Typed(KeyType::Hash) => "hashtable",
-        KvValue::Typed(KeyType::Set) => "hashtable",
-        KvValue::Typed(KeyType::Zset) => "skiplist",
-        KvValue::Typed(KeyType::List) => "quicklist",
-        KvValue::Typed(KeyType::Stream) => "stream",
-        KvValue::Bytes(bytes) if bytes.len() <= 20 && parse_integer(bytes).is_some() => "int",
-        KvValue::Bytes(bytes) if bytes.len() <= 44 => "embstr",
+/// What OBJECT ENCODING names: Redis's encodings for large values of each type (pgvs3 keeps
+/// every value in PostgreSQL, so the small-value encodings never apply), and for strings the
+/// one Redis would hold: by the bytes of one written whole (`int`, `embstr`, `raw`), never
+/// `int` for one stored as is, `raw` for one changed in place (see [`StringForm`]).
+fn encoding(entry: &KvEntry) -> &'static str {
+    match (&entry.value, entry.form) {
+        (KvValue::Typed(KeyType::Hash), _) => "hashtable",
+        (KvValue::Typed(KeyType::Set), _) => "hashtable",
+        (KvValue::Typed(KeyType::Zset), _) => "skiplist",
+        (KvValue::Typed(KeyType::List), _) => "quicklist",
+        (KvValue::Typed(KeyType::Stream), _) => "stream",
+        (_, StringForm::Raw) => "raw",
+        (KvValue::Bytes(bytes), StringForm::Whole) if bytes.len() <= 20 && parse_integer(bytes).is_some() => "int",
+        (KvValue::Bytes(bytes), StringForm::Whole | StringForm::AsIs) if bytes.len() <= 44 => "embstr",
         _ => "raw",
     }
 }

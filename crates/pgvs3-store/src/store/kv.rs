@@ -110,6 +110,45 @@ pub struct KvEntry {
     pub expires_at: Option<SystemTime>,
     /// What the row looked like when loaded (ETag, last modified): WATCH compares it.
     pub version: Option<(String, SystemTime)>,
+    /// How a string was last written (a typed key's is [`StringForm::Whole`]).
+    pub form: StringForm,
+}
+
+/// How a string was last written, which decides the encoding Redis would hold it in (OBJECT
+/// ENCODING). Only the forms other than `Whole` are stored: as `re` in the row's `meta`, which
+/// S3 does not read and a write whole (SET, or an S3 PUT) replaces. RENAME and COPY keep it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StringForm {
+    /// Written whole (SET and kin, INCR, RESTORE, RENAME of a whole one): Redis's
+    /// `tryObjectEncoding` picks `int`, `embstr` or `raw` by the bytes.
+    #[default]
+    Whole,
+    /// Stored as given, never as an integer (INCRBYFLOAT's `createStringObject`): `embstr` up
+    /// to 44 bytes, else `raw`.
+    AsIs,
+    /// Changed in place (APPEND to an existing string, SETRANGE, SETBIT, BITFIELD, PFADD,
+    /// PFMERGE) or built as Redis builds such a string (BITOP's destination): `raw`, whatever
+    /// its bytes, until written whole again.
+    Raw,
+}
+
+impl StringForm {
+    /// The `re` mark in `meta`; none for a string written whole.
+    fn mark(self) -> Option<&'static str> {
+        match self {
+            StringForm::Whole => None,
+            StringForm::AsIs => Some("as-is"),
+            StringForm::Raw => Some("raw"),
+        }
+    }
+
+    fn from_mark(mark: Option<&str>) -> StringForm {
+        match mark {
+            Some("as-is") => StringForm::AsIs,
+            Some("raw") => StringForm::Raw,
+            _ => StringForm::Whole,
+        }
+    }
 }
 
 /// What a write batch has done to a key.
@@ -423,13 +462,19 @@ impl KvBatch {
         self.slots.entry(key.to_owned()).or_insert(Slot::absent())
     }
 
-    /// Sets the key's value and expiry.
+    /// Sets the key's value and expiry, a string written whole (SET and kin).
     pub fn set(&mut self, key: &str, value: Bytes, expires_at: Option<SystemTime>) {
+        self.write(key, value, expires_at, StringForm::Whole);
+    }
+
+    /// Sets the key's value and expiry, a string written as `form` says.
+    pub fn write(&mut self, key: &str, value: Bytes, expires_at: Option<SystemTime>, form: StringForm) {
         let slot = self.slot(key);
         slot.current = Some(KvEntry {
             value: KvValue::Bytes(value),
             expires_at,
             version: None,
+            form,
         });
         slot.change = Change::Write;
     }

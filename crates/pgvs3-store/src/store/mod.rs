@@ -47,7 +47,9 @@ pub use encryption::{
     CustomerKey, Mode as EncryptionMode, Requested as RequestedEncryption, Sealed as SealedEncryption,
 };
 pub use error::StoreError;
-pub use kv::{FunctionLibrary, KvBatch, KvEntry, KvValue, LibraryPolicy, LibraryRefusal, RegisteredFunction, Watches};
+pub use kv::{
+    FunctionLibrary, KvBatch, KvEntry, KvValue, LibraryPolicy, LibraryRefusal, RegisteredFunction, StringForm, Watches,
+};
 pub use lifecycle::{
     Expiration, LIFECYCLE_BATCH, Lifecycle, LifecycleRule, LifecycleStats, NoncurrentExpiration, RuleFilter,
 };

@@ -13,7 +13,7 @@ use crate::resp::bits::{self, BitOp, FieldType, FieldWrite, Overflow};
 use crate::resp::codec::{MAX_BULK_LEN, Reply};
 use crate::resp::command::{integer, key, keys, parse_integer, syntax_error};
 use crate::resp::keys::wrongtype;
-use crate::store::{KvBatch, KvValue};
+use crate::store::{KvBatch, KvValue, StringForm};
 
 /// The most bytes of source strings one BITOP reads (the distinct keys' values, all held in the
 /// gateway's memory with the result): the string limit, so any one source fits.
@@ -253,7 +253,7 @@ async fn bitop(batch: &mut KvBatch, op: BitOp, destination: &str, sources: &[Str
     if result.is_empty() {
         batch.delete(destination);
     } else {
-        batch.set(destination, Bytes::from(result), None);
+        batch.write(destination, Bytes::from(result), None, StringForm::Raw);
     }
     Ok(Reply::Integer(len))
 }
@@ -300,7 +300,7 @@ async fn bitfield(batch: &mut KvBatch, key: &str, ops: &[FieldOp], outcome: &Out
     }
     if dirty || changed {
         let expires_at = batch.get(key).and_then(|entry| entry.expires_at);
-        batch.set(key, Bytes::from(value), expires_at);
+        batch.write(key, Bytes::from(value), expires_at, StringForm::Raw);
     }
     outcome.record(existing.is_none(), changed);
     Ok(Reply::Array(answers))

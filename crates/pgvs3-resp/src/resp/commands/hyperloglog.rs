@@ -9,7 +9,7 @@ use super::family::FamilyError;
 use super::hll::{self, CORRUPTED, Hll, MAX_HLL_BYTES, NOT_AN_HLL, REGISTERS};
 use crate::resp::codec::Reply;
 use crate::resp::command::key;
-use crate::store::{KvBatch, KvValue};
+use crate::store::{KvBatch, KvValue, StringForm};
 
 #[derive(Debug, Clone)]
 pub enum Pf {
@@ -121,8 +121,8 @@ async fn union(batch: &mut KvBatch, keys: &[String]) -> Result<(Vec<u8>, bool), 
     Ok((max, dense))
 }
 
-/// Writes the HLL, keeping the key's expiry.
+/// Writes the HLL, keeping the key's expiry; Redis changes HLLs in place (`raw`).
 fn store(batch: &mut KvBatch, key: &str, hll: Hll) {
     let expires_at = batch.get(key).and_then(|entry| entry.expires_at);
-    batch.set(key, Bytes::from(hll.into_bytes()), expires_at);
+    batch.write(key, Bytes::from(hll.into_bytes()), expires_at, StringForm::Raw);
 }

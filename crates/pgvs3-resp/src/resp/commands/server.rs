@@ -204,9 +204,11 @@ impl Connection {
         let expired = self.server.buckets.catalog().expired_keys(&buckets).await.unwrap_or(0);
         // CLIENT TRACKING's table is this gateway's (each gateway remembers its own clients' reads).
         let tracking = self.server.pubsub.tracking.totals();
+        // `migrate_cached_sockets`: pgvs3 has no MIGRATE, so no socket is ever cached for one.
         text.push_str(&format!(
             "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\n\
              expired_keys:{expired}\r\nevicted_keys:0\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\n\
+             migrate_cached_sockets:0\r\n\
              tracking_total_keys:{}\r\ntracking_total_items:{}\r\ntracking_total_prefixes:{}\r\n\
              unexpected_error_replies:0\r\ntotal_error_replies:{}\r\n\r\n",
             self.server.clients.total_registered(),

@@ -12,7 +12,7 @@ use crate::resp::command::{
 };
 use crate::resp::keys::{at, expire_or_delete, versioned_ttl};
 use crate::resp::lcs;
-use crate::store::{KvBatch, StoreResult};
+use crate::store::{KvBatch, StoreResult, StringForm};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SetTtl {
@@ -307,7 +307,7 @@ impl StringCommand {
             SetBit { key, offset, bit } => {
                 let old = batch.value(key).await?.unwrap_or_default();
                 let (value, was) = bits::set(&old, *offset, *bit);
-                keep_ttl_set(batch, key, value);
+                keep_ttl_set(batch, key, value, StringForm::Raw);
                 Reply::Integer(was as i64)
             }
             GetBit { key, offset } => {
@@ -399,7 +399,12 @@ async fn append(batch: &mut KvBatch, key: &str, suffix: &Bytes) -> StoreResult<R
     joined.extend_from_slice(&old);
     joined.extend_from_slice(suffix);
     let len = joined.len();
-    keep_ttl_set(batch, key, joined.freeze());
+    // APPEND to a missing key stores the suffix as SET would.
+    let form = match batch.get(key) {
+        Some(_) => StringForm::Raw,
+        None => StringForm::Whole,
+    };
+    keep_ttl_set(batch, key, joined.freeze(), form);
     Ok(Reply::Integer(len as i64))
 }
 
@@ -422,7 +427,7 @@ async fn set_range(batch: &mut KvBatch, key: &str, offset: i64, piece: &Bytes) -
     }
     value[offset as usize..end].copy_from_slice(piece);
     let len = value.len();
-    keep_ttl_set(batch, key, value.freeze());
+    keep_ttl_set(batch, key, value.freeze(), StringForm::Raw);
     Ok(Reply::Integer(len as i64))
 }
 
@@ -438,7 +443,7 @@ async fn incr_by(batch: &mut KvBatch, key: &str, by: i64) -> StoreResult<Reply> 
     let Some(next) = current.checked_add(by) else {
         return Ok(Reply::error("ERR increment or decrement would overflow"));
     };
-    keep_ttl_set(batch, key, Bytes::from(next.to_string()));
+    keep_ttl_set(batch, key, Bytes::from(next.to_string()), StringForm::Whole);
     Ok(Reply::Integer(next))
 }
 
@@ -455,7 +460,7 @@ async fn incr_by_float(batch: &mut KvBatch, key: &str, by: f64) -> StoreResult<R
         return Ok(Reply::error("ERR increment would produce NaN or Infinity"));
     }
     let text = format_double(next);
-    keep_ttl_set(batch, key, Bytes::from(text.clone()));
+    keep_ttl_set(batch, key, Bytes::from(text.clone()), StringForm::AsIs);
     Ok(Reply::Bulk(Bytes::from(text)))
 }
 
@@ -640,10 +645,11 @@ fn lcs_reply(a: &[u8], b: &[u8], answer: LcsAnswer) -> Reply {
     }
 }
 
-/// Sets a new value and keeps the key's TTL (INCR, APPEND and SETRANGE do).
-fn keep_ttl_set(batch: &mut KvBatch, key: &str, value: Bytes) {
+/// Sets a new value and keeps the key's TTL (INCR, APPEND and SETRANGE do); `form` is how
+/// Redis would have written it (see [`StringForm`]).
+fn keep_ttl_set(batch: &mut KvBatch, key: &str, value: Bytes, form: StringForm) {
     let expires_at = batch.get(key).and_then(|entry| entry.expires_at);
-    batch.set(key, value, expires_at);
+    batch.write(key, value, expires_at, form);
 }
 
 /// GETRANGE's slice, its range resolved as BITCOUNT's is (bits.rs).

@@ -13,7 +13,7 @@ use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
 use super::write::BeginLocked;
-use super::{Change, KvBatch, KvEntry, KvValue, Locking, Slot};
+use super::{Change, KvBatch, KvEntry, KvValue, Locking, Slot, StringForm};
 use crate::store::objects::check_key;
 use crate::store::types::KeyType;
 use crate::store::{BucketInfo, Store, StoreResult};
@@ -245,6 +245,7 @@ fn loaded_entry(row: &Row, typed: Option<KeyType>, expires_at: Option<SystemTime
         value,
         expires_at,
         version: Some((row.get("etag"), row.get("last_modified"))),
+        form: StringForm::from_mark(row.get("form")),
     }
 }
 

@@ -21,9 +21,9 @@ pub(in crate::store) struct KvSql {
     pub(super) lock_keyspace: String,
     await_key_writers: String,
     pub(super) try_lock: String,
-    pub(super) upsert: String,
-    pub(super) upsert_plain: String,
-    pub(super) upsert_strings: String,
+    pub(super) upsert: Upsert,
+    pub(super) upsert_plain: Upsert,
+    pub(super) upsert_strings: Upsert,
     pub(super) set_expiry: String,
     pub(super) delete_expired_strings: String,
     pub(super) scan: String,
@@ -47,12 +47,13 @@ fn load_sql(ns: &str, key_condition: &str) -> String {
     format!(
         "WITH t AS MATERIALIZED (SELECT clock_timestamp() AS now)
          SELECT o.key, o.size, o.etag, o.last_modified, o.expires_at, o.inline, o.body_id, t.now,
-                o.meta ? 'pc' AS multipart, NULL::\"char\" AS type, o.meta ? 'se' AS sealed
+                o.meta ? 'pc' AS multipart, NULL::\"char\" AS type, o.meta ? 'se' AS sealed,
+                o.meta ->> 're' AS form
            FROM t
            LEFT JOIN {ns}.objects o ON o.bucket_id = $1 AND {objects}
          UNION ALL
          SELECT r.key, 0, 't' || r.version, to_timestamp(0), r.expires_at, NULL, NULL, t.now,
-                false, r.type, false
+                false, r.type, false, NULL
            FROM t, pgvs3.resp_keys r
           WHERE r.bucket_id = $1 AND {typed}"
     )
@@ -64,33 +65,61 @@ fn load_strings_sql(ns: &str, key_condition: &str) -> String {
     let objects = key_condition.replace("KEY", "o.key");
     format!(
         "SELECT o.key, o.size, o.etag, o.last_modified, o.expires_at, o.inline, o.body_id, t.now,
-                o.meta ? 'pc' AS multipart, NULL::\"char\" AS type, o.meta ? 'se' AS sealed, t.typed
+                o.meta ? 'pc' AS multipart, NULL::\"char\" AS type, o.meta ? 'se' AS sealed,
+                o.meta ->> 're' AS form, t.typed
            FROM (SELECT clock_timestamp() AS now,
                         EXISTS (SELECT 1 FROM pgvs3.resp_typed WHERE bucket_id = $1) AS typed) t
            LEFT JOIN {ns}.objects o ON o.bucket_id = $1 AND {objects}"
     )
 }
 
+/// A string upsert in its two shapes: for values all written whole, and for a batch that changed
+/// some in place ([`StringForm`](super::StringForm)), whose `$9` marks each key's form. The
+/// plain shape, SET's, carries nothing per key for forms.
+#[derive(Debug)]
+pub(super) struct Upsert {
+    pub(super) whole: String,
+    pub(super) marked: String,
+}
+
+impl Upsert {
+    fn new(ns: &str, typed: &str, guard: &str) -> Upsert {
+        Upsert {
+            whole: upsert_sql(ns, typed, guard, false),
+            marked: upsert_sql(ns, typed, guard, true),
+        }
+    }
+}
+
 /// The string upsert; `typed` is what goes before it about typed keys of the same names. `$8`
-/// is the new versions' metadata (their object lock retention, else empty). In a versioned bucket
+/// is the new versions' metadata (their object lock retention, else empty); with `marked`,
+/// `$9` has each key's `re` mark (NULL for a value written whole). In a versioned bucket
 /// (as committed, not as the catalog cache has it) a write is a new version, numbered as an S3
 /// PUT's is; the objects_keep_version trigger keeps the version it replaces. A version takes no
 /// TTL (one kept from before the bucket was versioned included): at its expiry the reaper would
 /// remove it for good.
-fn upsert_sql(ns: &str, typed: &str, guard: &str) -> String {
+fn upsert_sql(ns: &str, typed: &str, guard: &str, marked: bool) -> String {
+    let (meta, marks, mark) = match marked {
+        true => (
+            "CASE WHEN u.mark IS NULL THEN $8::jsonb ELSE $8::jsonb || jsonb_build_object('re', u.mark) END",
+            ", $9::text[]",
+            ", mark",
+        ),
+        false => ("$8::jsonb", "", ""),
+    };
     // A subquery with a volatile output is not flattened, so each key draws one number.
     format!(
         "{typed}
          INSERT INTO {ns}.objects AS o (bucket_id, key, size, etag, last_modified, meta, inline, body_id, expires_at,
                                         version_seq, version_id)
-         SELECT $1, u.key, u.size, u.etag, clock_timestamp(), $8::jsonb, u.inline, u.body_id,
+         SELECT $1, u.key, u.size, u.etag, clock_timestamp(), {meta}, u.inline, u.body_id,
                 CASE WHEN u.seq IS NULL THEN u.expires_at END, u.seq,
                 CASE WHEN u.enabled THEN lpad(to_hex(u.seq), 16, '0') END
            FROM (SELECT u.*, b.versioning = 'Enabled' AS enabled,
                         CASE WHEN b.versioning IS NOT NULL THEN nextval('{ns}.version_seqs') END AS seq
                    FROM pgvs3.buckets b,
-                        unnest($2::text[], $3::int8[], $4::text[], $5::bytea[], $6::int8[], $7::timestamptz[])
-                        AS u(key, size, etag, inline, body_id, expires_at)
+                        unnest($2::text[], $3::int8[], $4::text[], $5::bytea[], $6::int8[], $7::timestamptz[]{marks})
+                        AS u(key, size, etag, inline, body_id, expires_at{mark})
                   WHERE b.id = $1{guard}) u
          ON CONFLICT (bucket_id, key) DO UPDATE
             SET size = EXCLUDED.size, etag = EXCLUDED.etag, last_modified = EXCLUDED.last_modified,
@@ -140,16 +169,16 @@ impl KvSql {
                          FROM (SELECT DISTINCT hashtext(k) AS h FROM unnest($2::text[]) AS k) AS keys"
                 .to_owned(),
             // A string written over a typed key replaces it.
-            upsert: upsert_sql(
+            upsert: Upsert::new(
                 ns,
                 "WITH typed AS (DELETE FROM pgvs3.resp_keys WHERE bucket_id = $1 AND key = ANY($2::text[]))",
                 "",
             ),
             // Keys known to have no typed row (loaded under the batch's locks).
-            upsert_plain: upsert_sql(ns, "", ""),
+            upsert_plain: Upsert::new(ns, "", ""),
             // Keys not loaded, in a keyspace believed to have no typed keys: the bucket's
             // `resp_typed` row, if any, raises (and the batch is written again with `upsert`).
-            upsert_strings: upsert_sql(
+            upsert_strings: Upsert::new(
                 ns,
                 "",
                 "

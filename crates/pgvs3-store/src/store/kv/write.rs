@@ -10,7 +10,7 @@ use md5::{Digest, Md5};
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::types::{ToSql, Type};
 
-use super::{Change, FINE_LOCK_LIMIT, KvBatch, KvSql, KvValue};
+use super::{Change, FINE_LOCK_LIMIT, KvBatch, KvSql, KvValue, StringForm};
 use crate::store::chunks::Chunker;
 use crate::store::objects::INLINE_LIMIT;
 use crate::store::types::{TypedCall, TypedRow};
@@ -183,7 +183,7 @@ impl KvBatch {
         let mark_params: [&(dyn ToSql + Sync); 2] = [id, &marked];
         let meta = self.new_version_meta()?;
         let expiry_params: [&(dyn ToSql + Sync); 4] = [id, &expiring.0, &expiring.1, &self.now];
-        let upsert_params: [&(dyn ToSql + Sync); 8] = [
+        let upsert_params: [&(dyn ToSql + Sync); 9] = [
             id,
             &written.keys,
             &written.sizes,
@@ -192,7 +192,10 @@ impl KvBatch {
             &written.body_ids,
             &written.expires_at,
             &meta,
+            &written.marks,
         ];
+        // `$9` only for the marked shape, which has it.
+        let upsert_params = &upsert_params[..if written.marks.is_empty() { 8 } else { 9 }];
         // COMMIT goes out with the writes. Should one of them fail, the server turns it into a
         // rollback and the error comes back from the failed statement.
         futures::try_join!(
@@ -205,7 +208,7 @@ impl KvBatch {
             execute_unless_empty(client, &delete, &delete_params, deleted.len()),
             execute_unless_empty(client, &mark_deleted, &mark_params, marked.len()),
             execute_unless_empty(client, &set_expiry, &expiry_params, expiring.0.len()),
-            execute_unless_empty(client, &upsert, &upsert_params, written.keys.len()),
+            execute_unless_empty(client, &upsert, upsert_params, written.keys.len()),
             async {
                 match &notify {
                     Some((statement, (channel, message, limit))) => {
@@ -270,7 +273,7 @@ impl KvBatch {
                     } else {
                         None
                     };
-                    changes.written.push(key, value, body_id, entry.expires_at);
+                    changes.written.push(key, value, body_id, entry.expires_at, entry.form);
                 }
             }
         }
@@ -281,7 +284,7 @@ impl KvBatch {
     /// the writes.
     fn upsert_statement(&self, written: &WrittenValues<'_>, begins: bool) -> &str {
         let sql = &self.bucket.sql.kv;
-        if self.blind {
+        let upsert = if self.blind {
             // Only a batch that sends its BEGIN here can be written again whole.
             if begins && !sql.typed.load(Ordering::Relaxed) {
                 &sql.upsert_strings
@@ -292,6 +295,10 @@ impl KvBatch {
             &sql.upsert
         } else {
             &sql.upsert_plain
+        };
+        match written.marks.is_empty() {
+            true => &upsert.whole,
+            false => &upsert.marked,
         }
     }
 }
@@ -377,10 +384,25 @@ struct WrittenValues<'a> {
     inline: Vec<Option<&'a [u8]>>,
     body_ids: Vec<Option<i64>>,
     expires_at: Vec<Option<SystemTime>>,
+    /// Each value's form mark (see [`StringForm`]); empty while every value so far was written
+    /// whole, as a batch of SETs' stays.
+    marks: Vec<Option<&'static str>>,
 }
 
 impl<'a> WrittenValues<'a> {
-    fn push(&mut self, key: &'a str, value: &'a Bytes, body_id: Option<i64>, expires_at: Option<SystemTime>) {
+    fn push(
+        &mut self,
+        key: &'a str,
+        value: &'a Bytes,
+        body_id: Option<i64>,
+        expires_at: Option<SystemTime>,
+        form: StringForm,
+    ) {
+        if form != StringForm::Whole || !self.marks.is_empty() {
+            // The values before the first marked one were written whole.
+            self.marks.resize(self.keys.len(), None);
+            self.marks.push(form.mark());
+        }
         self.keys.push(key);
         self.sizes.push(value.len() as i64);
         // The ETag S3 reports for the same bytes.
