@@ -668,6 +668,7 @@ print("done")
 /// disconnected once its lines pass `--resp-pubsub-output-limit`, not buffered without bound.
 #[tokio::test]
 async fn monitor_shows_commands_as_redis_and_drops_a_slow_monitor() {
+    let _large = crate::LARGE_ALLOCATIONS.read().await;
     let gateway = TestGateway::with_resp(&["--resp-pubsub-output-limit", "1MiB"]).await;
     add_keys(&gateway).await;
     give(OPS.0, &[&gateway]).await;

@@ -192,6 +192,7 @@ async fn idle_and_total_client_limits() {
 /// closes, writing nothing; requests that fit go through, and the budget is given back.
 #[tokio::test]
 async fn a_request_beyond_the_buffer_budget_gets_oom_and_writes_nothing() {
+    let _large = crate::LARGE_ALLOCATIONS.read().await;
     let gateway = TestGateway::with_resp(&["--buffer-budget", "16MiB"]).await;
     let big = vec![b'x'; 40 * 1024 * 1024];
     let stream = tokio::net::TcpStream::connect(gateway.resp_addr()).await.unwrap();

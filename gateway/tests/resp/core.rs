@@ -1198,6 +1198,7 @@ async fn writes_on_a_read_only_database_get_readonly() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_batch_beyond_the_admission_limit_gets_busy_and_nothing_is_lost() {
+    let _large = crate::LARGE_ALLOCATIONS.read().await;
     let gateway = TestGateway::with_resp(&["--resp-max-active", "1", "--admission-wait", "0ms"]).await;
     let mut slow = RawResp::connect(gateway.resp_addr()).await;
     let mut other = RawResp::connect(gateway.resp_addr()).await;

@@ -785,6 +785,7 @@ async fn a_write_answered_cancelled_never_commits() {
 /// out of the buffer budget (given back when the transaction ends).
 #[tokio::test]
 async fn multi_queues_are_bounded_in_count_and_bytes() {
+    let _large = crate::LARGE_ALLOCATIONS.read().await;
     let gateway = TestGateway::with_resp(&["--buffer-budget", "40MiB"]).await;
     let mut raw = RawResp::connect(gateway.resp_addr()).await;
     assert_eq!(raw.command(&["MULTI"]).await, OK());
@@ -1000,6 +1001,8 @@ async fn replies_past_the_output_limit_close_the_connection_as_redis_does() {
 
 #[tokio::test]
 async fn a_huge_whole_collection_reply_never_comes_into_memory() {
+    // Alone among the tests that hold tens of MiB: the peak below is the whole process's.
+    let _alone = crate::LARGE_ALLOCATIONS.write().await;
     let gateway = TestGateway::with_resp(&["--resp-output-limit", "1MiB"]).await;
     let mut raw = RawResp::connect(gateway.resp_addr()).await;
     // 160 MiB of list: 1,280 elements of 128 KiB (incompressible), 16 MiB a command.
@@ -1026,6 +1029,7 @@ async fn a_huge_whole_collection_reply_never_comes_into_memory() {
 
 #[tokio::test]
 async fn a_large_reply_is_read_within_the_buffer_budget() {
+    let _large = crate::LARGE_ALLOCATIONS.read().await;
     let gateway = TestGateway::with_resp(&["--buffer-budget", "10MiB"]).await;
     let mut raw = RawResp::connect(gateway.resp_addr()).await;
     // Replies of about 3 MB and 4 MB: past the 1 MiB a reply may take without budget, so each

@@ -28,3 +28,8 @@ mod stream_groups;
 mod streams;
 mod tracking;
 mod types;
+
+/// The gateways of this binary run in its one process, so a test that measures the process's
+/// peak memory (hostile.rs) would count another test's large values: tests that hold tens of
+/// MiB at once take this shared, the measuring test takes it alone.
+pub static LARGE_ALLOCATIONS: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());

@@ -671,6 +671,7 @@ async fn a_write_on_one_gateway_is_notified_on_another_in_commit_order() {
 
 #[tokio::test]
 async fn a_subscriber_that_does_not_read_events_is_disconnected() {
+    let _large = crate::LARGE_ALLOCATIONS.read().await;
     let gateway = TestGateway::with_resp(&["--resp-pubsub-output-limit", "1MiB"]).await;
     let mut writer = RawResp::connect(gateway.resp_addr()).await;
     writer

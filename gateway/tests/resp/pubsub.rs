@@ -278,6 +278,7 @@ async fn pattern_subscriptions_with_redis_rs() {
 
 #[tokio::test]
 async fn a_subscriber_that_does_not_read_is_disconnected() {
+    let _large = crate::LARGE_ALLOCATIONS.read().await;
     let gateway = TestGateway::with_args(
         common::fresh_database().await,
         &["--resp-addr", "127.0.0.1:0", "--resp-pubsub-output-limit", "1MiB"],
