@@ -8,6 +8,7 @@ use super::context::RequestContext;
 use super::wire::{fail, missing, part_number, row_allows, timestamp, to_etag_condition, to_system_time};
 use super::{encryption, lifecycle, lock};
 use crate::s3::checksum::Algorithm;
+use crate::s3::multipart_checksum::checksum_type;
 use crate::store::{self, ObjectHead, ObjectRead};
 
 /// The preconditions of a read, from its If-* fields.
@@ -121,8 +122,9 @@ pub(super) async fn get_object(
         expiration,
         ..Default::default()
     };
-    let wants_checksum = checksum_requested(&input.checksum_mode) && !read.partial;
+    let wants_checksum = checksum_requested(&input.checksum_mode) && (!read.partial || options.part_number.is_some());
     describe_object!(output, &read.head, checksum_fields(&read.head, wants_checksum));
+    output.checksum_type = checksum_kind(&read.head, wants_checksum);
     if options.part_number.is_some() {
         output.parts_count = read.head.meta.parts.map(|n| n as i32);
     }
@@ -156,8 +158,9 @@ pub(super) async fn head_object(
         expiration,
         ..Default::default()
     };
-    let wants_checksum = checksum_requested(&input.checksum_mode) && !read.partial;
+    let wants_checksum = checksum_requested(&input.checksum_mode) && (!read.partial || options.part_number.is_some());
     describe_object!(output, &read.head, checksum_fields(&read.head, wants_checksum));
+    output.checksum_type = checksum_kind(&read.head, wants_checksum);
     if options.part_number.is_some() {
         output.parts_count = read.head.meta.parts.map(|n| n as i32);
     }
@@ -200,8 +203,16 @@ pub(super) async fn get_object_attributes(
             .flat_map(|a| a.as_str().split(','))
             .any(|a| a.trim() == name)
     };
+    // S3 answers a COMPOSITE checksum here without its `-<parts>`.
+    let mut head = head;
+    if let Some(stored) = &mut head.meta.checksum
+        && stored.composite
+        && let Some((value, _parts)) = stored.value.rsplit_once('-')
+    {
+        stored.value = value.to_owned();
+    }
     let [crc32, crc32c, crc64nvme, sha1, sha256] = checksum_fields(&head, true);
-    let has_checksum = head.meta.checksum.is_some();
+    let kind = checksum_kind(&head, true);
     // The ETag goes out unquoted, as S3 writes it here (see `unquote_attributes_etag`).
     Ok(S3Response::new(GetObjectAttributesOutput {
         e_tag: wanted(ObjectAttributes::ETAG).then(|| ETag::Strong(head.etag.clone())),
@@ -217,13 +228,13 @@ pub(super) async fn get_object_attributes(
                 total_parts_count: Some(count as i32),
                 ..Default::default()
             }),
-        checksum: (wanted(ObjectAttributes::CHECKSUM) && has_checksum).then(|| Checksum {
+        checksum: (wanted(ObjectAttributes::CHECKSUM) && kind.is_some()).then(|| Checksum {
             checksum_crc32: crc32,
             checksum_crc32c: crc32c,
             checksum_crc64nvme: crc64nvme,
             checksum_sha1: sha1,
             checksum_sha256: sha256,
-            checksum_type: Some(ChecksumType::from_static(ChecksumType::FULL_OBJECT)),
+            checksum_type: kind,
         }),
         ..Default::default()
     }))
@@ -249,7 +260,8 @@ fn to_range(range: Range) -> store::ByteRange {
 }
 
 /// The checksum field of a response, when the client asked for checksums and the answer is the
-/// whole object (a part's bytes never match the whole object's checksum).
+/// whole object or one part of it (whose head has that part's checksum, if any; see
+/// `store::bodies::locate`): a range's bytes match no checksum kept.
 pub(super) fn checksum_fields(head: &ObjectHead, wanted: bool) -> [Option<String>; 5] {
     let mut fields: [Option<String>; 5] = Default::default();
     if let (true, Some(stored)) = (wanted, &head.meta.checksum)
@@ -258,6 +270,15 @@ pub(super) fn checksum_fields(head: &ObjectHead, wanted: bool) -> [Option<String
         fields[Algorithm::ALL.iter().position(|a| *a == alg).expect("listed")] = Some(stored.value.clone());
     }
     fields
+}
+
+/// The `x-amz-checksum-type` of the checksum [`checksum_fields`] answers.
+fn checksum_kind(head: &ObjectHead, wanted: bool) -> Option<ChecksumType> {
+    head.meta
+        .checksum
+        .as_ref()
+        .filter(|_| wanted)
+        .map(|stored| checksum_type(!stored.composite))
 }
 
 fn checksum_requested(mode: &Option<ChecksumMode>) -> bool {
