@@ -228,7 +228,7 @@ pub(super) async fn get_object_attributes(
                 total_parts_count: Some(count as i32),
                 ..Default::default()
             }),
-        checksum: (wanted(ObjectAttributes::CHECKSUM) && kind.is_some()).then(|| Checksum {
+        checksum: (wanted(ObjectAttributes::CHECKSUM) && kind.is_some()).then_some(Checksum {
             checksum_crc32: crc32,
             checksum_crc32c: crc32c,
             checksum_crc64nvme: crc64nvme,
