@@ -886,8 +886,8 @@ async fn multipart_full_object_crc64nvme_is_the_crc_of_the_whole_object() {
 
 /// A COMPOSITE SHA-256 upload: parts must bring the upload's checksum, a completion must name
 /// each part's own (a wrong one is InvalidPart, nothing stored), and the object's checksum is
-/// SHA-256 over the parts' digests with `-3`; a part read answers that part's digest. An
-/// upload without an algorithm keeps no checksum, as before.
+/// SHA-256 over the parts' digests with `-3`; a part read answers that part's digest, also of a
+/// copy. An upload without an algorithm keeps no checksum, as before.
 #[tokio::test]
 async fn multipart_composite_sha256_checks_parts_and_refuses_a_wrong_one() {
     use aws_sdk_s3::config::RequestChecksumCalculation;
@@ -1049,6 +1049,28 @@ async fn multipart_composite_sha256_checks_parts_and_refuses_a_wrong_one() {
     assert_eq!(checksum.checksum_sha256, expected.strip_suffix("-3").map(str::to_owned));
     assert_eq!(checksum.checksum_type, Some(ChecksumType::Composite));
     assert_eq!(attributes.object_parts.unwrap().total_parts_count, Some(3));
+    // A copy has the same parts, and keeps their checksums and the object's.
+    let copied = s3
+        .copy_object()
+        .bucket("mpu")
+        .key("c-copy")
+        .copy_source("mpu/c")
+        .send()
+        .await
+        .unwrap()
+        .copy_object_result
+        .unwrap();
+    assert_eq!(copied.checksum_sha256.as_deref(), Some(expected.as_str()));
+    let part = s3
+        .head_object()
+        .bucket("mpu")
+        .key("c-copy")
+        .part_number(2)
+        .checksum_mode(ChecksumMode::Enabled)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(part.checksum_sha256.as_deref(), Some(completed[1].2.as_str()));
 
     // Without an algorithm: no checksum kept, listed or answered, as before.
     let plain = start(s3, "plain").await;
