@@ -634,6 +634,19 @@ impl<'a> BucketHandle<'a> {
             .await
     }
 
+    /// The parts of the multipart object `head` was read as (GetObjectAttributes' ObjectParts).
+    pub async fn object_parts(
+        &self,
+        key: &str,
+        head: &crate::store::ObjectHead,
+        after_part: u32,
+        max_parts: usize,
+    ) -> StoreResult<PartsPage> {
+        self.store()
+            .object_parts(&self.info, key, head, after_part, max_parts)
+            .await
+    }
+
     pub async fn list_multipart_uploads(&self, request: &UploadsRequest) -> StoreResult<UploadsPage> {
         self.store().list_multipart_uploads(&self.info, request).await
     }

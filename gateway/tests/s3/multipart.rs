@@ -887,7 +887,7 @@ async fn multipart_full_object_crc64nvme_is_the_crc_of_the_whole_object() {
 /// A COMPOSITE SHA-256 upload: parts must bring the upload's checksum, a completion must name
 /// each part's own (a wrong one is InvalidPart, nothing stored), and the object's checksum is
 /// SHA-256 over the parts' digests with `-3`; a part read answers that part's digest, also of a
-/// copy. An upload without an algorithm keeps no checksum, as before.
+/// copy, and GetObjectAttributes lists the parts with theirs. An upload without an algorithm keeps no checksum, as before.
 #[tokio::test]
 async fn multipart_composite_sha256_checks_parts_and_refuses_a_wrong_one() {
     use aws_sdk_s3::config::RequestChecksumCalculation;
@@ -1048,7 +1048,34 @@ async fn multipart_composite_sha256_checks_parts_and_refuses_a_wrong_one() {
     let checksum = attributes.checksum.unwrap();
     assert_eq!(checksum.checksum_sha256, expected.strip_suffix("-3").map(str::to_owned));
     assert_eq!(checksum.checksum_type, Some(ChecksumType::Composite));
-    assert_eq!(attributes.object_parts.unwrap().total_parts_count, Some(3));
+    let listed = attributes.object_parts.unwrap();
+    assert_eq!(listed.total_parts_count, Some(3));
+    let sums: Vec<(Option<i32>, Option<String>)> = listed
+        .parts()
+        .iter()
+        .map(|part| (part.part_number, part.checksum_sha256.clone()))
+        .collect();
+    let want: Vec<(Option<i32>, Option<String>)> = completed
+        .iter()
+        .map(|(number, _, sum)| (Some(*number), Some(sum.clone())))
+        .collect();
+    assert_eq!(sums, want);
+    let second_page = s3
+        .get_object_attributes()
+        .bucket("mpu")
+        .key("c")
+        .object_attributes(ObjectAttributes::ObjectParts)
+        .max_parts(2)
+        .part_number_marker("2")
+        .send()
+        .await
+        .unwrap()
+        .object_parts
+        .unwrap();
+    assert_eq!(second_page.is_truncated, Some(false));
+    let numbers: Vec<Option<i32>> = second_page.parts().iter().map(|part| part.part_number).collect();
+    assert_eq!(numbers, vec![Some(3)]);
+    assert_eq!(second_page.parts()[0].size, Some(parts[2].len() as i64));
     // A copy has the same parts, and keeps their checksums and the object's.
     let copied = s3
         .copy_object()

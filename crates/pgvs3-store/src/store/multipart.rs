@@ -29,6 +29,8 @@ pub(super) struct MultipartSql {
     place_parts: String,
     find_upload: String,
     list_parts: String,
+    /// The parts of a completed object (GetObjectAttributes' ObjectParts).
+    object_parts: String,
     list_uploads: String,
     /// Deletes the parts of ended uploads (the reaper's and lifecycle's too).
     pub(super) drop_parts: String,
@@ -83,6 +85,18 @@ impl MultipartSql {
             list_parts: format!(
                 "SELECT part_number, size, etag, last_modified, checksum FROM {ns}.parts
                   WHERE owner_id = $1 AND part_number > $2 ORDER BY part_number LIMIT $3"
+            ),
+            // The object (or version) whose ETag was just read; one replaced since lists none.
+            object_parts: format!(
+                "SELECT part_number, size, etag, last_modified, checksum FROM {ns}.parts
+                  WHERE owner_id = (SELECT body_id FROM {ns}.objects
+                                     WHERE bucket_id = $1 AND key = $2 AND etag = $3
+                                       AND ($4::text IS NULL OR coalesce(version_id, 'null') = $4)
+                                    UNION ALL
+                                    SELECT body_id FROM {ns}.versions
+                                     WHERE bucket_id = $1 AND key = $2 AND etag = $3 AND version_id = $4
+                                    LIMIT 1)
+                    AND part_number > $5 ORDER BY part_number LIMIT $6"
             ),
             list_uploads: format!(
                 "SELECT key, upload_id, initiated, meta->>'in' AS initiator, meta->'ac'->>'o' AS owner FROM {ns}.uploads
@@ -214,6 +228,25 @@ fn check_part_number(part_number: u32) -> StoreResult<i32> {
         ));
     }
     Ok(part_number as i32)
+}
+
+/// A page of part rows fetched one past `max_parts`, and where the next page starts if it was cut.
+fn parts_page(rows: &[tokio_postgres::Row], after_part: u32, max_parts: usize) -> (Vec<PartInfo>, Option<u32>) {
+    let mut parts: Vec<PartInfo> = rows
+        .iter()
+        .map(|row| PartInfo {
+            part_number: row.get::<_, i32>("part_number") as u32,
+            size: row.get::<_, i64>("size") as u64,
+            etag: row.get("etag"),
+            last_modified: row.get("last_modified"),
+            checksum: row.get("checksum"),
+        })
+        .collect();
+    let next_marker = (parts.len() > max_parts).then(|| {
+        parts.truncate(max_parts);
+        parts.last().map_or(after_part, |part| part.part_number)
+    });
+    (parts, next_marker)
 }
 
 /// S3's answer to a completion naming a part it does not have (or with another ETag or checksum).
@@ -579,20 +612,7 @@ impl Store {
         let rows = client
             .query(&statement, &[&upload_id, &after, &(max_parts as i64 + 1)])
             .await?;
-        let mut parts: Vec<PartInfo> = rows
-            .iter()
-            .map(|row| PartInfo {
-                part_number: row.get::<_, i32>("part_number") as u32,
-                size: row.get::<_, i64>("size") as u64,
-                etag: row.get("etag"),
-                last_modified: row.get("last_modified"),
-                checksum: row.get("checksum"),
-            })
-            .collect();
-        let next_marker = (parts.len() > max_parts).then(|| {
-            parts.truncate(max_parts);
-            parts.last().map_or(after_part, |part| part.part_number)
-        });
+        let (parts, next_marker) = parts_page(&rows, after_part, max_parts);
         Ok(PartsPage {
             parts,
             parties: UploadParties::of(&upload),
@@ -600,6 +620,42 @@ impl Store {
                 .get::<_, Option<Json<UploadChecksum>>>("checksum")
                 .map(|Json(kept)| kept),
             next_marker,
+        })
+    }
+
+    /// The parts of the completed multipart object `head` was read as (its version), after
+    /// part `after_part`, at most `max_parts` of them: GetObjectAttributes' ObjectParts.
+    #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store object_parts", otel.kind = "client", db.system = "postgresql"))]
+    pub(crate) async fn object_parts(
+        &self,
+        bucket: &BucketInfo,
+        key: &str,
+        head: &ObjectHead,
+        after_part: u32,
+        max_parts: usize,
+    ) -> StoreResult<PartsPage> {
+        let max_parts = max_parts.min(MAX_LISTED);
+        let after = after_part.min(MAX_PART_NUMBER) as i32;
+        let client = self.client().await?;
+        let statement = client.prepare_cached(&bucket.sql.multipart.object_parts).await?;
+        let rows = client
+            .query(
+                &statement,
+                &[
+                    &bucket.id,
+                    &key,
+                    &head.etag,
+                    &head.version_id,
+                    &after,
+                    &(max_parts as i64 + 1),
+                ],
+            )
+            .await?;
+        let (parts, next_marker) = parts_page(&rows, after_part, max_parts);
+        Ok(PartsPage {
+            parts,
+            next_marker,
+            ..PartsPage::default()
         })
     }
 

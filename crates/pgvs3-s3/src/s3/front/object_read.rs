@@ -213,6 +213,10 @@ pub(super) async fn get_object_attributes(
     }
     let [crc32, crc32c, crc64nvme, sha1, sha256] = checksum_fields(&head, true);
     let kind = checksum_kind(&head, true);
+    let object_parts = match head.meta.parts.filter(|_| wanted(ObjectAttributes::OBJECT_PARTS)) {
+        Some(count) => Some(object_parts(&cx, &req, &head, count).await?),
+        None => None,
+    };
     // The ETag goes out unquoted, as S3 writes it here (see `unquote_attributes_etag`).
     Ok(S3Response::new(GetObjectAttributesOutput {
         e_tag: wanted(ObjectAttributes::ETAG).then(|| ETag::Strong(head.etag.clone())),
@@ -221,13 +225,7 @@ pub(super) async fn get_object_attributes(
         object_size: wanted(ObjectAttributes::OBJECT_SIZE).then_some(head.size as i64),
         storage_class: wanted(ObjectAttributes::STORAGE_CLASS)
             .then(|| StorageClass::from_static(StorageClass::STANDARD)),
-        object_parts: wanted(ObjectAttributes::OBJECT_PARTS)
-            .then_some(head.meta.parts)
-            .flatten()
-            .map(|count| GetObjectAttributesParts {
-                total_parts_count: Some(count as i32),
-                ..Default::default()
-            }),
+        object_parts,
         checksum: (wanted(ObjectAttributes::CHECKSUM) && kind.is_some()).then_some(Checksum {
             checksum_crc32: crc32,
             checksum_crc32c: crc32c,
@@ -238,6 +236,54 @@ pub(super) async fn get_object_attributes(
         }),
         ..Default::default()
     }))
+}
+
+/// GetObjectAttributes' ObjectParts: the part count and, for a COMPOSITE object, a page of its
+/// parts with their checksums, as S3 lists them (`max-parts`, `part-number-marker`).
+async fn object_parts(
+    cx: &RequestContext<'_>,
+    req: &S3Request<GetObjectAttributesInput>,
+    head: &ObjectHead,
+    count: u32,
+) -> S3Result<GetObjectAttributesParts> {
+    let mut answer = GetObjectAttributesParts {
+        total_parts_count: Some(count as i32),
+        ..Default::default()
+    };
+    let Some(stored) = head.meta.checksum.as_ref().filter(|stored| stored.composite) else {
+        return Ok(answer);
+    };
+    let input = &req.input;
+    let max_parts = input.max_parts.unwrap_or(1000).clamp(0, 1000);
+    let marker = input.part_number_marker.unwrap_or(0).max(0);
+    let page = cx
+        .bucket
+        .object_parts(&input.key, head, marker as u32, max_parts as usize)
+        .await
+        .map_err(|e| fail(req, e))?;
+    let kept = Some(store::UploadChecksum {
+        algorithm: stored.algorithm.clone(),
+        full_object: false,
+    });
+    answer.parts = Some(
+        page.parts
+            .into_iter()
+            .map(|part| {
+                let mut listed = ObjectPart {
+                    part_number: Some(part.part_number as i32),
+                    size: Some(part.size as i64),
+                    ..Default::default()
+                };
+                let _ = set_checksum!(listed, super::multipart::part_checksum(&kept, part.checksum));
+                listed
+            })
+            .collect(),
+    );
+    answer.max_parts = Some(max_parts);
+    answer.part_number_marker = Some(marker);
+    answer.is_truncated = Some(page.next_marker.is_some());
+    answer.next_part_number_marker = page.next_marker.map(|n| n as i32);
+    Ok(answer)
 }
 
 fn http_date(text: &Option<String>) -> Option<Timestamp> {
