@@ -1250,7 +1250,8 @@ BEGIN
     EXECUTE format('CREATE INDEX IF NOT EXISTS uploads_by_key ON %I.uploads (bucket_id, key, upload_id)', ns);
     EXECUTE format('CREATE INDEX IF NOT EXISTS uploads_age ON %I.uploads (initiated)', ns);
     -- `start_offset` is NULL while the upload is in progress and the part's place in the
-    -- object once completed, so a ranged read finds its parts by offset.
+    -- object once completed, so a ranged read finds its parts by offset. `checksum` is the
+    -- part's (base64) when its upload keeps one, in the algorithm named in the upload's meta.
     EXECUTE format($f$
         CREATE TABLE IF NOT EXISTS %I.parts (
             owner_id      bigint NOT NULL,
@@ -1260,6 +1261,7 @@ BEGIN
             body_id       bigint NOT NULL,
             start_offset  bigint,
             last_modified timestamptz NOT NULL DEFAULT clock_timestamp(),
+            checksum      text,
             PRIMARY KEY (owner_id, part_number)
         )$f$, ns);
     -- A replaced or deleted part retires its body like an object does (same trigger function).
@@ -4736,6 +4738,7 @@ CREATE TABLE s3c.parts (
     body_id bigint NOT NULL,
     start_offset bigint,
     last_modified timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    checksum text,
     CONSTRAINT parts_part_number_check CHECK (((part_number >= 1) AND (part_number <= 10000)))
 );
 
@@ -4865,6 +4868,7 @@ CREATE TABLE s3p.parts (
     body_id bigint NOT NULL,
     start_offset bigint,
     last_modified timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    checksum text,
     CONSTRAINT parts_part_number_check CHECK (((part_number >= 1) AND (part_number <= 10000)))
 );
 
@@ -4978,6 +4982,7 @@ CREATE TABLE s3w.parts (
     body_id bigint NOT NULL,
     start_offset bigint,
     last_modified timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    checksum text,
     CONSTRAINT parts_part_number_check CHECK (((part_number >= 1) AND (part_number <= 10000)))
 );
 

@@ -9,11 +9,12 @@ use std::sync::Arc;
 
 use crate::cache::CacheTier;
 use crate::store::{
-    Access, BucketInfo, ByteRange, CacheMode, Catalog, CompletedPart, CopySource, CustomerKey, DeleteCondition,
-    DeleteOutcome, KvBatch, Lifecycle, ListPage, ListRequest, LockConfig, Notifications, ObjectMeta, ObjectRead,
-    PartOutcome, PartsPage, Preconditions, Principal, PutOutcome, ReadOptions, RequestedEncryption, RequestedLock,
-    Retention, Store, StoreError, StoreResult, StoredBytes, Tags, Upload, UploadsPage, UploadsRequest, VersionEntry,
-    Versioning, VersionsPage, VersionsRequest, WriteCondition, valid_version_id,
+    Access, BodyObserver, BucketInfo, ByteRange, CacheMode, Catalog, CompletedPart, CopySource, CustomerKey,
+    DeleteCondition, DeleteOutcome, KvBatch, Lifecycle, ListPage, ListRequest, LockConfig, Notifications, ObjectMeta,
+    ObjectRead, PartChecksums, PartOutcome, PartsPage, Preconditions, Principal, PutOutcome, ReadOptions,
+    RequestedEncryption, RequestedLock, Retention, Store, StoreError, StoreResult, StoredBytes, Tags, Upload,
+    UploadsPage, UploadsRequest, VersionEntry, Versioning, VersionsPage, VersionsRequest, WriteCondition,
+    valid_version_id,
 };
 
 /// Opens buckets for requests: the store and the cache tier behind every bucket handle.
@@ -560,7 +561,7 @@ impl<'a> BucketHandle<'a> {
 
     /// Fills a part with an object of `source` (read as its kind says, opened with the SSE-C
     /// key in `options`), or the byte range of it in `options.range`; `part_key` is the SSE-C
-    /// key of the upload, if it has one.
+    /// key of the upload, if it has one; `observer` computes the checksum the upload keeps.
     #[allow(clippy::too_many_arguments)]
     pub async fn upload_part_copy(
         &self,
@@ -571,6 +572,7 @@ impl<'a> BucketHandle<'a> {
         upload_id: &str,
         part_number: u32,
         part_key: Option<CustomerKey>,
+        observer: Box<dyn BodyObserver>,
     ) -> StoreResult<PartOutcome> {
         self.writable()?;
         let read = source
@@ -587,7 +589,7 @@ impl<'a> BucketHandle<'a> {
             meta: ObjectMeta::default(),
             declared_len: Some(read.span.1 - read.span.0),
             body: read.body,
-            observer: Box::new(StoredBytes),
+            observer,
             encryption: part_key.map_or(RequestedEncryption::None, RequestedEncryption::Customer),
         };
         self.upload_part(key, upload_id, part_number, upload).await
@@ -600,12 +602,13 @@ impl<'a> BucketHandle<'a> {
         key: &str,
         upload_id: &str,
         parts: &[CompletedPart],
+        checksums: &dyn PartChecksums,
         condition: &WriteCondition,
     ) -> StoreResult<PutOutcome> {
         self.writable()?;
         let outcome = self
             .store()
-            .complete_multipart_upload(&self.info, key, upload_id, parts, condition)
+            .complete_multipart_upload(&self.info, key, upload_id, parts, checksums, condition)
             .await?;
         if let Some(cache) = self.cache() {
             let wait = CacheTier::waits_for_origin(&self.info, outcome.size);
@@ -628,6 +631,19 @@ impl<'a> BucketHandle<'a> {
     ) -> StoreResult<PartsPage> {
         self.store()
             .list_parts(&self.info, key, upload_id, after_part, max_parts)
+            .await
+    }
+
+    /// The parts of the multipart object `head` was read as (GetObjectAttributes' ObjectParts).
+    pub async fn object_parts(
+        &self,
+        key: &str,
+        head: &crate::store::ObjectHead,
+        after_part: u32,
+        max_parts: usize,
+    ) -> StoreResult<PartsPage> {
+        self.store()
+            .object_parts(&self.info, key, head, after_part, max_parts)
             .await
     }
 

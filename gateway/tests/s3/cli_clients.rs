@@ -589,3 +589,73 @@ print("sse ok")
     assert!(out.contains("sse ok"), "{out}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// boto3's managed upload_file as it is since early 2025: a multipart upload with CRC32 by
+/// default (s3transfer asks for it on CreateMultipartUpload and sends each part's), whose
+/// COMPOSITE checksum the gateway keeps; computed here with zlib over each 5 MiB part. Then a
+/// FULL_OBJECT upload: upload_file given the whole file's CRC32 (checked on completion), and
+/// one given a wrong CRC32, refused with nothing stored.
+#[tokio::test]
+async fn boto3_multipart_upload_file_keeps_crc32_checksums() {
+    let gw = TestGateway::start().await;
+    let dir = scratch("mpck");
+    let script = r#"
+import base64, os, sys, zlib, boto3, botocore
+from boto3.s3.transfer import TransferConfig
+s3 = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"], region_name="us-east-1")
+work = sys.argv[1]
+s3.create_bucket(Bucket="sums")
+part = 5 * 1024 * 1024
+data = os.urandom(12 * 1024 * 1024 + 4321)
+source = os.path.join(work, "source.bin")
+with open(source, "wb") as f:
+    f.write(data)
+b64 = lambda crc: base64.b64encode(crc.to_bytes(4, "big")).decode()
+config = TransferConfig(multipart_threshold=part, multipart_chunksize=part)
+s3.upload_file(source, "sums", "big.bin", Config=config)
+pieces = [data[at:at + part] for at in range(0, len(data), part)]
+assert len(pieces) == 3
+joined = b"".join(zlib.crc32(piece).to_bytes(4, "big") for piece in pieces)
+composite = b64(zlib.crc32(joined)) + "-3"
+head = s3.head_object(Bucket="sums", Key="big.bin", ChecksumMode="ENABLED")
+assert head.get("ChecksumCRC32") == composite, (head, composite)
+assert head.get("ChecksumType") == "COMPOSITE", head
+assert head["ContentLength"] == len(data), head
+for number, piece in enumerate(pieces, 1):
+    got = s3.get_object(Bucket="sums", Key="big.bin", PartNumber=number, ChecksumMode="ENABLED")
+    assert got.get("ChecksumCRC32") == b64(zlib.crc32(piece)), (number, got)
+    assert got["Body"].read() == piece, number
+attributes = s3.get_object_attributes(Bucket="sums", Key="big.bin", ObjectAttributes=["Checksum"])
+assert attributes["Checksum"] == {"ChecksumCRC32": composite[:-2], "ChecksumType": "COMPOSITE"}, attributes
+back = os.path.join(work, "back.bin")
+s3.download_file("sums", "big.bin", back)
+assert open(back, "rb").read() == data, "round trip"
+
+whole = b64(zlib.crc32(data))
+s3.upload_file(source, "sums", "full.bin", Config=config, ExtraArgs={"ChecksumCRC32": whole})
+head = s3.head_object(Bucket="sums", Key="full.bin", ChecksumMode="ENABLED")
+assert head.get("ChecksumCRC32") == whole and head.get("ChecksumType") == "FULL_OBJECT", (head, whole)
+try:
+    s3.upload_file(source, "sums", "wrong.bin", Config=config,
+                   ExtraArgs={"ChecksumCRC32": b64(zlib.crc32(data) ^ 1)})
+    raise SystemExit("a wrong full-object CRC32 was accepted")
+except boto3.exceptions.S3UploadFailedError as error:
+    assert "BadDigest" in str(error), error
+try:
+    s3.head_object(Bucket="sums", Key="wrong.bin")
+    raise SystemExit("a refused upload left an object")
+except botocore.exceptions.ClientError as error:
+    assert error.response["Error"]["Code"] == "404", error.response
+print("checksums ok")
+"#;
+    std::fs::write(dir.join("mpck.py"), script).unwrap();
+    let out = run(
+        &gw,
+        &dir,
+        "python3",
+        vec![dir.join("mpck.py").display().to_string(), dir.display().to_string()],
+    )
+    .await;
+    assert!(out.contains("checksums ok"), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

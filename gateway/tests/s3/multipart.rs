@@ -712,3 +712,414 @@ async fn the_maintenance_leader_reports_what_it_left() {
     assert_eq!(seen, (Some(1.0), Some(1.0)));
     gw.stop().await;
 }
+
+/// The parts of the checksum tests: two of 5 MiB and a short last one.
+fn checksum_parts() -> Vec<Vec<u8>> {
+    vec![noise(5 * MIB, 41), noise(5 * MIB, 42), noise(12_345, 43)]
+}
+
+/// A FULL_OBJECT CRC64NVME upload as the SDK makes one: each part's CRC kept and listed, the
+/// object's the CRC of all its bytes (computed here over the whole body), answered on
+/// completion, HEAD and GetObjectAttributes; a part read of it has no checksum (several parts).
+#[tokio::test]
+async fn multipart_full_object_crc64nvme_is_the_crc_of_the_whole_object() {
+    use aws_sdk_s3::types::{ChecksumAlgorithm, ChecksumMode, ChecksumType, CompletedPart, ObjectAttributes};
+    use base64::Engine;
+    use s3s::crypto::Checksum;
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    s3.create_bucket().bucket("mpu").send().await.unwrap();
+    let parts = checksum_parts();
+    let created = s3
+        .create_multipart_upload()
+        .bucket("mpu")
+        .key("full")
+        .checksum_algorithm(ChecksumAlgorithm::Crc64Nvme)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.checksum_algorithm, Some(ChecksumAlgorithm::Crc64Nvme));
+    assert_eq!(created.checksum_type, Some(ChecksumType::FullObject));
+    let upload_id = created.upload_id.unwrap();
+    let mut completed = Vec::new();
+    for (index, body) in parts.iter().enumerate() {
+        let number = index as i32 + 1;
+        let out = s3
+            .upload_part()
+            .bucket("mpu")
+            .key("full")
+            .upload_id(&upload_id)
+            .part_number(number)
+            .checksum_algorithm(ChecksumAlgorithm::Crc64Nvme)
+            .body(ByteStream::from(body.clone()))
+            .send()
+            .await
+            .unwrap();
+        let mut crc = s3s::crypto::Crc64Nvme::new();
+        crc.update(body);
+        let expected = base64::engine::general_purpose::STANDARD.encode(crc.finalize().as_ref());
+        assert_eq!(
+            out.checksum_crc64_nvme.as_deref(),
+            Some(expected.as_str()),
+            "part {number}"
+        );
+        completed.push(
+            CompletedPart::builder()
+                .part_number(number)
+                .e_tag(out.e_tag.unwrap())
+                .checksum_crc64_nvme(expected)
+                .build(),
+        );
+    }
+    let listed = s3
+        .list_parts()
+        .bucket("mpu")
+        .key("full")
+        .upload_id(&upload_id)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(listed.checksum_algorithm, Some(ChecksumAlgorithm::Crc64Nvme));
+    assert_eq!(listed.checksum_type, Some(ChecksumType::FullObject));
+    let listed_sums: Vec<Option<String>> = listed.parts().iter().map(|p| p.checksum_crc64_nvme.clone()).collect();
+    let given_sums: Vec<Option<String>> = completed.iter().map(|p| p.checksum_crc64_nvme.clone()).collect();
+    assert_eq!(listed_sums, given_sums);
+
+    let mut whole = s3s::crypto::Crc64Nvme::new();
+    for part in &parts {
+        whole.update(part);
+    }
+    let expected = base64::engine::general_purpose::STANDARD.encode(whole.finalize().as_ref());
+    let done = s3
+        .complete_multipart_upload()
+        .bucket("mpu")
+        .key("full")
+        .upload_id(&upload_id)
+        .multipart_upload(CompletedMultipartUpload::builder().set_parts(Some(completed)).build())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(done.checksum_crc64_nvme.as_deref(), Some(expected.as_str()));
+    assert_eq!(done.checksum_type, Some(ChecksumType::FullObject));
+    let head = s3
+        .head_object()
+        .bucket("mpu")
+        .key("full")
+        .checksum_mode(ChecksumMode::Enabled)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.checksum_crc64_nvme.as_deref(), Some(expected.as_str()));
+    assert_eq!(head.checksum_type, Some(ChecksumType::FullObject));
+    // The SDK checks a full-object checksum against the body it reads.
+    let got = s3
+        .get_object()
+        .bucket("mpu")
+        .key("full")
+        .checksum_mode(ChecksumMode::Enabled)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.checksum_crc64_nvme.as_deref(), Some(expected.as_str()));
+    assert_eq!(got.body.collect().await.unwrap().into_bytes().to_vec(), parts.concat());
+    let part = s3
+        .head_object()
+        .bucket("mpu")
+        .key("full")
+        .part_number(2)
+        .checksum_mode(ChecksumMode::Enabled)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(part.checksum_crc64_nvme, None, "a FULL_OBJECT checksum is no part's");
+    let attributes = s3
+        .get_object_attributes()
+        .bucket("mpu")
+        .key("full")
+        .object_attributes(ObjectAttributes::Checksum)
+        .send()
+        .await
+        .unwrap();
+    let checksum = attributes.checksum.unwrap();
+    assert_eq!(checksum.checksum_crc64_nvme.as_deref(), Some(expected.as_str()));
+    assert_eq!(checksum.checksum_type, Some(ChecksumType::FullObject));
+
+    // A completion that declares another whole-object CRC is refused, nothing stored.
+    let upload_id = s3
+        .create_multipart_upload()
+        .bucket("mpu")
+        .key("declared")
+        .checksum_algorithm(ChecksumAlgorithm::Crc64Nvme)
+        .send()
+        .await
+        .unwrap()
+        .upload_id
+        .unwrap();
+    let etag = s3
+        .upload_part()
+        .bucket("mpu")
+        .key("declared")
+        .upload_id(&upload_id)
+        .part_number(1)
+        .checksum_algorithm(ChecksumAlgorithm::Crc64Nvme)
+        .body(ByteStream::from(b"one part".to_vec()))
+        .send()
+        .await
+        .unwrap()
+        .e_tag
+        .unwrap();
+    let refused = s3
+        .complete_multipart_upload()
+        .bucket("mpu")
+        .key("declared")
+        .upload_id(&upload_id)
+        .checksum_crc64_nvme(expected)
+        .checksum_type(ChecksumType::FullObject)
+        .multipart_upload(completion(&[(1, etag.as_str())]))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(refused.into_service_error().meta().code(), Some("BadDigest"));
+    let head = s3.head_object().bucket("mpu").key("declared").send().await.unwrap_err();
+    assert!(head.into_service_error().is_not_found());
+}
+
+/// A COMPOSITE SHA-256 upload: parts must bring the upload's checksum, a completion must name
+/// each part's own (a wrong one is InvalidPart, nothing stored), and the object's checksum is
+/// SHA-256 over the parts' digests with `-3`; a part read answers that part's digest, also of a
+/// copy, and GetObjectAttributes lists the parts with theirs. An upload without an algorithm keeps no checksum, as before.
+#[tokio::test]
+async fn multipart_composite_sha256_checks_parts_and_refuses_a_wrong_one() {
+    use aws_sdk_s3::config::RequestChecksumCalculation;
+    use aws_sdk_s3::types::{ChecksumAlgorithm, ChecksumMode, ChecksumType, CompletedPart, ObjectAttributes};
+    use base64::Engine;
+    use sha2::Digest as _;
+    let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    s3.create_bucket().bucket("mpu").send().await.unwrap();
+
+    let refused = s3
+        .create_multipart_upload()
+        .bucket("mpu")
+        .key("c")
+        .checksum_algorithm(ChecksumAlgorithm::Sha256)
+        .checksum_type(ChecksumType::FullObject)
+        .send()
+        .await
+        .unwrap_err()
+        .into_service_error();
+    assert_eq!(refused.meta().code(), Some("InvalidRequest"));
+    assert_eq!(
+        refused.meta().message(),
+        Some("The FULL_OBJECT checksum type cannot be used with the sha256 checksum algorithm.")
+    );
+
+    let created = s3
+        .create_multipart_upload()
+        .bucket("mpu")
+        .key("c")
+        .checksum_algorithm(ChecksumAlgorithm::Sha256)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.checksum_type, Some(ChecksumType::Composite));
+    let upload_id = created.upload_id.unwrap();
+    // A part without a checksum, or with another algorithm's, is refused as S3 refuses it.
+    let bare = Client::from_conf(
+        s3.config()
+            .to_builder()
+            .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
+            .build(),
+    );
+    let parts = checksum_parts();
+    for (client, algorithm, actual) in [(&bare, None, "null"), (s3, Some(ChecksumAlgorithm::Crc32), "crc32")] {
+        let err = client
+            .upload_part()
+            .bucket("mpu")
+            .key("c")
+            .upload_id(&upload_id)
+            .part_number(1)
+            .set_checksum_algorithm(algorithm)
+            .body(ByteStream::from(parts[2].clone()))
+            .send()
+            .await
+            .unwrap_err()
+            .into_service_error();
+        assert_eq!(err.meta().code(), Some("InvalidRequest"));
+        assert_eq!(
+            err.meta().message().map(str::to_owned),
+            Some(format!(
+                "Checksum Type mismatch occurred, expected checksum Type: sha256, actual checksum Type: {actual}"
+            ))
+        );
+    }
+    let mut completed = Vec::new();
+    let mut digests = Vec::new();
+    for (index, body) in parts.iter().enumerate() {
+        let number = index as i32 + 1;
+        let out = s3
+            .upload_part()
+            .bucket("mpu")
+            .key("c")
+            .upload_id(&upload_id)
+            .part_number(number)
+            .checksum_algorithm(ChecksumAlgorithm::Sha256)
+            .body(ByteStream::from(body.clone()))
+            .send()
+            .await
+            .unwrap();
+        let digest = sha2::Sha256::digest(body).to_vec();
+        assert_eq!(out.checksum_sha256.as_deref(), Some(b64(&digest).as_str()));
+        digests.extend_from_slice(&digest);
+        completed.push((number, out.e_tag.unwrap(), b64(&digest)));
+    }
+    let finish = |sums: Vec<Option<String>>| {
+        let parts = completed
+            .iter()
+            .zip(sums)
+            .map(|((number, etag, _), sum)| {
+                CompletedPart::builder()
+                    .part_number(*number)
+                    .e_tag(etag)
+                    .set_checksum_sha256(sum)
+                    .build()
+            })
+            .collect();
+        s3.complete_multipart_upload()
+            .bucket("mpu")
+            .key("c")
+            .upload_id(&upload_id)
+            .multipart_upload(CompletedMultipartUpload::builder().set_parts(Some(parts)).build())
+            .send()
+    };
+    let right: Vec<Option<String>> = completed.iter().map(|(_, _, sum)| Some(sum.clone())).collect();
+    let mut wrong = right.clone();
+    wrong[1] = right[0].clone();
+    let mut missing = right.clone();
+    missing[2] = None;
+    for (sums, code) in [(wrong, "InvalidPart"), (missing, "InvalidRequest")] {
+        let err = finish(sums).await.unwrap_err().into_service_error();
+        assert_eq!(err.meta().code(), Some(code));
+        let head = s3.head_object().bucket("mpu").key("c").send().await.unwrap_err();
+        assert!(head.into_service_error().is_not_found(), "nothing is stored on {code}");
+    }
+    let expected = format!("{}-3", b64(&sha2::Sha256::digest(&digests)));
+    let done = finish(right).await.unwrap();
+    assert_eq!(done.checksum_sha256.as_deref(), Some(expected.as_str()));
+    assert_eq!(done.checksum_type, Some(ChecksumType::Composite));
+    let head = s3
+        .head_object()
+        .bucket("mpu")
+        .key("c")
+        .checksum_mode(ChecksumMode::Enabled)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.checksum_sha256.as_deref(), Some(expected.as_str()));
+    assert_eq!(head.checksum_type, Some(ChecksumType::Composite));
+    for (index, (_, _, sum)) in completed.iter().enumerate() {
+        let part = s3
+            .get_object()
+            .bucket("mpu")
+            .key("c")
+            .part_number(index as i32 + 1)
+            .checksum_mode(ChecksumMode::Enabled)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            part.checksum_sha256.as_deref(),
+            Some(sum.as_str()),
+            "part {}",
+            index + 1
+        );
+        assert_eq!(part.body.collect().await.unwrap().into_bytes().to_vec(), parts[index]);
+    }
+    let attributes = s3
+        .get_object_attributes()
+        .bucket("mpu")
+        .key("c")
+        .object_attributes(ObjectAttributes::Checksum)
+        .object_attributes(ObjectAttributes::ObjectParts)
+        .send()
+        .await
+        .unwrap();
+    let checksum = attributes.checksum.unwrap();
+    assert_eq!(checksum.checksum_sha256, expected.strip_suffix("-3").map(str::to_owned));
+    assert_eq!(checksum.checksum_type, Some(ChecksumType::Composite));
+    let listed = attributes.object_parts.unwrap();
+    assert_eq!(listed.total_parts_count, Some(3));
+    let sums: Vec<(Option<i32>, Option<String>)> = listed
+        .parts()
+        .iter()
+        .map(|part| (part.part_number, part.checksum_sha256.clone()))
+        .collect();
+    let want: Vec<(Option<i32>, Option<String>)> = completed
+        .iter()
+        .map(|(number, _, sum)| (Some(*number), Some(sum.clone())))
+        .collect();
+    assert_eq!(sums, want);
+    let second_page = s3
+        .get_object_attributes()
+        .bucket("mpu")
+        .key("c")
+        .object_attributes(ObjectAttributes::ObjectParts)
+        .max_parts(2)
+        .part_number_marker("2")
+        .send()
+        .await
+        .unwrap()
+        .object_parts
+        .unwrap();
+    assert_eq!(second_page.is_truncated, Some(false));
+    let numbers: Vec<Option<i32>> = second_page.parts().iter().map(|part| part.part_number).collect();
+    assert_eq!(numbers, vec![Some(3)]);
+    assert_eq!(second_page.parts()[0].size, Some(parts[2].len() as i64));
+    // A copy has the same parts, and keeps their checksums and the object's.
+    let copied = s3
+        .copy_object()
+        .bucket("mpu")
+        .key("c-copy")
+        .copy_source("mpu/c")
+        .send()
+        .await
+        .unwrap()
+        .copy_object_result
+        .unwrap();
+    assert_eq!(copied.checksum_sha256.as_deref(), Some(expected.as_str()));
+    let part = s3
+        .head_object()
+        .bucket("mpu")
+        .key("c-copy")
+        .part_number(2)
+        .checksum_mode(ChecksumMode::Enabled)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(part.checksum_sha256.as_deref(), Some(completed[1].2.as_str()));
+
+    // Without an algorithm: no checksum kept, listed or answered, as before.
+    let plain = start(s3, "plain").await;
+    let etag = upload_part(s3, "mpu", "plain", &plain, 1, b"plain part").await;
+    let listed = s3
+        .list_parts()
+        .bucket("mpu")
+        .key("plain")
+        .upload_id(&plain)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(listed.parts()[0].checksum_crc32, None);
+    assert_eq!((listed.checksum_algorithm, listed.checksum_type), (None, None));
+    complete(s3, "plain", &plain, &[(1, etag.as_str())]).await.unwrap();
+    let head = s3
+        .head_object()
+        .bucket("mpu")
+        .key("plain")
+        .checksum_mode(ChecksumMode::Enabled)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!((head.checksum_crc32, head.checksum_type), (None, None));
+}

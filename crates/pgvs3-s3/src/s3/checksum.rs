@@ -8,7 +8,7 @@ use http::HeaderMap;
 use s3s::TrailingHeaders;
 use s3s::crypto::{Checksum, Crc32, Crc32c, Crc64Nvme, Sha1, Sha256};
 
-use crate::store::{BodyObserver, StoreError, StoreResult, StoredChecksum};
+use crate::store::{BodyObserver, StoreError, StoreResult, StoredChecksum, UploadChecksum};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Algorithm {
@@ -53,6 +53,13 @@ impl Algorithm {
         Algorithm::ALL
             .into_iter()
             .find(|alg| alg.name().eq_ignore_ascii_case(name))
+    }
+
+    /// The algorithm's digest of `data`, as S3 encodes it (a CRC big-endian).
+    pub fn digest(self, data: &[u8]) -> Vec<u8> {
+        let mut hasher = Hasher::new(self);
+        hasher.update(data);
+        hasher.finish()
     }
 
     fn from_header(name: &str) -> Option<Algorithm> {
@@ -115,6 +122,9 @@ enum Declared {
 pub struct UploadCheck {
     checksum: Option<(Algorithm, Hasher, Declared)>,
     content_md5: Option<Vec<u8>>,
+    /// Bytes copied from a stored object (UploadPartCopy): they declare nothing, and the
+    /// checksum their upload keeps is computed as they are copied.
+    copied: bool,
 }
 
 impl UploadCheck {
@@ -152,7 +162,17 @@ impl UploadCheck {
         Ok(UploadCheck {
             checksum: checksum.map(|(alg, declared)| (alg, Hasher::new(alg), declared)),
             content_md5,
+            copied: false,
         })
+    }
+
+    /// The check of a part copied from a stored object, whose bytes were verified when stored.
+    pub fn copied() -> UploadCheck {
+        UploadCheck {
+            checksum: None,
+            content_md5: None,
+            copied: true,
+        }
     }
 }
 
@@ -160,6 +180,28 @@ impl BodyObserver for UploadCheck {
     fn update(&mut self, data: &[u8]) {
         if let Some((_, hasher, _)) = &mut self.checksum {
             hasher.update(data);
+        }
+    }
+
+    /// As S3 does: a part must bring its upload's checksum, declared or to be computed
+    /// (`x-amz-sdk-checksum-algorithm`); one of a FULL_OBJECT upload (whose parts' checksums
+    /// the client need not know) or a copied one may bring none, and it is computed.
+    fn keep(&mut self, kept: &UploadChecksum) -> StoreResult<()> {
+        let expected = Algorithm::from_name(&kept.algorithm)
+            .ok_or_else(|| StoreError::Corrupt(format!("upload checksum algorithm {:?}", kept.algorithm)))?;
+        match &self.checksum {
+            Some((algorithm, ..)) if *algorithm == expected => Ok(()),
+            None if kept.full_object || self.copied => {
+                self.checksum = Some((expected, Hasher::new(expected), Declared::Nothing));
+                Ok(())
+            }
+            sent => Err(StoreError::InvalidRequest(format!(
+                "Checksum Type mismatch occurred, expected checksum Type: {}, actual checksum Type: {}",
+                expected.name().to_ascii_lowercase(),
+                sent.as_ref().map_or("null".to_owned(), |(algorithm, ..)| algorithm
+                    .name()
+                    .to_ascii_lowercase())
+            ))),
         }
     }
 
@@ -193,6 +235,7 @@ impl BodyObserver for UploadCheck {
         Ok(Some(StoredChecksum {
             algorithm: algorithm.name().to_owned(),
             value,
+            composite: false,
         }))
     }
 }

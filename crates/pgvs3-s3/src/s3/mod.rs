@@ -8,6 +8,7 @@ mod cors;
 mod domains;
 mod errors;
 mod front;
+mod multipart_checksum;
 mod post_form;
 mod sts;
 mod unkept_xml;

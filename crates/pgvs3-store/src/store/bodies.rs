@@ -28,7 +28,9 @@ pub(super) struct BodySql {
 impl BodySql {
     pub(super) fn new(ns: &str) -> BodySql {
         BodySql {
-            part_span: format!("SELECT start_offset, size FROM {ns}.parts WHERE owner_id = $1 AND part_number = $2"),
+            part_span: format!(
+                "SELECT start_offset, size, checksum FROM {ns}.parts WHERE owner_id = $1 AND part_number = $2"
+            ),
             part_segments: format!(
                 "SELECT body_id, size, start_offset FROM {ns}.parts
                   WHERE owner_id = $1 AND start_offset < $3 AND start_offset + size > $2 ORDER BY part_number"
@@ -145,7 +147,9 @@ pub(super) async fn body_rows(
 }
 
 /// The head of a found object, after its preconditions, and the span `options` select, and
-/// whether that is part of the object (a 206 answer).
+/// whether that is part of the object (a 206 answer). A read of one part of a multipart object
+/// has the checksum of that part's bytes in its head, where there is one: a COMPOSITE object's
+/// part has its own; a FULL_OBJECT checksum is that of a part only when it is the only one.
 pub(super) async fn locate(
     client: &deadpool_postgres::Object,
     sql: &NamespaceSql,
@@ -179,6 +183,13 @@ pub(super) async fn locate(
         .ok_or(StoreError::InvalidPartNumber)?;
     let start = part.get::<_, i64>("start_offset") as u64;
     let end = start + part.get::<_, i64>("size") as u64;
+    let mut head = head;
+    head.meta.checksum = match head.meta.checksum.take() {
+        Some(object) if object.composite => part
+            .get::<_, Option<String>>("checksum")
+            .map(|value| StoredChecksum { value, ..object }),
+        whole => whole.filter(|_| head.meta.parts == Some(1)),
+    };
     Ok((head, (start, end), true))
 }
 

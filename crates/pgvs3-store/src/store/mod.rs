@@ -56,7 +56,8 @@ pub use lifecycle::{
 pub use listing::{ListPage, ListRequest, ListedObject, MAX_KEYS as LIST_MAX_KEYS};
 pub use lock::{DefaultRetention, LockConfig, LockMode, RequestedLock, Retention, RetentionPeriod, lock_missing};
 pub use multipart::{
-    CompletedPart, MultipartUpload, PartInfo, PartOutcome, PartsPage, UploadParties, UploadsPage, UploadsRequest,
+    CompletedPart, MultipartUpload, PartChecksums, PartInfo, PartOutcome, PartsPage, UploadChecksum, UploadParties,
+    UploadsPage, UploadsRequest,
 };
 pub use notifications::{MAX_RULES as MAX_NOTIFICATION_RULES, NotificationRule, Notifications, RuleError};
 pub use objects::{

@@ -6,11 +6,14 @@ use std::time::SystemTime;
 
 use bytes::BytesMut;
 use md5::{Digest, Md5};
+use serde::{Deserialize, Serialize};
 use tokio_postgres::types::Json;
 
 use super::bodies::{BodyDigest, check_length};
 use super::objects::{NewObjectRow, ObjectHead};
-use super::{BucketInfo, ObjectMeta, PutOutcome, Store, StoreError, StoreResult, Upload, WriteCondition};
+use super::{
+    BucketInfo, ObjectMeta, PutOutcome, Store, StoreError, StoreResult, StoredChecksum, Upload, WriteCondition,
+};
 
 /// The multipart SQL of one namespace.
 #[derive(Debug)]
@@ -26,6 +29,8 @@ pub(super) struct MultipartSql {
     place_parts: String,
     find_upload: String,
     list_parts: String,
+    /// The parts of a completed object (GetObjectAttributes' ObjectParts).
+    object_parts: String,
     list_uploads: String,
     /// Deletes the parts of ended uploads (the reaper's and lifecycle's too).
     pub(super) drop_parts: String,
@@ -45,7 +50,8 @@ impl MultipartSql {
                  RETURNING upload_id"
             ),
             upload_encryption: format!(
-                "SELECT meta->'se' AS encryption FROM {ns}.uploads WHERE upload_id = $1 AND bucket_id = $2 AND key = $3"
+                "SELECT meta->'se' AS encryption, meta->'uc' AS checksum
+                   FROM {ns}.uploads WHERE upload_id = $1 AND bucket_id = $2 AND key = $3"
             ),
             // A part commits under a share lock on its upload, so completion and abort (which
             // delete the upload row) wait for parts in flight and then see them.
@@ -53,17 +59,18 @@ impl MultipartSql {
                 "SELECT 1 FROM {ns}.uploads WHERE upload_id = $1 AND bucket_id = $2 AND key = $3 FOR SHARE"
             ),
             put_part: format!(
-                "INSERT INTO {ns}.parts (owner_id, part_number, size, etag, body_id) VALUES ($1, $2, $3, $4, $5)
+                "INSERT INTO {ns}.parts (owner_id, part_number, size, etag, body_id, checksum)
+                 VALUES ($1, $2, $3, $4, $5, $6)
                  ON CONFLICT (owner_id, part_number) DO UPDATE
                     SET size = EXCLUDED.size, etag = EXCLUDED.etag, body_id = EXCLUDED.body_id,
-                        last_modified = clock_timestamp()
+                        checksum = EXCLUDED.checksum, last_modified = clock_timestamp()
                  RETURNING last_modified"
             ),
             take_upload: format!(
                 "DELETE FROM {ns}.uploads WHERE upload_id = $1 AND bucket_id = $2 AND key = $3 RETURNING meta"
             ),
             upload_parts: format!(
-                "SELECT part_number, size, etag FROM {ns}.parts WHERE owner_id = $1 ORDER BY part_number"
+                "SELECT part_number, size, etag, checksum FROM {ns}.parts WHERE owner_id = $1 ORDER BY part_number"
             ),
             drop_unlisted_parts: format!("DELETE FROM {ns}.parts WHERE owner_id = $1 AND part_number <> ALL($2)"),
             place_parts: format!(
@@ -72,12 +79,24 @@ impl MultipartSql {
                   WHERE p.owner_id = $1 AND p.part_number = v.part_number"
             ),
             find_upload: format!(
-                "SELECT meta->>'in' AS initiator, meta->'ac'->>'o' AS owner
+                "SELECT meta->>'in' AS initiator, meta->'ac'->>'o' AS owner, meta->'uc' AS checksum
                    FROM {ns}.uploads WHERE upload_id = $1 AND bucket_id = $2 AND key = $3"
             ),
             list_parts: format!(
-                "SELECT part_number, size, etag, last_modified FROM {ns}.parts
+                "SELECT part_number, size, etag, last_modified, checksum FROM {ns}.parts
                   WHERE owner_id = $1 AND part_number > $2 ORDER BY part_number LIMIT $3"
+            ),
+            // The object (or version) whose ETag was just read; one replaced since lists none.
+            object_parts: format!(
+                "SELECT part_number, size, etag, last_modified, checksum FROM {ns}.parts
+                  WHERE owner_id = (SELECT body_id FROM {ns}.objects
+                                     WHERE bucket_id = $1 AND key = $2 AND etag = $3
+                                       AND ($4::text IS NULL OR coalesce(version_id, 'null') = $4)
+                                    UNION ALL
+                                    SELECT body_id FROM {ns}.versions
+                                     WHERE bucket_id = $1 AND key = $2 AND etag = $3 AND version_id = $4
+                                    LIMIT 1)
+                    AND part_number > $5 ORDER BY part_number LIMIT $6"
             ),
             list_uploads: format!(
                 "SELECT key, upload_id, initiated, meta->>'in' AS initiator, meta->'ac'->>'o' AS owner FROM {ns}.uploads
@@ -100,6 +119,28 @@ pub struct PartOutcome {
 pub const MAX_PART_NUMBER: u32 = 10_000;
 pub const MIN_PART_SIZE: u64 = 5 * 1024 * 1024;
 const MAX_LISTED: usize = 1000;
+
+/// The checksum a multipart upload keeps (CreateMultipartUpload's `x-amz-checksum-algorithm`
+/// and `x-amz-checksum-type`): every part is stored with one of this algorithm, and the
+/// completed object gets one made of them.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct UploadChecksum {
+    /// S3's name of the algorithm (`CRC32`, ...).
+    #[serde(rename = "a")]
+    pub algorithm: String,
+    /// FULL_OBJECT: the object's checksum is its parts' CRCs combined into the whole object's;
+    /// otherwise COMPOSITE: the algorithm over the parts' checksums.
+    #[serde(rename = "f", default, skip_serializing_if = "std::ops::Not::not")]
+    pub full_object: bool,
+}
+
+/// Makes a completed upload's checksum of its parts' (the protocol front knows the
+/// algorithms, and what the completion request declared).
+pub trait PartChecksums: Send + Sync {
+    /// The object's checksum from its parts' base64 checksums and sizes, in order; an error
+    /// (the completion declared another) refuses the completion.
+    fn complete(&self, upload: &UploadChecksum, parts: &[(&str, u64)]) -> StoreResult<StoredChecksum>;
+}
 
 #[derive(Debug, Clone)]
 pub struct MultipartUpload {
@@ -135,6 +176,8 @@ pub struct PartInfo {
     /// Hex MD5 of the part, without quotes.
     pub etag: String,
     pub last_modified: SystemTime,
+    /// The part's checksum (base64) when its upload keeps one.
+    pub checksum: Option<String>,
 }
 
 /// A part as a completion request names it.
@@ -142,12 +185,16 @@ pub struct PartInfo {
 pub struct CompletedPart {
     pub part_number: u32,
     pub etag: String,
+    /// The checksum the request gives for the part (`ChecksumCRC32`, ...), if any.
+    pub checksum: Option<StoredChecksum>,
 }
 
 #[derive(Debug, Clone, Default)]
 pub struct PartsPage {
     pub parts: Vec<PartInfo>,
     pub parties: UploadParties,
+    /// The checksum the upload keeps, if it keeps one.
+    pub checksum: Option<UploadChecksum>,
     /// Set when the page was cut: the part number the next page starts after.
     pub next_marker: Option<u32>,
 }
@@ -181,6 +228,56 @@ fn check_part_number(part_number: u32) -> StoreResult<i32> {
         ));
     }
     Ok(part_number as i32)
+}
+
+/// A page of part rows fetched one past `max_parts`, and where the next page starts if it was cut.
+fn parts_page(rows: &[tokio_postgres::Row], after_part: u32, max_parts: usize) -> (Vec<PartInfo>, Option<u32>) {
+    let mut parts: Vec<PartInfo> = rows
+        .iter()
+        .map(|row| PartInfo {
+            part_number: row.get::<_, i32>("part_number") as u32,
+            size: row.get::<_, i64>("size") as u64,
+            etag: row.get("etag"),
+            last_modified: row.get("last_modified"),
+            checksum: row.get("checksum"),
+        })
+        .collect();
+    let next_marker = (parts.len() > max_parts).then(|| {
+        parts.truncate(max_parts);
+        parts.last().map_or(after_part, |part| part.part_number)
+    });
+    (parts, next_marker)
+}
+
+/// S3's answer to a completion naming a part it does not have (or with another ETag or checksum).
+fn no_such_part() -> StoreError {
+    StoreError::InvalidPart(
+        "One or more of the specified parts could not be found.  The part may not have been uploaded, \
+         or the specified entity tag may not match the part's entity tag."
+            .into(),
+    )
+}
+
+/// The checksum of a listed part of an upload that keeps `kept`: the one stored with it, which
+/// the completion must name for a COMPOSITE upload and may name for a FULL_OBJECT one.
+fn kept_part_checksum<'a>(
+    kept: &UploadChecksum,
+    part: &CompletedPart,
+    stored: Option<&'a str>,
+) -> StoreResult<&'a str> {
+    let stored = stored.ok_or_else(no_such_part)?;
+    match &part.checksum {
+        Some(named) if !named.algorithm.eq_ignore_ascii_case(&kept.algorithm) || named.value.trim() != stored => {
+            Err(no_such_part())
+        }
+        None if !kept.full_object => Err(StoreError::InvalidRequest(format!(
+            "The upload was created using a {} checksum. The complete request must include the checksum for \
+             each part. It was missing for part {} in the request.",
+            kept.algorithm.to_ascii_lowercase(),
+            part.part_number
+        ))),
+        _ => Ok(stored),
+    }
 }
 
 /// S3's multipart ETag: the MD5 of the parts' binary MD5s, then `-` and the part count.
@@ -243,11 +340,14 @@ impl Store {
         let Upload {
             mut body,
             declared_len,
-            observer,
+            mut observer,
             encryption,
             ..
         } = upload;
-        let (sealed, object_key) = self.part_key(bucket, key, upload_id, &encryption).await?;
+        let (sealed, object_key, kept) = self.part_key(bucket, key, upload_id, &encryption).await?;
+        if let Some(Json(kept)) = &kept {
+            observer.keep(kept)?;
+        }
         // Read ahead in batches and written without holding a connection while the client
         // sends; the last batch commits with the part's row.
         let digest = BodyDigest::start(observer);
@@ -265,6 +365,7 @@ impl Store {
         check_length(declared_len, size)?;
         let (md5, checksum) = digest.finish(size).await?;
         let etag = hex::encode(md5);
+        let part_checksum = kept.and(checksum.as_ref()).map(|checksum| checksum.value.as_str());
         let mut client = self.upload_client().await?;
         let tx = client.transaction().await?;
         let statement = tx.prepare_cached(&bucket.sql.multipart.lock_upload).await?;
@@ -278,7 +379,17 @@ impl Store {
         let body_id = staged.finish(&tx).await?;
         let statement = tx.prepare_cached(&bucket.sql.multipart.put_part).await?;
         let row = tx
-            .query_one(&statement, &[&upload_id, &part_number, &(size as i64), &etag, &body_id])
+            .query_one(
+                &statement,
+                &[
+                    &upload_id,
+                    &part_number,
+                    &(size as i64),
+                    &etag,
+                    &body_id,
+                    &part_checksum,
+                ],
+            )
             .await?;
         tx.commit().await?;
         staged.committed();
@@ -295,8 +406,9 @@ impl Store {
     }
 
     /// The key a part of upload `upload_id` is encrypted with, and the upload's sealed key it
-    /// is opened from (`None`: the upload is not encrypted). A part is encrypted with the
-    /// upload's key: an SSE-C upload's parts must come with the key it was started with.
+    /// is opened from (`None`: the upload is not encrypted); and the checksum the upload keeps.
+    /// A part is encrypted with the upload's key: an SSE-C upload's parts must come with the
+    /// key it was started with.
     async fn part_key(
         &self,
         bucket: &BucketInfo,
@@ -306,14 +418,15 @@ impl Store {
     ) -> StoreResult<(
         Option<Json<super::encryption::Sealed>>,
         Option<super::encryption::ObjectKey>,
+        Option<Json<UploadChecksum>>,
     )> {
-        let sealed: Option<Json<super::encryption::Sealed>> = {
+        let (sealed, kept): (Option<Json<super::encryption::Sealed>>, _) = {
             let client = self.client().await?;
             let statement = client.prepare_cached(&bucket.sql.multipart.upload_encryption).await?;
             let Some(row) = client.query_opt(&statement, &[&upload_id, &bucket.id, &key]).await? else {
                 return Err(StoreError::NoSuchUpload);
             };
-            row.get("encryption")
+            (row.get("encryption"), row.get("checksum"))
         };
         let offered = match encryption {
             super::encryption::Requested::Customer(customer) => Some(customer),
@@ -324,7 +437,7 @@ impl Store {
             offered,
             self.catalog.master_key(),
         )?;
-        Ok((sealed, object_key))
+        Ok((sealed, object_key, kept))
     }
 
     /// Turns an upload into its object, if `condition` holds. The listed parts must exist with
@@ -337,6 +450,7 @@ impl Store {
         key: &str,
         upload_id: &str,
         parts: &[CompletedPart],
+        checksums: &dyn PartChecksums,
         condition: &WriteCondition,
     ) -> StoreResult<PutOutcome> {
         let upload_id = upload_number(upload_id)?;
@@ -349,11 +463,18 @@ impl Store {
         };
         let Json(mut meta): Json<ObjectMeta> = upload.get("meta");
         let statement = tx.prepare_cached(&bucket.sql.multipart.upload_parts).await?;
-        let stored: Vec<(i32, i64, String)> = tx
+        let stored: Vec<(i32, i64, String, Option<String>)> = tx
             .query(&statement, &[&upload_id])
             .await?
             .iter()
-            .map(|row| (row.get("part_number"), row.get("size"), row.get("etag")))
+            .map(|row| {
+                (
+                    row.get("part_number"),
+                    row.get("size"),
+                    row.get("etag"),
+                    row.get("checksum"),
+                )
+            })
             .collect();
         if parts.windows(2).any(|pair| pair[0].part_number >= pair[1].part_number) {
             return Err(StoreError::InvalidPartOrder);
@@ -361,24 +482,25 @@ impl Store {
         let mut numbers = Vec::with_capacity(parts.len());
         let mut offsets = Vec::with_capacity(parts.len());
         let mut etags = Vec::with_capacity(parts.len());
+        let mut part_checksums = Vec::with_capacity(parts.len());
         let mut size = 0u64;
+        let kept = meta.upload_checksum.take();
         for (index, part) in parts.iter().enumerate() {
             let number = check_part_number(part.part_number)?;
             let found = stored
                 .binary_search_by_key(&number, |(n, ..)| *n)
                 .ok()
                 .map(|at| &stored[at])
-                .filter(|(_, _, etag)| *etag == part.etag.trim_matches('"'));
-            let Some((_, part_size, etag)) = found else {
-                return Err(StoreError::InvalidPart(
-                    "one or more of the specified parts could not be found: the part may not have been \
-                     uploaded, or the specified entity tag may not match the part's entity tag"
-                        .into(),
-                ));
+                .filter(|(_, _, etag, _)| *etag == part.etag.trim_matches('"'));
+            let Some((_, part_size, etag, checksum)) = found else {
+                return Err(no_such_part());
             };
             let part_size = *part_size as u64;
             if index + 1 < parts.len() && part_size < MIN_PART_SIZE {
                 return Err(StoreError::EntityTooSmall);
+            }
+            if let Some(kept) = &kept {
+                part_checksums.push((kept_part_checksum(kept, part, checksum.as_deref())?, part_size));
             }
             numbers.push(number);
             offsets.push(size as i64);
@@ -386,12 +508,14 @@ impl Store {
             size += part_size;
         }
         let etag = multipart_etag(&etags)?;
+        meta.checksum = kept
+            .map(|kept| checksums.complete(&kept, &part_checksums))
+            .transpose()?;
         tx.execute(&bucket.sql.multipart.drop_unlisted_parts, &[&upload_id, &numbers])
             .await?;
         tx.execute(&bucket.sql.multipart.place_parts, &[&upload_id, &numbers, &offsets])
             .await?;
         meta.parts = Some(parts.len() as u32);
-        meta.checksum = None;
         let row = NewObjectRow {
             key,
             size,
@@ -406,7 +530,7 @@ impl Store {
             etag,
             size,
             last_modified: written.last_modified,
-            checksum: None,
+            checksum: meta.checksum,
             version_id: written.version_id,
         })
     }
@@ -434,7 +558,7 @@ impl Store {
             etag: head.etag,
             size: head.size,
             last_modified: head.last_modified,
-            checksum: None,
+            checksum: head.meta.checksum,
             version_id: bucket.versioning.map(|_| {
                 row.get::<_, Option<String>>("version_id")
                     .unwrap_or_else(|| "null".into())
@@ -488,23 +612,50 @@ impl Store {
         let rows = client
             .query(&statement, &[&upload_id, &after, &(max_parts as i64 + 1)])
             .await?;
-        let mut parts: Vec<PartInfo> = rows
-            .iter()
-            .map(|row| PartInfo {
-                part_number: row.get::<_, i32>("part_number") as u32,
-                size: row.get::<_, i64>("size") as u64,
-                etag: row.get("etag"),
-                last_modified: row.get("last_modified"),
-            })
-            .collect();
-        let next_marker = (parts.len() > max_parts).then(|| {
-            parts.truncate(max_parts);
-            parts.last().map_or(after_part, |part| part.part_number)
-        });
+        let (parts, next_marker) = parts_page(&rows, after_part, max_parts);
         Ok(PartsPage {
             parts,
             parties: UploadParties::of(&upload),
+            checksum: upload
+                .get::<_, Option<Json<UploadChecksum>>>("checksum")
+                .map(|Json(kept)| kept),
             next_marker,
+        })
+    }
+
+    /// The parts of the completed multipart object `head` was read as (its version), after
+    /// part `after_part`, at most `max_parts` of them: GetObjectAttributes' ObjectParts.
+    #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store object_parts", otel.kind = "client", db.system = "postgresql"))]
+    pub(crate) async fn object_parts(
+        &self,
+        bucket: &BucketInfo,
+        key: &str,
+        head: &ObjectHead,
+        after_part: u32,
+        max_parts: usize,
+    ) -> StoreResult<PartsPage> {
+        let max_parts = max_parts.min(MAX_LISTED);
+        let after = after_part.min(MAX_PART_NUMBER) as i32;
+        let client = self.client().await?;
+        let statement = client.prepare_cached(&bucket.sql.multipart.object_parts).await?;
+        let rows = client
+            .query(
+                &statement,
+                &[
+                    &bucket.id,
+                    &key,
+                    &head.etag,
+                    &head.version_id,
+                    &after,
+                    &(max_parts as i64 + 1),
+                ],
+            )
+            .await?;
+        let (parts, next_marker) = parts_page(&rows, after_part, max_parts);
+        Ok(PartsPage {
+            parts,
+            next_marker,
+            ..PartsPage::default()
         })
     }
 

@@ -62,15 +62,22 @@ pub struct ObjectMeta {
     /// The object's ACL (`access/acl.rs`); `None`: private, owned by the bucket's owner.
     #[serde(rename = "ac", default, skip_serializing_if = "Option::is_none")]
     pub acl: Option<crate::access::acl::Acl>,
+    /// A multipart upload's checksum, kept on the upload only: its object gets `checksum`.
+    #[serde(rename = "uc", default, skip_serializing_if = "Option::is_none")]
+    pub upload_checksum: Option<super::multipart::UploadChecksum>,
 }
 
-/// A full-object checksum the client asked for (e.g. `CRC32`, base64 value as S3 returns it).
+/// A checksum the client asked for (e.g. `CRC32`, base64 value as S3 returns it).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct StoredChecksum {
     #[serde(rename = "a")]
     pub algorithm: String,
     #[serde(rename = "v")]
     pub value: String,
+    /// S3's COMPOSITE type: a multipart object's checksum of its parts' checksums, its value
+    /// ending in `-<parts>`; otherwise the checksum of the whole object (FULL_OBJECT).
+    #[serde(rename = "c", default, skip_serializing_if = "std::ops::Not::not")]
+    pub composite: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -166,6 +173,15 @@ pub trait BodyObserver: Send {
     fn update(&mut self, data: &[u8]);
     /// Called with the complete body's size and MD5, before commit; an error aborts the write.
     fn finish(self: Box<Self>, size: u64, md5: &[u8; 16]) -> StoreResult<Option<StoredChecksum>>;
+    /// Called before any byte when the body is a part of an upload that keeps `checksum` for
+    /// every part: the observer computes that checksum (`finish` returns it) or refuses the part
+    /// (one that declared another). An observer that hashes nothing cannot keep one.
+    fn keep(&mut self, checksum: &super::multipart::UploadChecksum) -> StoreResult<()> {
+        Err(StoreError::NotImplemented(format!(
+            "this write cannot keep the {} checksum of its upload",
+            checksum.algorithm
+        )))
+    }
 }
 
 /// The observer of bytes copied from a stored object: they were verified when they were stored.
@@ -244,11 +260,12 @@ impl NamespaceSql {
             // the new manifest `$2`.
             copy_parts: format!(
                 "WITH source AS (
-                     SELECT part_number, size, etag, body_id, start_offset, nextval('{ns}.body_ids') AS new_body
+                     SELECT part_number, size, etag, checksum, body_id, start_offset,
+                            nextval('{ns}.body_ids') AS new_body
                        FROM {ns}.parts WHERE owner_id = $1),
                  new_parts AS (
-                     INSERT INTO {ns}.parts (owner_id, part_number, size, etag, body_id, start_offset)
-                     SELECT $2, part_number, size, etag, new_body, start_offset FROM source)
+                     INSERT INTO {ns}.parts (owner_id, part_number, size, etag, checksum, body_id, start_offset)
+                     SELECT $2, part_number, size, etag, checksum, new_body, start_offset FROM source)
                  INSERT INTO {ns}.chunks (body_id, seq, data)
                  SELECT s.new_body, c.seq, c.data FROM source s JOIN {ns}.chunks c ON c.body_id = s.body_id"
             ),

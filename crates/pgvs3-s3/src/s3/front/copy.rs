@@ -8,6 +8,7 @@ use super::context::RequestContext;
 use super::tagging::header_tags;
 use super::wire::{fail, part_number, timestamp, to_etag_condition, to_system_time};
 use super::{acl, encryption};
+use crate::s3::checksum::UploadCheck;
 use crate::store;
 
 /// The preconditions on a copy's source, from its `x-amz-copy-source-if-*` fields.
@@ -145,15 +146,18 @@ pub(super) async fn upload_part_copy(
             &input.upload_id,
             part_number,
             part_key,
+            Box::new(UploadCheck::copied()),
         )
         .await
         .map_err(|e| fail(&req, e))?;
+    let mut result = CopyPartResult {
+        e_tag: Some(ETag::Strong(outcome.etag)),
+        last_modified: Some(timestamp(outcome.last_modified)),
+        ..Default::default()
+    };
+    let _ = set_checksum!(result, outcome.checksum);
     let mut output = UploadPartCopyOutput {
-        copy_part_result: Some(CopyPartResult {
-            e_tag: Some(ETag::Strong(outcome.etag)),
-            last_modified: Some(timestamp(outcome.last_modified)),
-            ..Default::default()
-        }),
+        copy_part_result: Some(result),
         ..Default::default()
     };
     set_encryption!(output, encryption::answer_requested(&requested, sse_s3));

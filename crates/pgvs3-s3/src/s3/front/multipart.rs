@@ -9,8 +9,25 @@ use super::context::RequestContext;
 use super::tagging::header_tags;
 use super::wire::{fail, part_number, timestamp, write_condition};
 use super::{acl, encryption};
-use crate::s3::checksum::{UploadCheck, body_error};
-use crate::store::{self, ObjectMeta};
+use crate::s3::checksum::{Algorithm, UploadCheck, body_error};
+use crate::s3::multipart_checksum::{self, checksum_type};
+use crate::store::{self, ObjectMeta, StoredChecksum};
+
+/// The checksum a request names among its `ChecksumCRC32`... fields (S3 takes one).
+macro_rules! named_checksum {
+    ($fields:expr) => {{
+        let fields = &$fields;
+        [
+            (Algorithm::Crc32, &fields.checksum_crc32),
+            (Algorithm::Crc32c, &fields.checksum_crc32c),
+            (Algorithm::Crc64Nvme, &fields.checksum_crc64nvme),
+            (Algorithm::Sha1, &fields.checksum_sha1),
+            (Algorithm::Sha256, &fields.checksum_sha256),
+        ]
+        .into_iter()
+        .find_map(|(algorithm, value)| value.clone().map(|value| (algorithm, value)))
+    }};
+}
 
 pub(super) async fn create_multipart_upload(
     cx: RequestContext<'_>,
@@ -22,9 +39,12 @@ pub(super) async fn create_multipart_upload(
     checks::check_user_metadata(&meta.user)?;
     meta.tags = header_tags(&input.tagging).map_err(|e| fail(&req, e))?;
     requested_lock!(input)?.apply(&mut meta);
+    meta.upload_checksum =
+        multipart_checksum::requested(input.checksum_algorithm.as_ref(), input.checksum_type.as_ref())?;
     let requested = requested_encryption!(req, input)?;
     let requested_acl = acl::requested(&req.headers)?;
     let bucket = &cx.bucket;
+    let kept = meta.upload_checksum.clone();
     meta.acl = acl::new_object_acl(requested_acl, bucket, &cx.principal, cx.front.buckets.catalog()).await?;
     let answer = encryption::answer_requested(&requested, bucket.default_encryption());
     let initiator = Some(cx.principal.access_key.as_str()).filter(|key| !key.is_empty());
@@ -36,6 +56,10 @@ pub(super) async fn create_multipart_upload(
         bucket: Some(input.bucket.clone()),
         key: Some(input.key.clone()),
         upload_id: Some(upload_id),
+        checksum_algorithm: kept
+            .as_ref()
+            .map(|kept| ChecksumAlgorithm::from(kept.algorithm.clone())),
+        checksum_type: kept.map(|kept| checksum_type(kept.full_object)),
         ..Default::default()
     };
     set_encryption!(output, answer);
@@ -109,22 +133,33 @@ pub(super) async fn complete_multipart_upload(
                 .as_ref()
                 .map(|etag| etag.value().to_owned())
                 .unwrap_or_default(),
+            checksum: named_checksum!(part).map(|(algorithm, value)| StoredChecksum {
+                algorithm: algorithm.name().to_owned(),
+                value,
+                composite: false,
+            }),
         })
         .collect();
+    let completion = multipart_checksum::Completion {
+        declared: named_checksum!(input),
+        declared_type: input.checksum_type.clone(),
+    };
     let condition = write_condition(&input.if_match, &input.if_none_match)?;
     let bucket = &cx.bucket;
     let outcome = bucket
-        .complete_multipart_upload(&input.key, &input.upload_id, &parts, &condition)
+        .complete_multipart_upload(&input.key, &input.upload_id, &parts, &completion, &condition)
         .await
         .map_err(|e| fail(&req, e))?;
-    Ok(S3Response::new(CompleteMultipartUploadOutput {
+    let mut output = CompleteMultipartUploadOutput {
         bucket: Some(input.bucket.clone()),
         key: Some(input.key.clone()),
         location: Some(format!("/{}/{}", input.bucket, input.key)),
         e_tag: Some(ETag::Strong(outcome.etag)),
         version_id: outcome.version_id,
         ..Default::default()
-    }))
+    };
+    output.checksum_type = set_checksum!(output, outcome.checksum);
+    Ok(S3Response::new(output))
 }
 
 pub(super) async fn abort_multipart_upload(
@@ -155,12 +190,16 @@ pub(super) async fn list_parts(
     let parts = page
         .parts
         .into_iter()
-        .map(|part| Part {
-            e_tag: Some(ETag::Strong(part.etag)),
-            last_modified: Some(timestamp(part.last_modified)),
-            part_number: Some(part.part_number as i32),
-            size: Some(part.size as i64),
-            ..Default::default()
+        .map(|part| {
+            let mut listed = Part {
+                e_tag: Some(ETag::Strong(part.etag)),
+                last_modified: Some(timestamp(part.last_modified)),
+                part_number: Some(part.part_number as i32),
+                size: Some(part.size as i64),
+                ..Default::default()
+            };
+            let _ = set_checksum!(listed, part_checksum(&page.checksum, part.checksum));
+            listed
         })
         .collect();
     let (owner, initiator) = parties(page.parties, &acl::owner_id(bucket, cx.front.buckets.catalog()));
@@ -176,8 +215,22 @@ pub(super) async fn list_parts(
         owner: Some(owner),
         initiator: Some(initiator),
         storage_class: Some(StorageClass::from_static(StorageClass::STANDARD)),
+        checksum_algorithm: page
+            .checksum
+            .as_ref()
+            .map(|kept| ChecksumAlgorithm::from(kept.algorithm.clone())),
+        checksum_type: page.checksum.map(|kept| checksum_type(kept.full_object)),
         ..Default::default()
     }))
+}
+
+/// A stored part's checksum, in the algorithm its upload keeps.
+pub(super) fn part_checksum(kept: &Option<store::UploadChecksum>, value: Option<String>) -> Option<StoredChecksum> {
+    Some(StoredChecksum {
+        algorithm: kept.as_ref()?.algorithm.clone(),
+        value: value?,
+        composite: false,
+    })
 }
 
 pub(super) async fn list_multipart_uploads(

@@ -8,6 +8,7 @@ use super::context::RequestContext;
 use super::wire::{fail, missing, part_number, row_allows, timestamp, to_etag_condition, to_system_time};
 use super::{encryption, lifecycle, lock};
 use crate::s3::checksum::Algorithm;
+use crate::s3::multipart_checksum::checksum_type;
 use crate::store::{self, ObjectHead, ObjectRead};
 
 /// The preconditions of a read, from its If-* fields.
@@ -121,8 +122,9 @@ pub(super) async fn get_object(
         expiration,
         ..Default::default()
     };
-    let wants_checksum = checksum_requested(&input.checksum_mode) && !read.partial;
+    let wants_checksum = checksum_requested(&input.checksum_mode) && (!read.partial || options.part_number.is_some());
     describe_object!(output, &read.head, checksum_fields(&read.head, wants_checksum));
+    output.checksum_type = checksum_kind(&read.head, wants_checksum);
     if options.part_number.is_some() {
         output.parts_count = read.head.meta.parts.map(|n| n as i32);
     }
@@ -156,8 +158,9 @@ pub(super) async fn head_object(
         expiration,
         ..Default::default()
     };
-    let wants_checksum = checksum_requested(&input.checksum_mode) && !read.partial;
+    let wants_checksum = checksum_requested(&input.checksum_mode) && (!read.partial || options.part_number.is_some());
     describe_object!(output, &read.head, checksum_fields(&read.head, wants_checksum));
+    output.checksum_type = checksum_kind(&read.head, wants_checksum);
     if options.part_number.is_some() {
         output.parts_count = read.head.meta.parts.map(|n| n as i32);
     }
@@ -200,8 +203,20 @@ pub(super) async fn get_object_attributes(
             .flat_map(|a| a.as_str().split(','))
             .any(|a| a.trim() == name)
     };
+    // S3 answers a COMPOSITE checksum here without its `-<parts>`.
+    let mut head = head;
+    if let Some(stored) = &mut head.meta.checksum
+        && stored.composite
+        && let Some((value, _parts)) = stored.value.rsplit_once('-')
+    {
+        stored.value = value.to_owned();
+    }
     let [crc32, crc32c, crc64nvme, sha1, sha256] = checksum_fields(&head, true);
-    let has_checksum = head.meta.checksum.is_some();
+    let kind = checksum_kind(&head, true);
+    let object_parts = match head.meta.parts.filter(|_| wanted(ObjectAttributes::OBJECT_PARTS)) {
+        Some(count) => Some(object_parts(&cx, &req, &head, count).await?),
+        None => None,
+    };
     // The ETag goes out unquoted, as S3 writes it here (see `unquote_attributes_etag`).
     Ok(S3Response::new(GetObjectAttributesOutput {
         e_tag: wanted(ObjectAttributes::ETAG).then(|| ETag::Strong(head.etag.clone())),
@@ -210,23 +225,65 @@ pub(super) async fn get_object_attributes(
         object_size: wanted(ObjectAttributes::OBJECT_SIZE).then_some(head.size as i64),
         storage_class: wanted(ObjectAttributes::STORAGE_CLASS)
             .then(|| StorageClass::from_static(StorageClass::STANDARD)),
-        object_parts: wanted(ObjectAttributes::OBJECT_PARTS)
-            .then_some(head.meta.parts)
-            .flatten()
-            .map(|count| GetObjectAttributesParts {
-                total_parts_count: Some(count as i32),
-                ..Default::default()
-            }),
-        checksum: (wanted(ObjectAttributes::CHECKSUM) && has_checksum).then(|| Checksum {
+        object_parts,
+        checksum: (wanted(ObjectAttributes::CHECKSUM) && kind.is_some()).then_some(Checksum {
             checksum_crc32: crc32,
             checksum_crc32c: crc32c,
             checksum_crc64nvme: crc64nvme,
             checksum_sha1: sha1,
             checksum_sha256: sha256,
-            checksum_type: Some(ChecksumType::from_static(ChecksumType::FULL_OBJECT)),
+            checksum_type: kind,
         }),
         ..Default::default()
     }))
+}
+
+/// GetObjectAttributes' ObjectParts: the part count and, for a COMPOSITE object, a page of its
+/// parts with their checksums, as S3 lists them (`max-parts`, `part-number-marker`).
+async fn object_parts(
+    cx: &RequestContext<'_>,
+    req: &S3Request<GetObjectAttributesInput>,
+    head: &ObjectHead,
+    count: u32,
+) -> S3Result<GetObjectAttributesParts> {
+    let mut answer = GetObjectAttributesParts {
+        total_parts_count: Some(count as i32),
+        ..Default::default()
+    };
+    let Some(stored) = head.meta.checksum.as_ref().filter(|stored| stored.composite) else {
+        return Ok(answer);
+    };
+    let input = &req.input;
+    let max_parts = input.max_parts.unwrap_or(1000).clamp(0, 1000);
+    let marker = input.part_number_marker.unwrap_or(0).max(0);
+    let page = cx
+        .bucket
+        .object_parts(&input.key, head, marker as u32, max_parts as usize)
+        .await
+        .map_err(|e| fail(req, e))?;
+    let kept = Some(store::UploadChecksum {
+        algorithm: stored.algorithm.clone(),
+        full_object: false,
+    });
+    answer.parts = Some(
+        page.parts
+            .into_iter()
+            .map(|part| {
+                let mut listed = ObjectPart {
+                    part_number: Some(part.part_number as i32),
+                    size: Some(part.size as i64),
+                    ..Default::default()
+                };
+                let _ = set_checksum!(listed, super::multipart::part_checksum(&kept, part.checksum));
+                listed
+            })
+            .collect(),
+    );
+    answer.max_parts = Some(max_parts);
+    answer.part_number_marker = Some(marker);
+    answer.is_truncated = Some(page.next_marker.is_some());
+    answer.next_part_number_marker = page.next_marker.map(|n| n as i32);
+    Ok(answer)
 }
 
 fn http_date(text: &Option<String>) -> Option<Timestamp> {
@@ -249,7 +306,8 @@ fn to_range(range: Range) -> store::ByteRange {
 }
 
 /// The checksum field of a response, when the client asked for checksums and the answer is the
-/// whole object (a part's bytes never match the whole object's checksum).
+/// whole object or one part of it (whose head has that part's checksum, if any; see
+/// `store::bodies::locate`): a range's bytes match no checksum kept.
 pub(super) fn checksum_fields(head: &ObjectHead, wanted: bool) -> [Option<String>; 5] {
     let mut fields: [Option<String>; 5] = Default::default();
     if let (true, Some(stored)) = (wanted, &head.meta.checksum)
@@ -258,6 +316,15 @@ pub(super) fn checksum_fields(head: &ObjectHead, wanted: bool) -> [Option<String
         fields[Algorithm::ALL.iter().position(|a| *a == alg).expect("listed")] = Some(stored.value.clone());
     }
     fields
+}
+
+/// The `x-amz-checksum-type` of the checksum [`checksum_fields`] answers.
+fn checksum_kind(head: &ObjectHead, wanted: bool) -> Option<ChecksumType> {
+    head.meta
+        .checksum
+        .as_ref()
+        .filter(|_| wanted)
+        .map(|stored| checksum_type(!stored.composite))
 }
 
 fn checksum_requested(mode: &Option<ChecksumMode>) -> bool {

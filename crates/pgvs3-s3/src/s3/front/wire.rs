@@ -121,6 +121,7 @@ macro_rules! meta_from_input {
             legal_hold: None,
             encryption: None,
             acl: None,
+            upload_checksum: None,
         }
     }};
 }
@@ -198,7 +199,7 @@ macro_rules! set_checksum {
                 Algorithm::Sha1 => $output.checksum_sha1 = value,
                 Algorithm::Sha256 => $output.checksum_sha256 = value,
             }
-            kind = Some(s3s::dto::ChecksumType::from_static(s3s::dto::ChecksumType::FULL_OBJECT));
+            kind = Some($crate::s3::multipart_checksum::checksum_type(!stored.composite));
         }
         kind
     }};
