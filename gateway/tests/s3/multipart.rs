@@ -718,6 +718,133 @@ fn checksum_parts() -> Vec<Vec<u8>> {
     vec![noise(5 * MIB, 41), noise(5 * MIB, 42), noise(12_345, 43)]
 }
 
+/// What a completion cannot check is never claimed: a COMPOSITE value declared without its
+/// `-N` is the same value (S3 takes both); a checksum declared on the completion of an upload
+/// created without an algorithm (which keeps none) is 501, nothing stored; and a part stored by
+/// a gateway of the earlier layout during a rolling upgrade (no part checksum) makes the object
+/// keep none, as before, where it was refused as a missing part.
+#[tokio::test]
+async fn multipart_checksums_left_unchecked_are_never_claimed() {
+    use aws_sdk_s3::types::{ChecksumAlgorithm, ChecksumMode, CompletedPart};
+    use base64::Engine;
+    use sha2::Digest as _;
+    let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    s3.create_bucket().bucket("mpu").send().await.unwrap();
+    let body = noise(12_345, 7);
+    let upload = |key: &'static str, algorithm: Option<ChecksumAlgorithm>| {
+        let body = body.clone();
+        async move {
+            let upload_id = s3
+                .create_multipart_upload()
+                .bucket("mpu")
+                .key(key)
+                .set_checksum_algorithm(algorithm.clone())
+                .send()
+                .await
+                .unwrap()
+                .upload_id
+                .unwrap();
+            let etag = s3
+                .upload_part()
+                .bucket("mpu")
+                .key(key)
+                .upload_id(&upload_id)
+                .part_number(1)
+                .set_checksum_algorithm(algorithm)
+                .body(ByteStream::from(body))
+                .send()
+                .await
+                .unwrap()
+                .e_tag
+                .unwrap();
+            (upload_id, etag)
+        }
+    };
+    let part = |etag: &str, sha256: Option<String>| {
+        CompletedMultipartUpload::builder()
+            .parts(
+                CompletedPart::builder()
+                    .part_number(1)
+                    .e_tag(etag)
+                    .set_checksum_sha256(sha256)
+                    .build(),
+            )
+            .build()
+    };
+    let digest = sha2::Sha256::digest(&body).to_vec();
+    let composite = b64(&sha2::Sha256::digest(&digest));
+
+    let (upload_id, etag) = upload("bare", Some(ChecksumAlgorithm::Sha256)).await;
+    let done = s3
+        .complete_multipart_upload()
+        .bucket("mpu")
+        .key("bare")
+        .upload_id(&upload_id)
+        .multipart_upload(part(&etag, Some(b64(&digest))))
+        .checksum_sha256(&composite)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(done.checksum_sha256, Some(format!("{composite}-1")));
+
+    let (upload_id, etag) = upload("none", None).await;
+    let refused = s3
+        .complete_multipart_upload()
+        .bucket("mpu")
+        .key("none")
+        .upload_id(&upload_id)
+        .multipart_upload(part(&etag, None))
+        .checksum_sha256(&composite)
+        .send()
+        .await
+        .unwrap_err()
+        .into_service_error();
+    assert_eq!(refused.meta().code(), Some("NotImplemented"));
+    let head = s3.head_object().bucket("mpu").key("none").send().await.unwrap_err();
+    assert!(head.into_service_error().is_not_found());
+
+    let (upload_id, etag) = upload("upgrade", Some(ChecksumAlgorithm::Sha256)).await;
+    let sql = gw.sql().await;
+    let namespace: String = sql
+        .query_one("SELECT namespace FROM pgvs3.buckets WHERE name = 'mpu'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let forgotten = sql
+        .execute(
+            &format!(
+                "UPDATE {namespace}.parts SET checksum = NULL
+                  WHERE owner_id IN (SELECT upload_id FROM {namespace}.uploads WHERE key = 'upgrade')"
+            ),
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(forgotten, 1, "the upload's one part, as a v48 gateway stores it");
+    let done = s3
+        .complete_multipart_upload()
+        .bucket("mpu")
+        .key("upgrade")
+        .upload_id(&upload_id)
+        .multipart_upload(part(&etag, Some(b64(&digest))))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(done.checksum_sha256, None);
+    let head = s3
+        .head_object()
+        .bucket("mpu")
+        .key("upgrade")
+        .checksum_mode(ChecksumMode::Enabled)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!((head.checksum_sha256, head.checksum_type), (None, None));
+    assert_eq!(head.content_length, Some(body.len() as i64));
+}
+
 /// A FULL_OBJECT CRC64NVME upload as the SDK makes one: each part's CRC kept and listed, the
 /// object's the CRC of all its bytes (computed here over the whole body), answered on
 /// completion, HEAD and GetObjectAttributes; a part read of it has no checksum (several parts).

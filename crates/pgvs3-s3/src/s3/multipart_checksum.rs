@@ -101,8 +101,13 @@ impl PartChecksums for Completion {
             true => BASE64.encode(full_object(algorithm, &decoded)?),
             false => format!("{}-{}", BASE64.encode(composite(algorithm, &decoded)), parts.len()),
         };
+        // A COMPOSITE value may be declared with its `-N` or without, as S3 takes it.
+        let bare = value
+            .rsplit_once('-')
+            .filter(|_| !upload.full_object)
+            .map(|(bare, _)| bare);
         if let Some((declared, declared_value)) = &self.declared
-            && (*declared != algorithm || declared_value.trim() != value)
+            && (*declared != algorithm || (declared_value.trim() != value && Some(declared_value.trim()) != bare))
         {
             return Err(StoreError::BadDigest(format!(
                 "The {} you specified did not match the calculated checksum.",
@@ -114,6 +119,19 @@ impl PartChecksums for Completion {
             value,
             composite: !upload.full_object,
         })
+    }
+
+    fn none_kept(&self) -> StoreResult<()> {
+        match (&self.declared, &self.declared_type) {
+            (None, None) => Ok(()),
+            // S3 would check it against the checksum it keeps for every object; pgvs3 keeps
+            // none for this upload, so it cannot, and says so rather than accept it unchecked.
+            _ => Err(StoreError::NotImplemented(
+                "a checksum on CompleteMultipartUpload of an upload created without x-amz-checksum-algorithm \
+                 (pgvs3 keeps no checksum for its object, so it cannot check one)"
+                    .into(),
+            )),
+        }
     }
 }
 

@@ -140,6 +140,11 @@ pub trait PartChecksums: Send + Sync {
     /// The object's checksum from its parts' base64 checksums and sizes, in order; an error
     /// (the completion declared another) refuses the completion.
     fn complete(&self, upload: &UploadChecksum, parts: &[(&str, u64)]) -> StoreResult<StoredChecksum>;
+
+    /// The object keeps no checksum (its upload was created without an algorithm, or a part
+    /// came through a gateway of an earlier layout): an error when the completion declared one
+    /// it expects checked.
+    fn none_kept(&self) -> StoreResult<()>;
 }
 
 #[derive(Debug, Clone)]
@@ -260,12 +265,7 @@ fn no_such_part() -> StoreError {
 
 /// The checksum of a listed part of an upload that keeps `kept`: the one stored with it, which
 /// the completion must name for a COMPOSITE upload and may name for a FULL_OBJECT one.
-fn kept_part_checksum<'a>(
-    kept: &UploadChecksum,
-    part: &CompletedPart,
-    stored: Option<&'a str>,
-) -> StoreResult<&'a str> {
-    let stored = stored.ok_or_else(no_such_part)?;
+fn kept_part_checksum<'a>(kept: &UploadChecksum, part: &CompletedPart, stored: &'a str) -> StoreResult<&'a str> {
     match &part.checksum {
         Some(named) if !named.algorithm.eq_ignore_ascii_case(&kept.algorithm) || named.value.trim() != stored => {
             Err(no_such_part())
@@ -482,9 +482,9 @@ impl Store {
         let mut numbers = Vec::with_capacity(parts.len());
         let mut offsets = Vec::with_capacity(parts.len());
         let mut etags = Vec::with_capacity(parts.len());
-        let mut part_checksums = Vec::with_capacity(parts.len());
-        let mut size = 0u64;
         let kept = meta.upload_checksum.take();
+        let mut part_checksums = kept.as_ref().map(|_| Vec::with_capacity(parts.len()));
+        let mut size = 0u64;
         for (index, part) in parts.iter().enumerate() {
             let number = check_part_number(part.part_number)?;
             let found = stored
@@ -500,7 +500,17 @@ impl Store {
                 return Err(StoreError::EntityTooSmall);
             }
             if let Some(kept) = &kept {
-                part_checksums.push((kept_part_checksum(kept, part, checksum.as_deref())?, part_size));
+                match checksum.as_deref() {
+                    Some(stored) => {
+                        let named = kept_part_checksum(kept, part, stored)?;
+                        if let Some(sums) = part_checksums.as_mut() {
+                            sums.push((named, part_size));
+                        }
+                    }
+                    // Stored by a gateway of an earlier layout (a rolling upgrade), which keeps
+                    // no part checksums: the object keeps none, as it did then.
+                    None => part_checksums = None,
+                }
             }
             numbers.push(number);
             offsets.push(size as i64);
@@ -508,9 +518,13 @@ impl Store {
             size += part_size;
         }
         let etag = multipart_etag(&etags)?;
-        meta.checksum = kept
-            .map(|kept| checksums.complete(&kept, &part_checksums))
-            .transpose()?;
+        meta.checksum = match (kept, part_checksums) {
+            (Some(kept), Some(sums)) => Some(checksums.complete(&kept, &sums)?),
+            _ => {
+                checksums.none_kept()?;
+                None
+            }
+        };
         tx.execute(&bucket.sql.multipart.drop_unlisted_parts, &[&upload_id, &numbers])
             .await?;
         tx.execute(&bucket.sql.multipart.place_parts, &[&upload_id, &numbers, &offsets])
