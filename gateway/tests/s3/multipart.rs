@@ -811,7 +811,7 @@ async fn multipart_checksums_left_unchecked_are_never_claimed() {
         .query_one("SELECT namespace FROM pgvs3.buckets WHERE name = 'mpu'", &[])
         .await
         .unwrap()
-        .get(0);
+        .get("namespace");
     let forgotten = sql
         .execute(
             &format!(
