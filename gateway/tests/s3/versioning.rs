@@ -1264,3 +1264,195 @@ async fn a_version_read_while_a_delete_promotes_it_finds_it() {
         "reads of the promoted version that missed it: {missed:?}"
     );
 }
+
+/// Pages of ListObjectVersions or ListMultipartUploads rolled up by `/`, as (entry, is a common
+/// prefix) in listing order, each page at most `max` long.
+async fn rolled_up_pages(s3: &Client, bucket: &str, max: i32, uploads: bool) -> Vec<(String, bool)> {
+    let mut seen = Vec::new();
+    let (mut key_marker, mut id_marker): (Option<String>, Option<String>) = (None, None);
+    for _ in 0..200 {
+        let (mut page, prefixes, truncated, next): (
+            Vec<(String, bool)>,
+            Vec<String>,
+            bool,
+            (Option<String>, Option<String>),
+        );
+        if uploads {
+            let out = s3
+                .list_multipart_uploads()
+                .bucket(bucket)
+                .delimiter("/")
+                .max_uploads(max)
+                .set_key_marker(key_marker.clone())
+                .set_upload_id_marker(id_marker.clone())
+                .send()
+                .await
+                .unwrap();
+            page = out
+                .uploads()
+                .iter()
+                .map(|u| (u.key().unwrap().to_owned(), false))
+                .collect();
+            prefixes = out
+                .common_prefixes()
+                .iter()
+                .filter_map(|p| p.prefix().map(str::to_owned))
+                .collect();
+            truncated = out.is_truncated() == Some(true);
+            next = (
+                out.next_key_marker().map(str::to_owned),
+                out.next_upload_id_marker().map(str::to_owned),
+            );
+        } else {
+            let out = s3
+                .list_object_versions()
+                .bucket(bucket)
+                .delimiter("/")
+                .max_keys(max)
+                .set_key_marker(key_marker.clone())
+                .set_version_id_marker(id_marker.clone())
+                .send()
+                .await
+                .unwrap();
+            page = out
+                .versions()
+                .iter()
+                .map(|v| (format!("{}@{}", v.key().unwrap(), v.version_id().unwrap()), false))
+                .chain(out.delete_markers().iter().map(|m| {
+                    (
+                        format!("{}@{} (marker)", m.key().unwrap(), m.version_id().unwrap()),
+                        false,
+                    )
+                }))
+                .collect();
+            prefixes = out
+                .common_prefixes()
+                .iter()
+                .filter_map(|p| p.prefix().map(str::to_owned))
+                .collect();
+            truncated = out.is_truncated() == Some(true);
+            next = (
+                out.next_key_marker().map(str::to_owned),
+                out.next_version_id_marker().map(str::to_owned),
+            );
+        }
+        assert!(page.len() + prefixes.len() <= max as usize, "a page of {max} at most");
+        page.extend(prefixes.into_iter().map(|p| (p, true)));
+        // Within a page, entries and prefixes interleave in key order (ids newest first).
+        page.sort_by(|a, b| {
+            let key = |e: &(String, bool)| e.0.split('@').next().unwrap().to_owned();
+            key(a).cmp(&key(b)).then(b.0.cmp(&a.0))
+        });
+        seen.extend(page);
+        if !truncated {
+            return seen;
+        }
+        (key_marker, id_marker) = next;
+    }
+    panic!("the listing did not end in 200 pages");
+}
+
+/// ListObjectVersions and ListMultipartUploads with a delimiter jump past each common prefix and
+/// read a few rows after each jump: prefixes bigger than those windows (40 keys), keys between
+/// them, and every page size list every prefix and entry once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn version_and_upload_listings_roll_up_large_prefixes_once_each() {
+    use futures::StreamExt;
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    s3.create_bucket().bucket("dirs").send().await.unwrap();
+    set_versioning(s3, "dirs", BucketVersioningStatus::Enabled).await;
+    let dirs: Vec<String> = (0..9).map(|d| format!("d{d}/")).collect();
+    let mut keys: Vec<String> = dirs
+        .iter()
+        .flat_map(|dir| (0..40).map(move |k| format!("{dir}{k:02}")))
+        .collect();
+    keys.extend(["a", "d3", "d5+x", "z"].map(str::to_owned));
+    let writes: Vec<_> = futures::stream::iter(keys.clone())
+        .map(|key| async move { (key.clone(), put(s3, "dirs", &key, b"v").await.unwrap()) })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    let starts: Vec<_> = futures::stream::iter(keys.clone())
+        .map(|key| async move {
+            s3.create_multipart_upload()
+                .bucket("dirs")
+                .key(&key)
+                .send()
+                .await
+                .unwrap();
+        })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    assert_eq!(starts.len(), keys.len());
+    // The loose keys get a second version and `d3` a delete marker on top.
+    let mut loose: Vec<(String, String)> = writes.into_iter().filter(|(key, _)| !key.contains('/')).collect();
+    for key in ["a", "d3", "d5+x", "z"] {
+        loose.push((key.to_owned(), put(s3, "dirs", key, b"w").await.unwrap()));
+    }
+    let marker = s3.delete_object().bucket("dirs").key("d3").send().await.unwrap();
+    let marker = marker.version_id().unwrap().to_owned();
+
+    let mut expected: Vec<(String, bool)> = dirs.iter().map(|dir| (dir.clone(), true)).collect();
+    expected.extend(loose.iter().map(|(key, id)| (format!("{key}@{id}"), false)));
+    expected.push((format!("d3@{marker} (marker)"), false));
+    let key_of = |e: &(String, bool)| e.0.split('@').next().unwrap().to_owned();
+    expected.sort_by(|a, b| key_of(a).cmp(&key_of(b)).then(b.0.cmp(&a.0)));
+    for max in [1000, 7, 1] {
+        assert_eq!(
+            rolled_up_pages(s3, "dirs", max, false).await,
+            expected,
+            "versions, pages of {max}"
+        );
+    }
+
+    let mut expected: Vec<(String, bool)> = dirs.iter().map(|dir| (dir.clone(), true)).collect();
+    expected.extend(["a", "d3", "d5+x", "z"].map(|key| (key.to_owned(), false)));
+    expected.sort();
+    for max in [1000, 7, 1] {
+        assert_eq!(
+            rolled_up_pages(s3, "dirs", max, true).await,
+            expected,
+            "uploads, pages of {max}"
+        );
+    }
+
+    // With EncodingType=url every key field comes back encoded, the KeyMarker echoed too.
+    let out = s3
+        .list_object_versions()
+        .bucket("dirs")
+        .key_marker("d9+x")
+        .encoding_type(aws_sdk_s3::types::EncodingType::Url)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(out.key_marker(), Some("d9%2Bx"), "the SDK does not decode");
+    let versions: Vec<&str> = out.versions().iter().filter_map(|v| v.key()).collect();
+    assert_eq!(versions, ["z", "z"]);
+
+    // A delete marker removed by its version id: the entry says so and names the version.
+    let out = s3
+        .delete_objects()
+        .bucket("dirs")
+        .delete(
+            Delete::builder()
+                .objects(
+                    ObjectIdentifier::builder()
+                        .key("d3")
+                        .version_id(&marker)
+                        .build()
+                        .unwrap(),
+                )
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let deleted = &out.deleted()[0];
+    assert_eq!(deleted.delete_marker(), Some(true));
+    assert_eq!(deleted.delete_marker_version_id(), Some(marker.as_str()));
+    assert_eq!(deleted.version_id(), Some(marker.as_str()));
+    gw.stop().await;
+}

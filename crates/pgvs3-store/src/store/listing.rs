@@ -80,6 +80,39 @@ pub(super) fn prefix_successor(prefix: &str) -> Option<String> {
     None
 }
 
+/// How many rows a listing's next query fetches. Keys taken one by one want the whole page in
+/// one query; but once a query ends inside a common prefix the listing jumps past it, and the
+/// rows under the next prefix are skipped too, so a full window there would read a page of rows
+/// per prefix to keep one (a thousand prefixes of a thousand keys: a million rows for one
+/// page). After a jump the window is small, and it doubles back while keys come one by one.
+pub(super) struct Window {
+    rows: i64,
+    full: i64,
+}
+
+impl Window {
+    /// Rows fetched after a jump past a common prefix.
+    const AFTER_JUMP: i64 = 32;
+
+    pub(super) fn new(full: i64) -> Window {
+        Window { rows: full, full }
+    }
+
+    pub(super) fn rows(&self) -> i64 {
+        self.rows
+    }
+
+    /// The query just read ended inside a common prefix: the next one starts past it.
+    pub(super) fn jumped(&mut self) {
+        self.rows = Self::AFTER_JUMP.min(self.full);
+    }
+
+    /// The query just read ended on a key of its own: the next one resumes after it.
+    pub(super) fn walked(&mut self) {
+        self.rows = (self.rows * 2).min(self.full);
+    }
+}
+
 /// The listing SQL of one namespace.
 #[derive(Debug)]
 pub(super) struct ListingSql {
@@ -124,7 +157,7 @@ impl Store {
             .then(|| prefix_successor(&request.prefix))
             .flatten();
         let max_keys = request.max_keys.min(MAX_KEYS);
-        let batch = (max_keys + 1).clamp(64, MAX_KEYS + 1) as i64;
+        let mut window = Window::new((max_keys + 1).clamp(64, MAX_KEYS + 1) as i64);
         let client = self.client().await?;
         let statement = client
             .prepare_cached(if below.is_some() {
@@ -142,6 +175,7 @@ impl Store {
             entries: 0,
         };
         'pages: loop {
+            let batch = window.rows();
             let rows = match &below {
                 Some(below) => {
                     client
@@ -163,10 +197,16 @@ impl Store {
             let last_key: String = rows.last().map(|row| row.get("key")).unwrap_or_default();
             match &filling.last_prefix {
                 Some(common) if last_key.starts_with(common.as_str()) => match prefix_successor(common) {
-                    Some(next) => from = from.max(next),
+                    Some(next) => {
+                        from = from.max(next);
+                        window.jumped();
+                    }
                     None => break,
                 },
-                _ => after = last_key,
+                _ => {
+                    after = last_key;
+                    window.walked();
+                }
             }
         }
         Ok(filling.page)

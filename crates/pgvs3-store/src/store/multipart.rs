@@ -32,6 +32,8 @@ pub(super) struct MultipartSql {
     /// The parts of a completed object (GetObjectAttributes' ObjectParts).
     object_parts: String,
     list_uploads: String,
+    /// `list_uploads` under `$6` too: the end of the listed prefix.
+    list_uploads_below: String,
     /// Deletes the parts of ended uploads (the reaper's and lifecycle's too).
     pub(super) drop_parts: String,
 }
@@ -98,14 +100,23 @@ impl MultipartSql {
                                     LIMIT 1)
                     AND part_number > $5 ORDER BY part_number LIMIT $6"
             ),
-            list_uploads: format!(
-                "SELECT key, upload_id, initiated, meta->>'in' AS initiator, meta->'ac'->>'o' AS owner FROM {ns}.uploads
-                  WHERE bucket_id = $1 AND starts_with(key, $2) AND (key, upload_id) > ($3, $4)
-                  ORDER BY key, upload_id LIMIT $5"
-            ),
+            list_uploads: list_uploads_sql(ns, ""),
+            list_uploads_below: list_uploads_sql(ns, "AND key < $6"),
             drop_parts: format!("DELETE FROM {ns}.parts WHERE owner_id = ANY($1)"),
         }
     }
+}
+
+/// Uploads in key order from after (`$3`, `$4`), at or above the listed prefix (`$2`) and, in the
+/// `below` form, under its end (`$6`): bounds the key index takes in any plan (a `starts_with`
+/// over a parameter is a filter in a generic plan, which then walks every upload before the
+/// prefix).
+fn list_uploads_sql(ns: &str, below: &str) -> String {
+    format!(
+        "SELECT key, upload_id, initiated, meta->>'in' AS initiator, meta->'ac'->>'o' AS owner FROM {ns}.uploads
+          WHERE bucket_id = $1 AND key >= $2 {below} AND (key, upload_id) > ($3, $4)
+          ORDER BY key, upload_id LIMIT $5"
+    )
 }
 
 /// A part stored, and whether its upload is encrypted with SSE-S3 (which S3's answer says; an
@@ -700,14 +711,32 @@ impl Store {
         else {
             return Ok(page);
         };
+        let end = (!prefix.is_empty())
+            .then(|| super::listing::prefix_successor(prefix))
+            .flatten();
         let client = self.client().await?;
-        let statement = client.prepare_cached(&bucket.sql.multipart.list_uploads).await?;
-        let window = MAX_LISTED as i64 + 1;
+        let statement = client
+            .prepare_cached(match end {
+                Some(_) => &bucket.sql.multipart.list_uploads_below,
+                None => &bucket.sql.multipart.list_uploads,
+            })
+            .await?;
+        let mut window = super::listing::Window::new((max_uploads as i64 + 1).clamp(64, MAX_LISTED as i64 + 1));
         let mut last = None;
         loop {
-            let rows = client
-                .query(&statement, &[&bucket.id, &prefix, &key_marker, &id_marker, &window])
-                .await?;
+            let limit = window.rows();
+            let rows = match &end {
+                Some(end) => {
+                    client
+                        .query(&statement, &[&bucket.id, &prefix, &key_marker, &id_marker, &limit, end])
+                        .await?
+                }
+                None => {
+                    client
+                        .query(&statement, &[&bucket.id, &prefix, &key_marker, &id_marker, &limit])
+                        .await?
+                }
+            };
             let mut rolled_up_last = None;
             for row in &rows {
                 let key: String = row.get("key");
@@ -742,15 +771,19 @@ impl Store {
                     }
                 }
             }
-            if (rows.len() as i64) < window {
+            if (rows.len() as i64) < limit {
                 break;
             }
             // The window filled up: go on after its last row, past all of a rolled-up prefix.
-            if let Some(common) = rolled_up_last {
-                match super::listing::prefix_successor(&common) {
-                    Some(next) => (key_marker, id_marker) = (next, -1),
+            match rolled_up_last {
+                Some(common) => match super::listing::prefix_successor(&common) {
+                    Some(next) => {
+                        (key_marker, id_marker) = (next, -1);
+                        window.jumped();
+                    }
                     None => break,
-                }
+                },
+                None => window.walked(),
             }
         }
         Ok(page)

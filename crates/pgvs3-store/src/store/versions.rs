@@ -14,7 +14,7 @@ use tokio_postgres::types::Json;
 use super::bodies::{locate, stored_body};
 use super::conditions::DeleteCondition;
 use super::error::retry_conflicts;
-use super::listing::{ListRequest, prefix_successor};
+use super::listing::{ListRequest, Window, prefix_successor};
 use super::objects::{ObjectHead, ObjectMeta, ObjectRead, ReadOptions, check_delete_condition, check_key};
 use super::{BucketInfo, Store, StoreError, StoreResult};
 
@@ -110,6 +110,8 @@ pub(super) struct VersionSql {
     delete_noncurrent: String,
     promote: String,
     page: String,
+    /// `page` under `$6` too: the end of the listed prefix.
+    page_below: String,
     null_seq: String,
     current_meta: String,
     noncurrent_meta: String,
@@ -164,7 +166,8 @@ impl VersionSql {
             ),
             delete_noncurrent: delete_noncurrent_sql(ns),
             promote: promote_sql(ns),
-            page: page_sql(ns),
+            page: page_sql(ns, ""),
+            page_below: page_sql(ns, "AND key < $6"),
             // One version's metadata, locked for a change (`$3` NULL: the current version).
             current_meta: format!(
                 "SELECT meta FROM {ns}.objects WHERE bucket_id = $1 AND key = $2
@@ -248,19 +251,34 @@ fn promote_sql(ns: &str) -> String {
     )
 }
 
-/// Versions in listing order (key, newest first) from `$2` (the key marker) on:
-/// that key's versions older than `$4` (the version marker's place), then later keys.
-fn page_sql(ns: &str) -> String {
+/// Versions in listing order (key, newest first) from `$2` (the key marker): that key's versions
+/// placed below `$4` (the version marker's place), then later keys, all at or above `$3` (the
+/// listed prefix) and, in the `below` form, under `$6` (the prefix's end). Each of the four
+/// branches walks its index in the listing's order and stops at `$5` rows, so a page costs at
+/// most four windows of rows whatever lies before or after it (one `OR` of the two conditions
+/// over both tables sorted every version from the marker on, a key's million versions too).
+fn page_sql(ns: &str, below: &str) -> String {
+    let object = "key, coalesce(version_id, 'null') AS version_id, coalesce(version_seq, -1) AS seq,
+                  false AS is_delete_marker, size, etag, last_modified, true AS current";
+    let version = "key, version_id, coalesce(version_seq, -1) AS seq,
+                   is_delete_marker, size, etag, last_modified, false AS current";
+    let live = "(expires_at IS NULL OR expires_at > now())";
     format!(
-        "SELECT key, version_id, is_delete_marker, size, etag, last_modified, current FROM (
-             SELECT key, coalesce(version_id, 'null') AS version_id, coalesce(version_seq, -1) AS seq,
-                    false AS is_delete_marker, size, etag, last_modified, true AS current
-               FROM {ns}.objects WHERE bucket_id = $1 AND key >= $2 AND starts_with(key, $3)
-                AND (expires_at IS NULL OR expires_at > now())
+        "SELECT key, version_id, seq, is_delete_marker, size, etag, last_modified, current FROM (
+             (SELECT {object} FROM {ns}.objects
+               WHERE bucket_id = $1 AND key = $2 AND key >= $3 {below} AND coalesce(version_seq, -1) < $4 AND {live})
              UNION ALL
-             SELECT key, version_id, coalesce(version_seq, -1), is_delete_marker, size, etag, last_modified, false
-               FROM {ns}.versions WHERE bucket_id = $1 AND key >= $2 AND starts_with(key, $3)) v
-          WHERE key > $2 OR seq < $4
+             (SELECT {version} FROM {ns}.versions
+               WHERE bucket_id = $1 AND key = $2 AND key >= $3 {below} AND coalesce(version_seq, -1) < $4
+               ORDER BY coalesce(version_seq, -1) DESC LIMIT $5)
+             UNION ALL
+             (SELECT {object} FROM {ns}.objects
+               WHERE bucket_id = $1 AND key > $2 AND key >= $3 {below} AND {live}
+               ORDER BY key LIMIT $5)
+             UNION ALL
+             (SELECT {version} FROM {ns}.versions
+               WHERE bucket_id = $1 AND key > $2 AND key >= $3 {below}
+               ORDER BY key, coalesce(version_seq, -1) DESC LIMIT $5)) v
           ORDER BY key, seq DESC LIMIT $5"
     )
 }
@@ -534,46 +552,71 @@ impl Store {
         else {
             return Ok(page);
         };
-        let statement = client.prepare_cached(&bucket.sql.versions.page).await?;
+        // Bounds: at or above the prefix (`$3`), and under its end where it has one.
+        let end = (!list.prefix.is_empty())
+            .then(|| prefix_successor(&list.prefix))
+            .flatten();
+        let statement = client
+            .prepare_cached(match end {
+                Some(_) => &bucket.sql.versions.page_below,
+                None => &bucket.sql.versions.page,
+            })
+            .await?;
+        let mut window = Window::new((max as i64 + 1).clamp(64, PAGE_ROWS));
         loop {
-            let rows = client
-                .query(&statement, &[&bucket.id, &from, &list.prefix, &below, &PAGE_ROWS])
-                .await?;
-            let exhausted = (rows.len() as i64) < PAGE_ROWS;
-            let mut restart = None;
+            let limit = window.rows();
+            let rows = match &end {
+                Some(end) => {
+                    client
+                        .query(&statement, &[&bucket.id, &from, &list.prefix, &below, &limit, end])
+                        .await?
+                }
+                None => {
+                    client
+                        .query(&statement, &[&bucket.id, &from, &list.prefix, &below, &limit])
+                        .await?
+                }
+            };
+            let exhausted = (rows.len() as i64) < limit;
             for row in &rows {
                 let key: String = row.get("key");
-                if let Some(delimiter) = delimiter
-                    && let Some(at) = key[list.prefix.len()..].find(delimiter)
-                {
-                    let prefix = key[..list.prefix.len() + at + delimiter.len()].to_owned();
-                    if page.entries.len() + page.common_prefixes.len() == max {
-                        page.next = Some((last_marker(&page), last_version(&page)));
-                        return Ok(page);
-                    }
-                    page.common_prefixes.push(prefix.clone());
-                    restart = Some(prefix);
-                    break;
+                let common = delimiter.and_then(|delimiter| {
+                    key[list.prefix.len()..]
+                        .find(delimiter)
+                        .map(|at| &key[..list.prefix.len() + at + delimiter.len()])
+                });
+                // The keys under a common prefix come together: the first rolls up, the rest skip.
+                if common.is_some() && page.common_prefixes.last().map(String::as_str) == common {
+                    continue;
                 }
                 if page.entries.len() + page.common_prefixes.len() == max {
                     page.next = Some((last_marker(&page), last_version(&page)));
                     return Ok(page);
                 }
-                page.entries.push(version_entry(row, key, &mut latest_seen));
+                match common {
+                    Some(common) => page.common_prefixes.push(common.to_owned()),
+                    None => page.entries.push(version_entry(row, key, &mut latest_seen)),
+                }
             }
-            match restart {
-                Some(prefix) => match prefix_successor(&prefix) {
+            if exhausted {
+                return Ok(page);
+            }
+            // Resume after the last row read; past the whole of a common prefix in one jump.
+            let last = rows.last().expect("a full window has rows");
+            let last_key: String = last.get("key");
+            match page.common_prefixes.last() {
+                Some(common) if last_key.starts_with(common.as_str()) => match prefix_successor(common) {
                     Some(next) => {
                         from = next;
                         below = i64::MAX;
+                        window.jumped();
                     }
                     None => return Ok(page),
                 },
-                None if exhausted => return Ok(page),
-                None => {
-                    let last = page.entries.last().expect("a full batch added entries");
-                    below = self.version_seq(bucket, &client, &last.key, &last.version_id).await?;
-                    from = last.key.clone();
+                _ => {
+                    below = last.get("seq");
+                    from = last_key;
+                    window.walked();
                 }
             }
         }

@@ -83,9 +83,9 @@ pub(super) async fn delete_objects(
                 key: Some(id.key.clone()),
                 version_id: id.version_id.clone(),
                 delete_marker: outcome.delete_marker.then_some(true),
-                delete_marker_version_id: outcome
-                    .version_id
-                    .filter(|_| outcome.delete_marker && id.version_id.is_none()),
+                // The marker written, or the marker removed by its version id (S3 names the
+                // version deleted then, as DeleteObject's `x-amz-version-id` does).
+                delete_marker_version_id: outcome.version_id.filter(|_| outcome.delete_marker),
             }),
             Err(err) => {
                 let err = fail(&req, err);

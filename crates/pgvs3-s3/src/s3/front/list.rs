@@ -128,7 +128,7 @@ pub(super) async fn list_object_versions(
         name: Some(input.bucket.clone()),
         prefix: Some(encode(request.list.prefix)),
         delimiter: request.list.delimiter.filter(|d| !d.is_empty()).map(encode),
-        key_marker: Some(input.key_marker.clone().unwrap_or_default()),
+        key_marker: Some(encode(input.key_marker.clone().unwrap_or_default())),
         version_id_marker: Some(input.version_id_marker.clone().unwrap_or_default()),
         max_keys: Some(request.list.max_keys.min(i32::MAX as usize) as i32),
         is_truncated: Some(next_key_marker.is_some()),
