@@ -220,14 +220,17 @@ impl Group<'_> {
                     .collect()
             }
             Kind::Xadd => {
-                // One ID per entry added (a nil for each when NOMKSTREAM found no stream).
+                // One ID per entry added (a nil for each when NOMKSTREAM found no stream), and
+                // what its command's trim removed.
                 let mut ids = row.items.into_iter();
+                let mut trimmed = row.scores.into_iter();
                 self.members
                     .iter()
                     .map(|typed| {
                         let row = match ids.next() {
                             Some(id) => TypedRow {
                                 items: vec![id],
+                                scores: trimmed.next().into_iter().collect(),
                                 ..TypedRow::default()
                             },
                             None => TypedRow {

@@ -706,6 +706,12 @@ impl Session {
             }
         }
         if let Some(recorder) = &mut self.recorder {
+            if recorder.unsettled(command) {
+                // Loaded again: fresh for the commands after.
+                for key in recorder.settle(&mut self.batch, &[]).await? {
+                    self.stale.remove(&key);
+                }
+            }
             recorder.look_up_consumers(&[command], &mut self.batch).await?;
             recorder.before(command, &self.batch);
         }
