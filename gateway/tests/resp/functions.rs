@@ -437,3 +437,53 @@ async fn libraries_register_and_run_with_the_globals_and_errors_of_redis() {
         assert_eq!(got, want, "{command:?}");
     }
 }
+
+/// FUNCTION KILL stops a running function and SCRIPT KILL an EVAL script; each answers Redis's
+/// BUSY naming the other when only the other kind runs (script.c scriptKill).
+#[tokio::test]
+async fn function_kill_and_script_kill_each_stop_their_own_kind() {
+    let gateway = TestGateway::with_resp(&["--resp-script-time-limit", "120s"]).await;
+    let mut killer = connect(&gateway).await;
+    let looping = "#!lua name=looping\nredis.register_function('spin', function() while true do end end)";
+    assert_eq!(
+        query::<Value>(&mut killer, &["FUNCTION", "LOAD", looping]).await,
+        bulk("looping")
+    );
+    for (run, wrong_kill, right_kill, other) in [
+        (&["FCALL", "spin", "0"][..], "SCRIPT", "FUNCTION", "FUNCTION KILL"),
+        (
+            &["EVAL", "while true do end", "0"][..],
+            "FUNCTION",
+            "SCRIPT",
+            "SCRIPT KILL",
+        ),
+    ] {
+        let mut runner = connect(&gateway).await;
+        let words: Vec<String> = run.iter().map(|word| word.to_string()).collect();
+        let running = tokio::spawn(async move {
+            let words: Vec<&str> = words.iter().map(String::as_str).collect();
+            error(&mut runner, &words).await
+        });
+        // NOTBUSY until it runs; then the wrong KILL is BUSY, naming the right one.
+        let busy = loop {
+            let reply = redis::cmd(wrong_kill)
+                .arg("KILL")
+                .query_async::<Value>(&mut killer)
+                .await
+                .expect_err("the wrong KILL stops nothing");
+            if reply.code() == Some("BUSY") {
+                break reply.detail().unwrap_or_default().to_owned();
+            }
+            assert_eq!(reply.code(), Some("NOTBUSY"), "{reply}");
+            tokio::task::yield_now().await;
+        };
+        assert_eq!(
+            busy,
+            format!("Redis is busy running a script. You can only call {other} or SHUTDOWN NOSAVE.")
+        );
+        assert!(!running.is_finished(), "{run:?} ended on its own");
+        assert_eq!(query::<Value>(&mut killer, &[right_kill, "KILL"]).await, ok());
+        let answer = running.await.unwrap();
+        assert!(answer.contains("Script killed by user"), "{answer}");
+    }
+}
