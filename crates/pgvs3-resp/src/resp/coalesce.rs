@@ -12,7 +12,8 @@
 //!   command counts its own pairs.
 //! - XADD with a `*` ID and the same options: one call adds every entry, each with its ID
 //!   after the one before, and trims after them what each command's trim would have; a
-//!   command answers its own entry's ID.
+//!   command answers its own entry's ID, and keeps how many its own trim removed (its `xtrim`
+//!   event, notify/recorder.rs).
 //!
 //! The only error these calls answer for the whole run is WRONGTYPE (or, for XADD, a stream out
 //! of IDs), the same for every command of a run on one key, so each command still gets its own
