@@ -2579,6 +2579,9 @@ DECLARE
     ids_seq bigint[] := '{}';
     starts bigint[] := '{}';
     added bigint;
+    trimmed bigint;
+    pending bigint;
+    share bigint;
 BEGIN
     err := pgvs3.resp_check(b, ks, strings, ks, 'x', write);
     IF err IS NOT NULL THEN
@@ -2640,6 +2643,8 @@ BEGIN
         -- the blocked readers (PostgreSQL sends a transaction's equal notifications once).
         -- items: the IDs in order, {NULL} per entry (NOMKSTREAM, no stream), fewer IDs than
         -- entries when the stream ran out of IDs midway (the rest are `stream_exhausted`).
+        -- scores (layout v50), with a trimming: per entry how many entries its command's trim
+        -- removed, for its keyspace event (`xtrim` when any, resp/notify).
         sizes := CASE WHEN cardinality(ints) > 8 THEN ints[9:] ELSE ARRAY[cardinality(args)::bigint] END;
         IF s.key IS NULL THEN
             IF ints[1] = 1 THEN
@@ -2676,8 +2681,27 @@ BEGIN
         SELECT b, k, ids_ms[e], ids_seq[e], args[starts[e] : starts[e] + sizes[e] - 1] FROM generate_series(1, added) e;
         IF ints[5] IS NOT NULL THEN
             -- A most past what a bigint holds is no limit.
-            PERFORM pgvs3.resp_stream_trim(b, k, ints[5] = 1, ints[6], ints[7],
+            trimmed := pgvs3.resp_stream_trim(b, k, ints[5] = 1, ints[6], ints[7],
                 CASE WHEN ints[8] <= 9223372036854775807 / added THEN ints[8] * added END);
+            -- Each command's share, as its own trim right after its own entry would have
+            -- removed: each entry adds one to what a trim may remove (MAXLEN: one more than
+            -- the threshold; MINID: when it is below it), and each trim removes all it may, at
+            -- most `most`. Then either every trim removed `most` or the last left nothing, so
+            -- what they may remove started at `trimmed` less what the entries added (below
+            -- zero for MAXLEN: a stream that many entries short of the threshold).
+            pending := trimmed - CASE WHEN ints[5] = 1
+                THEN (SELECT count(*) FROM generate_series(1, added) e WHERE (ids_ms[e], ids_seq[e]) < (ints[6], ints[7]))
+                ELSE added END;
+            scores := '{}';
+            FOR j IN 1 .. added LOOP
+                IF ints[5] <> 1 OR (ids_ms[j], ids_seq[j]) < (ints[6], ints[7]) THEN
+                    pending := pending + 1;
+                END IF;
+                -- (LEAST passes over a NULL most: no limit.)
+                share := greatest(least(pending, ints[8]), 0);
+                pending := pending - share;
+                scores := scores || share::float8;
+            END LOOP;
         END IF;
         PERFORM pgvs3.resp_wake(b, k);
         items := ARRAY(SELECT pgvs3.resp_stream_id(ids_ms[e], ids_seq[e]) FROM generate_series(1, added) e ORDER BY e);

@@ -140,7 +140,7 @@ redis.register_function{function_name='w', callback=function(keys) return redis.
             bulk("description"),
             description,
             bulk("flags"),
-            Value::Array(flags.iter().map(|flag| bulk(flag)).collect()),
+            Value::Array(flags.iter().map(|flag| Value::SimpleString(flag.to_string())).collect()),
         ])
     };
     assert_eq!(
@@ -354,4 +354,136 @@ async fn function_dump_and_restore_move_libraries_to_and_from_redis_server() {
         ],
     )
     .await;
+}
+
+/// `redis.register_function`'s argument errors, the globals a library has while it loads
+/// (`redis` with `register_function`, `log` and the version alone, neither changeable) and once
+/// loaded (no `register_function`; the load-time `redis` refuses it), function names found in
+/// any case, and the `#!lua` line split as Redis splits it: each reply compared with
+/// redis-server 7.0.15's (its `functions` unit's cases).
+#[tokio::test]
+async fn libraries_register_and_run_with_the_globals_and_errors_of_redis() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let redis = LiveRedis::start().await;
+    let mut ours = RawResp::connect(gateway.resp_addr()).await;
+    let mut theirs = redis.connect().await;
+    let load = |code: &'static str| -> Vec<&'static str> { vec!["FUNCTION", "LOAD", "REPLACE", code] };
+    let registrations = [
+        "#!lua name=bad\nredis.register_function()",
+        "#!lua name=bad\nredis.register_function('f')",
+        "#!lua name=bad\nredis.register_function('f', function() return 1 end, 'x')",
+        "#!lua name=bad\nredis.register_function({}, function() return 1 end)",
+        "#!lua name=bad\nredis.register_function('f', 'x')",
+        "#!lua name=bad\nredis.register_function('', function() return 1 end)",
+        "#!lua name=bad\nredis.register_function{function_name=function() return 1 end, callback=function() return 1 end}",
+        "#!lua name=bad\nredis.register_function{function_name='f', callback='x'}",
+        "#!lua name=bad\nredis.register_function{function_name='f', callback=function() return 1 end, foo=1}",
+        "#!lua name=bad\nredis.register_function{[1]='f'}",
+        "#!lua name=bad\nredis.register_function{callback=function() return 1 end}",
+        "#!lua name=bad\nredis.register_function{function_name='f'}",
+        "#!lua name=bad\nredis.register_function{function_name='f', callback=function() return 1 end, flags='no-writes'}",
+        "#!lua name=bad\nredis.register_function{function_name='f', callback=function() return 1 end, flags={'no-writes', 'bad'}}",
+        "#!lua name=bad\nredis.register_function{function_name='f', callback=function() return 1 end, description=function() end}",
+        "#!lua name=bad\nredis.register_function('f', function() return 1 end)\nredis.register_function('f', function() return 1 end)",
+        // While it loads a library sees `redis` alone, and may not change its globals.
+        "#!lua name=bad\nreturn math.random()",
+        "#!lua name=bad\nreturn redis.setresp(3)",
+        "#!lua name=bad\nreturn redis.set_repl(redis.REPL_NONE)",
+        "#!lua name=bad\nredis.math.random()",
+        "#!lua name=bad\nredis.redis.call('ping')",
+        "#!lua name=bad\na = 1",
+        "#!lua name=bad\nmt = getmetatable(_G)",
+        "#!lua name=bad\nredis.log = 1",
+        // The `#!lua` line as `sdssplitargs` splits it.
+        "#!lua name=\"quoted\"\nredis.register_function('quoted', function() return 'q' end)",
+        "#!LUA NAME=upper\nredis.register_function('upper', function() return 'u' end)",
+        "#!lua name=\"open\nredis.register_function('open', function() return 1 end)",
+        "#!lua name=nonewline",
+        "#!js name=bad-name\nx",
+        // Registered: the flags in any case, logging and the version at load.
+        "#!lua name=mixedlib\nredis.log(redis.LOG_NOTICE, redis.REDIS_VERSION_NUM > 0 and 'loading' or '')\n\
+         redis.register_function{function_name='Mixed', callback=function() return 'mixed' end, \
+         flags={'allow-stale', 'NO-WRITES', 'no-writes'}, description='mixed case'}",
+        "#!lua name=lib\nlocal lib = redis\n\
+         redis.register_function('inner', function() redis.register_function('x', function() return 1 end) end)\n\
+         redis.register_function('sneaky', function() lib.register_function('x', function() return 1 end) end)\n\
+         redis.register_function('tamper', function() lib.redis = redis end)\n\
+         redis.register_function('global', function() mt = getmetatable(_G) end)\n\
+         redis.register_function('reads', function(keys) return math.floor(tonumber(redis.call('get', keys[1]) or '2') / 2) end)",
+    ];
+    for code in registrations {
+        same_replies(&mut ours, &mut theirs, &[&load(code)[..]]).await;
+    }
+    same_replies(
+        &mut ours,
+        &mut theirs,
+        &[
+            &["FUNCTION", "LIST", "LIBRARYNAME", "mixedlib"],
+            &["FCALL", "mixed", "0"],
+            &["FCALL", "MIXED", "0"],
+            &["FCALL_RO", "mIxEd", "0"],
+            &["FCALL", "QUOTED", "0"],
+            &["FCALL", "reads", "1", "k"],
+            // Another library may not take a name that differs only in case.
+            &load("#!lua name=other\nredis.register_function('MIXED', function() return 1 end)")[..],
+        ],
+    )
+    .await;
+    // Errors raised while a function runs: the same words (where pgvs3's position suffix is
+    // Redis's too).
+    for name in ["inner", "sneaky", "tamper", "global"] {
+        let command = ["FCALL", name, "0"];
+        let (got, want) = (ours.command(&command).await, theirs.command(&command).await);
+        assert_eq!(got, want, "{command:?}");
+    }
+}
+
+/// FUNCTION KILL stops a running function and SCRIPT KILL an EVAL script; each answers Redis's
+/// BUSY naming the other when only the other kind runs (script.c scriptKill).
+#[tokio::test]
+async fn function_kill_and_script_kill_each_stop_their_own_kind() {
+    let gateway = TestGateway::with_resp(&["--resp-script-time-limit", "120s"]).await;
+    let mut killer = connect(&gateway).await;
+    let looping = "#!lua name=looping\nredis.register_function('spin', function() while true do end end)";
+    assert_eq!(
+        query::<Value>(&mut killer, &["FUNCTION", "LOAD", looping]).await,
+        bulk("looping")
+    );
+    for (run, wrong_kill, right_kill, other) in [
+        (&["FCALL", "spin", "0"][..], "SCRIPT", "FUNCTION", "FUNCTION KILL"),
+        (
+            &["EVAL", "while true do end", "0"][..],
+            "FUNCTION",
+            "SCRIPT",
+            "SCRIPT KILL",
+        ),
+    ] {
+        let mut runner = connect(&gateway).await;
+        let words: Vec<String> = run.iter().map(|word| word.to_string()).collect();
+        let running = tokio::spawn(async move {
+            let words: Vec<&str> = words.iter().map(String::as_str).collect();
+            error(&mut runner, &words).await
+        });
+        // NOTBUSY until it runs; then the wrong KILL is BUSY, naming the right one.
+        let busy = loop {
+            let reply = redis::cmd(wrong_kill)
+                .arg("KILL")
+                .query_async::<Value>(&mut killer)
+                .await
+                .expect_err("the wrong KILL stops nothing");
+            if reply.code() == Some("BUSY") {
+                break reply.detail().unwrap_or_default().to_owned();
+            }
+            assert_eq!(reply.code(), Some("NOTBUSY"), "{reply}");
+            tokio::task::yield_now().await;
+        };
+        assert_eq!(
+            busy,
+            format!("Redis is busy running a script. You can only call {other} or SHUTDOWN NOSAVE.")
+        );
+        assert!(!running.is_finished(), "{run:?} ended on its own");
+        assert_eq!(query::<Value>(&mut killer, &[right_kill, "KILL"]).await, ok());
+        let answer = running.await.unwrap();
+        assert!(answer.contains("Script killed by user"), "{answer}");
+    }
 }

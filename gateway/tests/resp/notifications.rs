@@ -7,7 +7,7 @@ use pgvs3_testkit as common;
 use std::time::Duration;
 
 use common::TestGateway;
-use common::resp::{RawResp, Value};
+use common::resp::{RawResp, Value, encode};
 
 use super::live_redis::LiveRedis;
 
@@ -54,18 +54,47 @@ async fn events_until(subscriber: &mut RawResp, marker: &str) -> Vec<(String, St
     }
 }
 
-/// Runs `commands` on both servers, then compares what their subscribers got.
+/// Sends `commands` in one write (one pipeline, so one batch of pgvs3's) and reads their
+/// replies.
+async fn pipeline(server: &mut RawResp, commands: &[&[&str]]) -> Vec<Value> {
+    let mut bytes = Vec::new();
+    for command in commands {
+        let args: Vec<&[u8]> = command.iter().map(|arg| arg.as_bytes()).collect();
+        bytes.extend(encode(&args));
+    }
+    server.send(&bytes).await;
+    let mut replies = Vec::new();
+    for _ in commands {
+        replies.push(server.reply().await.expect("a reply"));
+    }
+    replies
+}
+
+/// Runs `commands` on both servers (`pipelined`: in one write), then compares what their
+/// subscribers got.
 async fn same_events(
     ours: &mut RawResp,
     redis: &mut RawResp,
     our_events: &mut RawResp,
     redis_events: &mut RawResp,
-    family: &str,
+    (family, pipelined): (&str, bool),
     commands: &[&[&str]],
 ) {
-    for command in commands {
-        let theirs = redis.command(command).await;
-        let got = ours.command(command).await;
+    let replies = match pipelined {
+        true => pipeline(redis, commands)
+            .await
+            .into_iter()
+            .zip(pipeline(ours, commands).await)
+            .collect(),
+        false => {
+            let mut replies = Vec::new();
+            for command in commands {
+                replies.push((redis.command(command).await, ours.command(command).await));
+            }
+            replies
+        }
+    };
+    for (command, (theirs, got)) in commands.iter().zip(replies) {
         // The same outcome (not always the same bytes: stream ids, error wording).
         assert_eq!(
             matches!(got, Value::Error(_)),
@@ -410,14 +439,88 @@ async fn each_command_family_emits_the_events_redis_emits() {
         &["GEORADIUS", "s:geo", "0", "0", "1", "km", "STORE", "s:near"],
         &["GEORADIUS", "s:geo", "0", "0", "1", "km", "STORE", "s:near"],
     ];
-    let families = [families, &[("new keys", new_keys), ("store commands", stores)]].concat();
-    for (family, commands) in &families {
+    // Keys emptied and made again within one batch of pgvs3's (a pipeline, a transaction, a
+    // script): `del` as the last element goes, `new` as the next command makes the key again,
+    // each command's events in order, as Redis emits them command by command.
+    let refilled: &[&[&str]] = &[
+        &["RPUSH", "rf:l", "a"],
+        &["LPOP", "rf:l"],
+        &["RPUSH", "rf:l", "b"],
+        &["RPUSH", "rf:l", "c"],
+        &["LPOP", "rf:l"],
+        &["LPOP", "rf:l"],
+        &["LPOP", "rf:l"],
+        &["DEL", "rf:l"],
+        &["RPUSH", "rf:l", "d"],
+        &["SADD", "rf:s", "a"],
+        &["SREM", "rf:s", "a"],
+        &["SET", "rf:s", "x"],
+        &["HSET", "rf:h", "f", "v"],
+        &["HDEL", "rf:h", "f"],
+        &["HSET", "rf:h", "g", "v"],
+        &["LPUSH", "rf:m", "x"],
+        &["LMOVE", "rf:m", "rf:m2", "LEFT", "RIGHT"],
+        &["RPUSH", "rf:m", "y"],
+        &["ZADD", "rf:z", "1", "a"],
+        &["ZPOPMIN", "rf:z"],
+        &["ZADD", "rf:z", "2", "b"],
+        &["TYPE", "rf:z"],
+        &["SADD", "rf:t", "a", "b"],
+        &["SREM", "rf:t", "a"],
+        &["SADD", "rf:t", "c"],
+    ];
+    let refilled_in_transactions: &[&[&str]] = &[
+        &["MULTI"],
+        &["RPUSH", "rt:l", "a"],
+        &["LPOP", "rt:l"],
+        &["RPUSH", "rt:l", "b"],
+        &["EXEC"],
+        &[
+            "EVAL",
+            "redis.call('RPUSH', KEYS[1], 'a') redis.call('LPOP', KEYS[1]) redis.call('RPUSH', KEYS[1], 'b') redis.call('HSET', KEYS[2], 'f', 'v') redis.call('HDEL', KEYS[2], 'f') redis.call('DEL', KEYS[2]) return 1",
+            "2",
+            "rt:e",
+            "rt:h",
+        ],
+    ];
+    // XADD's trim says `xtrim` after `xadd` when it removed entries (in a pipeline, XADDs with
+    // `*` and the same options run as one call: each still says its own).
+    let xadd_trims: &[&[&str]] = &[
+        &["XADD", "xt", "MAXLEN", "2", "*", "a", "1"],
+        &["XADD", "xt", "MAXLEN", "2", "*", "a", "2"],
+        &["XADD", "xt", "MAXLEN", "2", "*", "a", "3"],
+        &["XADD", "xt", "MAXLEN", "2", "*", "a", "4"],
+        &["XADD", "xt", "MAXLEN", "=", "5", "*", "b", "1"],
+        &["XADD", "xt", "MINID", "0-1", "*", "c", "1"],
+        &["XADD", "xt", "MINID", "=", "99999999999999", "*", "c", "2"],
+        &["XADD", "xt", "MINID", "99999999999999", "*", "c", "3"],
+        &["XADD", "xt", "MINID", "99999999999999", "*", "c", "4"],
+        &["XADD", "xt", "MAXLEN", "1", "*", "d", "1"],
+        &["XADD", "xt", "MAXLEN", "1", "*", "d", "2"],
+        &["XADD", "xt", "MAXLEN", "0", "*", "d", "3"],
+        &["XADD", "xt:none", "NOMKSTREAM", "MAXLEN", "0", "*", "e", "1"],
+        &["XADD", "xt:2", "MAXLEN", "1", "1-1", "f", "1"],
+        &["XADD", "xt:2", "MAXLEN", "1", "2-1", "f", "2"],
+    ];
+    let families = [
+        families,
+        &[
+            ("new keys", new_keys),
+            ("store commands", stores),
+            ("refilled in a pipeline", refilled),
+            ("refilled in transactions and scripts", refilled_in_transactions),
+            ("xadd trims in a pipeline", xadd_trims),
+            ("xadd trims", xadd_trims),
+        ],
+    ]
+    .concat();
+    for (family, commands) in families {
         same_events(
             &mut ours,
             &mut theirs,
             &mut our_events,
             &mut redis_events,
-            family,
+            (family, family.ends_with("in a pipeline")),
             commands,
         )
         .await;

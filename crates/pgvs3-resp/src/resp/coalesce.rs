@@ -12,7 +12,8 @@
 //!   command counts its own pairs.
 //! - XADD with a `*` ID and the same options: one call adds every entry, each with its ID
 //!   after the one before, and trims after them what each command's trim would have; a
-//!   command answers its own entry's ID.
+//!   command answers its own entry's ID, and keeps how many its own trim removed (its `xtrim`
+//!   event, notify/recorder.rs).
 //!
 //! The only error these calls answer for the whole run is WRONGTYPE (or, for XADD, a stream out
 //! of IDs), the same for every command of a run on one key, so each command still gets its own
@@ -220,14 +221,17 @@ impl Group<'_> {
                     .collect()
             }
             Kind::Xadd => {
-                // One ID per entry added (a nil for each when NOMKSTREAM found no stream).
+                // One ID per entry added (a nil for each when NOMKSTREAM found no stream), and
+                // what its command's trim removed.
                 let mut ids = row.items.into_iter();
+                let mut trimmed = row.scores.into_iter();
                 self.members
                     .iter()
                     .map(|typed| {
                         let row = match ids.next() {
                             Some(id) => TypedRow {
                                 items: vec![id],
+                                scores: trimmed.next().into_iter().collect(),
                                 ..TypedRow::default()
                             },
                             None => TypedRow {

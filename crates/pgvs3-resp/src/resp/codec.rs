@@ -207,7 +207,7 @@ impl RequestParser {
         let line = self.consume(buf, newline + 1);
         let line = &line[..newline];
         let line = line.strip_suffix(b"\r").unwrap_or(line);
-        match split_inline(line) {
+        match split_args(line) {
             None => Err(ProtocolError::new("unbalanced quotes in request")),
             Some(args) if args.is_empty() => Ok(Start::Empty),
             Some(args) => Ok(Start::Inline(args)),
@@ -225,11 +225,12 @@ enum Start {
     Multibulk,
 }
 
-/// Splits an inline line into arguments as Redis's `sdssplitargs` does: whitespace separates;
+/// Splits a line into arguments as Redis's `sdssplitargs` does (an inline request, a function
+/// library's `#!lua` line): whitespace separates;
 /// double quotes group, with `\xHH`, `\n`, `\r`, `\t`, `\b`, `\a` and `\<any>` escapes; single
 /// quotes group, with `\'`; a quote may open mid-argument, and a closing quote must be followed
 /// by whitespace or the end. As in C, a NUL byte ends the line.
-fn split_inline(line: &[u8]) -> Option<Vec<Bytes>> {
+pub(crate) fn split_args(line: &[u8]) -> Option<Vec<Bytes>> {
     let byte = |i: usize| line.get(i).copied().unwrap_or(0);
     let space = |byte: u8| matches!(byte, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c);
     let mut args = Vec::new();

@@ -265,7 +265,10 @@ end
 return function(script, name)
     chunk = name
     set_environment(script, env)
-    local ok, result = raw_xpcall(script, as_error)
+    local run = script
+    -- A function library's chunk sets its code's globals itself (commands/functions.rs).
+    if name == "user_function" then run = function() return script(set_environment) end end
+    local ok, result = raw_xpcall(run, as_error)
     if ok then return result end
     -- Out of memory (the handler is not called for it) or an error in the handler.
     if type(result) ~= "table" then
@@ -280,15 +283,22 @@ end
 /// says where it was raised in Redis's words.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Chunk<'a> {
-    Script { sha: &'a str },
-    Function { name: &'a str },
+    Script {
+        sha: &'a str,
+    },
+    Function {
+        name: &'a str,
+    },
+    /// FUNCTION LOAD's run of a library: Redis words its errors without where they were
+    /// raised (`Error registering functions: <message>`).
+    Library,
 }
 
 impl Chunk<'_> {
     fn name(self) -> &'static str {
         match self {
             Chunk::Script { .. } => "user_script",
-            Chunk::Function { .. } => "user_function",
+            Chunk::Function { .. } | Chunk::Library => "user_function",
         }
     }
 
@@ -297,6 +307,7 @@ impl Chunk<'_> {
         match self {
             Chunk::Script { sha } => sha.to_owned(),
             Chunk::Function { name } => name.to_owned(),
+            Chunk::Library => String::new(),
         }
     }
 }
@@ -683,12 +694,12 @@ fn error_reply(raised: &Table, chunk: Chunk<'_>) -> Reply {
         _ => None,
     });
     match line {
-        Some(line) => Reply::Error(format!(
+        Some(line) if chunk != Chunk::Library => Reply::Error(format!(
             "{text} script: {}, on @{}:{line}.",
             chunk.called(),
             chunk.name()
         )),
-        None => Reply::Error(text),
+        _ => Reply::Error(text),
     }
 }
 

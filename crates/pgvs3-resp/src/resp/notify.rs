@@ -297,7 +297,9 @@ pub struct Writers<'a> {
 /// its keyspace's `flags` emit any or the keys they changed when it is tracked: the one place a
 /// batch of key commands records them (scripts record theirs command by command, script.rs). A
 /// batch that publishes events must have its keys loaded (not a blind overwrite): some events
-/// depend on what the keys held; the keys a batch changes do not.
+/// depend on what the keys held; the keys a batch changes do not. Such a batch runs in runs
+/// ([`Recorder::run_length`]): a command on a key that an earlier one may have emptied waits
+/// until the recorder has seen whether it did.
 pub async fn apply_and_commit(
     flags: Flags,
     commands: &[&KeyCommand],
@@ -313,11 +315,20 @@ pub async fn apply_and_commit(
     for command in commands {
         recorder.before(command, &batch);
     }
-    // Not committed with a last typed run: the events go out with the commit.
-    let replies = super::keys::apply_all(commands, &mut batch, false).await?;
-    for (at, (command, reply)) in commands.iter().zip(&replies).enumerate() {
-        recorder.writer = writers.clients.get(at).copied().unwrap_or_default();
-        recorder.after(command, reply);
+    let mut replies = Vec::with_capacity(commands.len());
+    while replies.len() < commands.len() {
+        let start = replies.len();
+        let run = &commands[start..start + recorder.run_length(&commands[start..])];
+        // Not committed with a last typed run: the events go out with the commit.
+        let run_replies = super::keys::apply_all(run, &mut batch, false).await?;
+        for (at, (command, reply)) in run.iter().zip(&run_replies).enumerate() {
+            recorder.writer = writers.clients.get(start + at).copied().unwrap_or_default();
+            recorder.after(command, reply);
+        }
+        replies.extend(run_replies);
+        if replies.len() < commands.len() {
+            recorder.settle(&mut batch, run).await?;
+        }
     }
     let changed = recorder.finish(&mut batch).await?;
     batch.commit().await?;

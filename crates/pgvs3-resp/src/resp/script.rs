@@ -56,7 +56,8 @@ pub fn is_script(name: &str) -> bool {
 /// those running now.
 pub struct Scripts {
     cache: Mutex<Cache>,
-    running: Mutex<Vec<Arc<Stop>>>,
+    /// Each with whether it is a function (FUNCTION KILL's) or an EVAL script (SCRIPT KILL's).
+    running: Mutex<Vec<(Arc<Stop>, bool)>>,
     limits: Limits,
     /// Interpreters that may run at once. Each holds a blocking thread and up to the memory
     /// limit, and a runaway one a core until its time limit: without a bound, as many scripts
@@ -175,7 +176,7 @@ impl Drop for Running<'_> {
             .running
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        running.retain(|stop| !Arc::ptr_eq(stop, &self.stop));
+        running.retain(|(stop, _)| !Arc::ptr_eq(stop, &self.stop));
     }
 }
 
@@ -203,8 +204,44 @@ impl Scripts {
     /// client answered, before the connections drain).
     pub fn shut_down(&self) {
         let running = self.running.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        for stop in running.iter() {
+        for (stop, _) in running.iter() {
             stop.shut_down();
+        }
+    }
+
+    /// Puts a run on the list of those running (`function`: a function's, or a library's
+    /// load), until the returned guard is dropped.
+    fn start(&self, function: bool) -> Running<'_> {
+        let stop = Arc::new(Stop::default());
+        self.running
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push((Arc::clone(&stop), function));
+        Running { scripts: self, stop }
+    }
+
+    /// SCRIPT KILL (`functions` false) or FUNCTION KILL: stops every EVAL script, or every
+    /// function, running on this gateway (Redis runs one at a time). Each is rolled back, so
+    /// killing one that wrote is safe, where Redis answers UNKILLABLE. When only the other kind
+    /// runs, Redis's BUSY names the other KILL.
+    pub fn kill(&self, functions: bool) -> Reply {
+        let running = self.running.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if running.is_empty() {
+            return Reply::error("NOTBUSY No scripts in execution right now.");
+        }
+        let mut killed = false;
+        for (stop, _) in running.iter().filter(|(_, function)| *function == functions) {
+            stop.kill();
+            killed = true;
+        }
+        match (killed, functions) {
+            (true, _) => Reply::OK,
+            (false, true) => {
+                Reply::error("BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.")
+            }
+            (false, false) => {
+                Reply::error("BUSY Redis is busy running a script. You can only call FUNCTION KILL or SHUTDOWN NOSAVE.")
+            }
         }
     }
 
@@ -292,18 +329,7 @@ impl Scripts {
                 *self.cache() = Cache::default();
                 Reply::OK
             }
-            ("kill", []) => {
-                let running = self.running.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-                if running.is_empty() {
-                    return Reply::error("NOTBUSY No scripts in execution right now.");
-                }
-                // Every script of this gateway (Redis runs one at a time); each is rolled back,
-                // so killing one that wrote is safe, where Redis answers UNKILLABLE.
-                for stop in running.iter() {
-                    stop.kill();
-                }
-                Reply::OK
-            }
+            ("kill", []) => self.kill(false),
             ("help", []) => Reply::Array(
                 [
                     "SCRIPT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
@@ -477,37 +503,21 @@ impl Scripts {
     /// Runs code that makes no `redis.call` (FUNCTION LOAD's run of a library, which only
     /// registers its functions) in an interpreter of its own, bounded as scripts are and
     /// stoppable by SCRIPT KILL / FUNCTION KILL, and returns what it returned or raised.
-    pub async fn evaluate_alone(&self, name: &str, body: Bytes) -> Reply {
+    pub async fn evaluate_alone(&self, body: Bytes) -> Reply {
         let interpreter = tokio::time::timeout(self.busy_wait, Arc::clone(&self.interpreters).acquire_owned()).await;
         let Ok(Ok(interpreter)) = interpreter else {
             return Reply::error(
                 "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.",
             );
         };
-        let stop = Arc::new(Stop::default());
-        self.running
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .push(Arc::clone(&stop));
-        let running = Running {
-            scripts: self,
-            stop: Arc::clone(&stop),
-        };
+        let running = self.start(true);
+        let stop = Arc::clone(&running.stop);
         // No call has anywhere to go: the channel's receiving end is dropped at once.
         let (calls, _) = mpsc::channel::<lua::Call>(1);
         let limits = self.limits;
-        let name = name.to_owned();
         let outcome = tokio::task::spawn_blocking(move || {
             let _interpreter = interpreter;
-            lua::run(
-                &body,
-                lua::Chunk::Function { name: &name },
-                &[],
-                &[],
-                limits,
-                &stop,
-                calls,
-            )
+            lua::run(&body, lua::Chunk::Library, &[], &[], limits, &stop, calls)
         })
         .await;
         drop(running);
@@ -531,15 +541,8 @@ impl Scripts {
                 "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.",
             ));
         };
-        let stop = Arc::new(Stop::default());
-        self.running
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .push(Arc::clone(&stop));
-        let running = Running {
-            scripts: self,
-            stop: Arc::clone(&stop),
-        };
+        let running = self.start(request.function);
+        let stop = Arc::clone(&running.stop);
         // One call at a time: the script waits for each reply.
         let (calls, mut pending) = mpsc::channel::<lua::Call>(1);
         let limits = self.limits;
@@ -706,6 +709,12 @@ impl Session {
             }
         }
         if let Some(recorder) = &mut self.recorder {
+            if recorder.unsettled(command) {
+                // Loaded again: fresh for the commands after.
+                for key in recorder.settle(&mut self.batch, &[]).await? {
+                    self.stale.remove(&key);
+                }
+            }
             recorder.look_up_consumers(&[command], &mut self.batch).await?;
             recorder.before(command, &self.batch);
         }

@@ -15,7 +15,7 @@ pub const MAX_RANDOM: i64 = 100_000;
 pub const MAX_SCAN_COUNT: i64 = 100_000;
 
 /// How a call's row becomes the reply.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub enum Shape {
     /// `n`, an integer.
     Int,

@@ -4,14 +4,15 @@
 //! A library is kept in PostgreSQL (`pgvs3.resp_function_libraries`, migration 0035), so it
 //! survives restarts and every gateway of the fleet sees it at once; FCALL reads its library
 //! from there each time (one indexed row), so no gateway can call a stale copy. The Lua engine
-//! is the one EVAL runs (`script.rs`, `lua.rs`): a library runs as a chunk with a local `redis`
-//! that adds `register_function` to the sandbox's, followed by the call of the function asked
-//! for (or, at LOAD, by the return of what the library registered). DUMP and RESTORE carry the
+//! is the one EVAL runs (`script.rs`, `lua.rs`): a library runs as a chunk that holds its code
+//! as a function, with the globals Redis gives a library while it loads (`redis` with
+//! `register_function`) and, once loaded, a function's (see [`RUNTIME`]), followed by the call
+//! of the function asked for (or, at LOAD, by the return of what the library registered). DUMP and RESTORE carry the
 //! libraries' code in Redis's payload (`rdb.rs`), so libraries move between Redis and pgvs3.
 
 use bytes::Bytes;
 
-use crate::resp::codec::Reply;
+use crate::resp::codec::{Reply, split_args};
 use crate::resp::command::{Spec, parse_integer, wrong_arity};
 use crate::resp::commands::rdb;
 use crate::resp::connection::{Connection, store_error};
@@ -39,59 +40,174 @@ const FLAGS: &[&str] = &[
 const BAD_LIBRARY_NAME: &str =
     "ERR Library names can only contain letters, numbers, or underscores(_) and must be at least one character long";
 
-/// What replaces a library's `#!lua` line (so that its code keeps its line numbers): a local
-/// `redis` with `register_function`, recording each function's callback and, for LOAD, its
-/// name, flags and description. `LOADING` is replaced by `true` for LOAD, where the library may
-/// not call Redis (as in Redis, `redis.call` does not exist then).
-const PRELUDE: &str = r#"local __fns, __registered, __known = {}, {}, { KNOWN_FLAGS } local redis = setmetatable({ register_function = function(a, b) local name, callback, flags, description if type(a) == "table" then name, callback, flags, description = a.function_name, a.callback, a.flags, a.description else name, callback = a, b end if type(name) ~= "string" or #name == 0 or #name > MAX_NAME or string.find(name, "[^%w_]") then error({ err = "BAD_NAME" }) end if type(callback) ~= "function" then error({ err = "ERR callback argument must be a function" }) end if __fns[name] then error({ err = "ERR Function already exists in the library" }) end if #__registered >= MAX_FUNCTIONS then error({ err = "ERR a pgvs3 library registers at most MAX_FUNCTIONS functions" }) end local given = {} if flags ~= nil then if type(flags) ~= "table" then error({ err = "ERR flags argument to redis.register_function must be a table representing function flags" }) end for _, flag in ipairs(flags) do if not __known[flag] then error({ err = "ERR unknown flag given" }) end given[#given + 1] = flag end end if description ~= nil and type(description) ~= "string" then error({ err = "ERR description argument given to redis.register_function must be a string" }) end __fns[name] = callback __registered[#__registered + 1] = { name, table.concat(given, " "), description or false } end }, { __index = function(_, key) if LOADING and (key == "call" or key == "pcall") then error("Script attempted to access nonexistent global variable '" .. key .. "'", 2) end return redis[key] end, __newindex = function() error("Attempt to modify a readonly table", 2) end }) do "#;
+/// What replaces a library's `#!lua` line, so that its code keeps its line numbers: the start
+/// of a function (`__library`) that holds the code. [`RUNTIME`] follows the code, so the code
+/// sees none of its locals.
+const OPENING: &str = "local __library = function(...) ";
 
-/// The chunk that runs a library: [`PRELUDE`], its code, then `epilogue`.
-fn chunk(code: &str, loading: bool, epilogue: &str) -> Bytes {
-    let prelude = PRELUDE
+/// After a library's code: `redis.register_function` and the globals the code runs with, as
+/// Redis 7.0 gives them. While the code runs (the library loads) its globals are `redis` alone,
+/// with `register_function`, `log`, the `LOG_*` levels and the version (anything else is a
+/// nonexistent global variable, `math` and `redis.call` included); once it has run they are
+/// the script globals, whose `redis` has no `register_function`; neither may be changed
+/// (`Attempt to modify a readonly table`). The chunk's `...` is the runner's way to set a
+/// function's globals (lua.rs). The arguments of `register_function` are read as Redis's
+/// function_lua.c reads them, in its order, with its errors.
+const RUNTIME: &str = r##"
+end
+local __set_environment = ...
+local __fns, __registered, __known, __loading = {}, {}, { KNOWN_FLAGS }, true
+local function __fail(text) error({ err = "ERR " .. text }) end
+local function __refuse() error("Attempt to modify a readonly table", 2) end
+local function __missing(name) error("Script attempted to access nonexistent global variable '" .. tostring(name) .. "'", 3) end
+local function __string(value)
+    if type(value) == "string" or type(value) == "number" then return tostring(value) end
+end
+local function __register(...)
+    if not __loading then
+        -- Said where it was called from, as Redis says it. This sandbox has no `debug`:
+        -- `error` names that line at level 4 (under `pcall`, the sandbox's Lua `pcall` and
+        -- this function).
+        local _, where = pcall(error, "", 4)
+        error({ err = "ERR redis.register_function can only be called on FUNCTION LOAD command",
+                line = tonumber(string.match(where, ":(%d+): $")) })
+    end
+    local argc, a, b = select("#", ...), ...
+    if argc < 1 or argc > 2 then __fail("wrong number of arguments to redis.register_function") end
+    local name, callback, flags, description
+    if argc == 2 then
+        name = __string(a)
+        if not name then __fail("first argument to redis.register_function must be a string") end
+        if type(b) ~= "function" then __fail("second argument to redis.register_function must be a function") end
+        callback = b
+    elseif type(a) ~= "table" then
+        __fail("calling redis.register_function with a single argument is only applicable to Lua table (representing named arguments).")
+    else
+        for key, value in pairs(a) do
+            if type(key) ~= "string" and type(key) ~= "number" then
+                __fail("named argument key given to redis.register_function is not a string")
+            end
+            key = string.lower(tostring(key))
+            if key == "function_name" then
+                name = __string(value)
+                if not name then __fail("function_name argument given to redis.register_function must be a string") end
+            elseif key == "description" then
+                description = __string(value)
+                if not description then __fail("description argument given to redis.register_function must be a string") end
+            elseif key == "callback" then
+                if type(value) ~= "function" then __fail("callback argument given to redis.register_function must be a function") end
+                callback = value
+            elseif key == "flags" then
+                if type(value) ~= "table" then
+                    __fail("flags argument to redis.register_function must be a table representing function flags")
+                end
+                flags = {}
+                local j = 1
+                while value[j] ~= nil do
+                    local flag = __string(value[j])
+                    flag = flag and __known[string.lower(flag)]
+                    if not flag then __fail("unknown flag given") end
+                    flags[#flags + 1] = flag
+                    j = j + 1
+                end
+            else
+                __fail("unknown argument given to redis.register_function")
+            end
+        end
+        if not name then __fail("redis.register_function must get a function name argument") end
+        if not callback then __fail("redis.register_function must get a callback argument") end
+    end
+    if #name == 0 or #name > MAX_NAME or string.find(name, "[^%w_]") then error({ err = "BAD_NAME" }) end
+    if __fns[name] then __fail("Function already exists in the library") end
+    if #__registered >= MAX_FUNCTIONS then __fail("a pgvs3 library registers at most MAX_FUNCTIONS functions") end
+    __fns[name] = callback
+    __registered[#__registered + 1] = { name, table.concat(flags or {}, " "), description or false }
+end
+local __api_fields = {
+    register_function = __register, log = redis.log, LOG_DEBUG = redis.LOG_DEBUG, LOG_VERBOSE = redis.LOG_VERBOSE,
+    LOG_NOTICE = redis.LOG_NOTICE, LOG_WARNING = redis.LOG_WARNING, REDIS_VERSION = redis.REDIS_VERSION,
+    REDIS_VERSION_NUM = redis.REDIS_VERSION_NUM,
+}
+local __api = setmetatable({}, {
+    __index = function(_, name)
+        local value = __api_fields[name]
+        if value == nil then __missing(name) end
+        return value
+    end,
+    __newindex = __refuse,
+    __metatable = false,
+})
+local __globals = _G
+__set_environment(__library, setmetatable({}, {
+    __index = function(_, name)
+        if __loading then
+            if name == "redis" then return __api end
+            __missing(name)
+        end
+        local value = rawget(__globals, name)
+        if value == nil then __missing(name) end
+        return value
+    end,
+    __newindex = __refuse,
+    __metatable = false,
+}))
+__library()
+__loading = false
+"##;
+
+/// The chunk that runs a library: [`OPENING`], its code, [`RUNTIME`], then `epilogue`.
+fn chunk(code: &str, epilogue: &str) -> Bytes {
+    let runtime = RUNTIME
         .replace("BAD_NAME", BAD_LIBRARY_NAME)
         .replace("MAX_NAME", &MAX_NAME.to_string())
         .replace("MAX_FUNCTIONS", &MAX_FUNCTIONS.to_string())
-        .replace("LOADING", if loading { "true" } else { "false" })
         .replace(
             "KNOWN_FLAGS",
             &FLAGS
                 .iter()
-                .map(|flag| format!("[\"{flag}\"] = true"))
+                .map(|flag| format!("[\"{flag}\"] = \"{flag}\""))
                 .collect::<Vec<_>>()
                 .join(", "),
         );
     // The `#!lua` line is replaced, its newline kept.
     let body = code.find('\n').map_or("", |newline| &code[newline..]);
-    Bytes::from(format!("{prelude}{body}\nend {epilogue}"))
+    Bytes::from(format!("{OPENING}{body}{runtime}{epilogue}"))
 }
 
-/// The library's name from its `#!lua name=<name>` line, with Redis's errors.
+/// The library's name from its `#!lua name=<name>` line, read as Redis's
+/// functionExtractLibMetaData reads it (split as `sdssplitargs` splits, so `name="x"` is `x`),
+/// with its errors in its order.
 fn library_name(code: &str) -> Result<String, Reply> {
-    let Some(header) = code.strip_prefix("#!") else {
+    if !code.starts_with("#!") {
         return Err(Reply::error("ERR Missing library metadata"));
-    };
-    let line = header.split('\n').next().unwrap_or_default();
-    // The engine is what follows `#!` up to the first space (`#! name=x` has none).
-    let (engine, rest) = line.split_once(' ').unwrap_or((line, ""));
-    let parts = rest.split(' ').filter(|part| !part.is_empty());
-    if !engine.eq_ignore_ascii_case("lua") {
-        return Err(Reply::error(format!("ERR Engine '{engine}' not found")));
     }
+    let invalid = || Reply::error("ERR Invalid library metadata");
+    let line = &code[..code.find('\n').ok_or_else(invalid)?];
+    let parts = split_args(line.as_bytes())
+        .filter(|parts| !parts.is_empty())
+        .ok_or_else(invalid)?;
+    let engine = String::from_utf8_lossy(&parts[0][2..]);
     let mut name = None;
-    for part in parts {
-        match part.strip_prefix("name=") {
-            Some(_) if name.is_some() => {
-                return Err(Reply::error(
-                    "ERR Invalid metadata value, name argument was given multiple times",
-                ));
+    for part in &parts[1..] {
+        let part = String::from_utf8_lossy(part);
+        match part.get(..5) {
+            Some(prefix) if prefix.eq_ignore_ascii_case("name=") => {
+                if name.is_some() {
+                    return Err(Reply::error(
+                        "ERR Invalid metadata value, name argument was given multiple times",
+                    ));
+                }
+                name = Some(part[5..].to_owned());
             }
-            Some(given) => name = Some(given.to_owned()),
-            None => return Err(Reply::error(format!("ERR Invalid metadata value given: {part}"))),
+            _ => return Err(Reply::error(format!("ERR Invalid metadata value given: {part}"))),
         }
     }
     let name = name.ok_or_else(|| Reply::error("ERR Library name was not given"))?;
     if !valid_name(&name) {
         return Err(Reply::error(BAD_LIBRARY_NAME));
+    }
+    if !engine.eq_ignore_ascii_case("lua") {
+        return Err(Reply::error(format!("ERR Engine '{engine}' not found")));
     }
     Ok(name)
 }
@@ -142,7 +258,14 @@ fn library_reply(library: &FunctionLibrary, with_code: bool) -> Reply {
                 ),
                 (
                     Reply::text("flags"),
-                    Reply::Array(function.flags.iter().map(|flag| Reply::text(flag)).collect()),
+                    // Status strings, each once, in Redis's order of them (its set of flags).
+                    Reply::Array(
+                        FLAGS
+                            .iter()
+                            .filter(|known| function.flags.iter().any(|flag| flag == *known))
+                            .map(|flag| Reply::Status((*flag).to_owned()))
+                            .collect(),
+                    ),
                 ),
             ])
         })
@@ -321,10 +444,7 @@ impl Connection {
                     ),
                 ]))
             }
-            ("kill", []) => Ok(self
-                .server
-                .scripts
-                .command(&[Bytes::from_static(b"script"), Bytes::from_static(b"kill")])),
+            ("kill", []) => Ok(self.server.scripts.kill(true)),
             ("dump", []) => {
                 let libraries = catalog.function_libraries().await.map_err(store_error)?;
                 Ok(Reply::bulk(rdb::dump_functions(
@@ -389,9 +509,12 @@ impl Connection {
                 return Err(Reply::error(format!("ERR Library '{}' already exists", library.name)));
             }
             let taken = library.functions.iter().find(|function| {
-                libraries
-                    .iter()
-                    .any(|other| other.functions.iter().any(|theirs| theirs.name == function.name))
+                libraries.iter().any(|other| {
+                    other
+                        .functions
+                        .iter()
+                        .any(|theirs| theirs.name.eq_ignore_ascii_case(&function.name))
+                })
             });
             if let Some(function) = taken {
                 return Err(Reply::error(format!("ERR Function {} already exists", function.name)));
@@ -419,7 +542,7 @@ impl Connection {
         let reply = self
             .server
             .scripts
-            .evaluate_alone(&name, chunk(code, true, "return __registered"))
+            .evaluate_alone(chunk(code, "return __registered"))
             .await;
         Ok(FunctionLibrary {
             name,
@@ -458,16 +581,21 @@ impl Connection {
             Ok(None) => return Reply::error("ERR Function not found"),
             Err(err) => return store_error(err),
         };
-        let no_writes = library
+        // Function names are case-insensitive across libraries, as Redis's dictionary of them.
+        let Some(function) = library
             .functions
             .iter()
-            .find(|function| function.name == name)
-            .is_some_and(|function| function.flags.iter().any(|flag| flag == "no-writes"));
+            .find(|function| function.name.eq_ignore_ascii_case(name))
+        else {
+            return Reply::error("ERR Function not found");
+        };
+        let name = function.name.as_str();
+        let no_writes = function.flags.iter().any(|flag| flag == "no-writes");
         if read_only_call && !no_writes {
             return Reply::error("ERR Can not execute a script with write flag using *_ro command.");
         }
         let (keys, argv) = args[3..].split_at(numkeys);
-        let body = chunk(&library.code, false, &format!("return __fns[\"{name}\"](KEYS, ARGV)"));
+        let body = chunk(&library.code, &format!("return __fns[\"{name}\"](KEYS, ARGV)"));
         let steps = [Step::Script(
             Request::function(name, body, keys.to_vec(), argv.to_vec(), read_only_call || no_writes)
                 .called_by(self.caller()),
@@ -515,19 +643,36 @@ mod tests {
             Reply::error(BAD_LIBRARY_NAME)
         );
         assert!(library_name(&format!("#!lua name={}\n", "a".repeat(MAX_NAME + 1))).is_err());
+        // Split as `sdssplitargs` splits: quotes group; `name=` and the engine in any case.
+        assert_eq!(library_name("#!lua name=\"foo\"\nx").unwrap(), "foo");
+        assert_eq!(library_name("#!LUA NAME=foo \nx").unwrap(), "foo");
+        assert_eq!(
+            library_name("#!lua name=x").unwrap_err(),
+            Reply::error("ERR Invalid library metadata")
+        );
+        assert_eq!(
+            library_name("#!lua name=\"x\nx").unwrap_err(),
+            Reply::error("ERR Invalid library metadata")
+        );
+        // The name is checked before the engine.
+        assert_eq!(
+            library_name("#!js name=a-b\n").unwrap_err(),
+            Reply::error(BAD_LIBRARY_NAME)
+        );
     }
 
     #[test]
     fn the_chunk_keeps_the_library_line_numbers() {
-        let chunk = chunk("#!lua name=x\nline2\nline3", true, "return __registered");
+        let chunk = chunk("#!lua name=x\nline2\nline3", "return __registered");
         let text = String::from_utf8(chunk.to_vec()).unwrap();
         let lines: Vec<&str> = text.split('\n').collect();
+        assert_eq!(lines[0], OPENING);
         assert_eq!(lines[1], "line2");
         assert_eq!(lines[2], "line3");
-        assert!(lines[0].ends_with(" do "));
-        assert!(lines[0].contains("if true and (key"));
+        assert_eq!(lines[3], "end");
+        assert!(text.ends_with("__loading = false\nreturn __registered"));
         for flag in FLAGS {
-            assert!(lines[0].contains(&format!("[\"{flag}\"] = true")));
+            assert!(text.contains(&format!("[\"{flag}\"] = \"{flag}\"")));
         }
     }
 }

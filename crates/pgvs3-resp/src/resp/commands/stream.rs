@@ -3,6 +3,8 @@
 //! which does their work, and the entries it returns turned into Redis's replies. Consumer
 //! groups are stream_group.rs's.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -144,11 +146,30 @@ pub(super) fn interval_end(arg: &[u8]) -> Result<StreamId, Reply> {
     }
 }
 
+/// Whether an XADD's trim removed entries, for its keyspace events, which its reply does not
+/// tell: Redis emits `xtrim` after `xadd` then. The call's `scores` say how many went (each
+/// entry's share when XADDs were coalesced, coalesce.rs). Set by each run (a batch run again
+/// sets it again), read by the recorder (notify.rs) after it.
+#[derive(Debug, Clone, Default)]
+pub struct Trimmed(Arc<AtomicBool>);
+
+impl Trimmed {
+    /// From how many entries the trim removed (`None`: no trim).
+    fn record(&self, removed: Option<f64>) {
+        self.0
+            .store(removed.is_some_and(|removed| removed > 0.0), Ordering::Relaxed);
+    }
+
+    pub fn get(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
 /// How a stream call's row becomes the reply.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub enum Reading {
     /// XADD: the new entry's ID, or nil (NOMKSTREAM on a missing stream).
-    Id,
+    Id(Trimmed),
     /// XRANGE/XREVRANGE: the entries; with `count_zero` (COUNT 0) the null array for an
     /// existing stream, as Redis answers.
     Entries { count_zero: bool },
@@ -162,7 +183,10 @@ pub fn reply(reading: &Reading, row: TypedRow) -> Reply {
     let mut items = row.items.into_iter();
     let mut lengths = row.scores.into_iter();
     match reading {
-        Reading::Id => items.next().flatten().map_or(Reply::Nil, |id| id_reply(&id)),
+        Reading::Id(trimmed) => {
+            trimmed.record(lengths.next().flatten());
+            items.next().flatten().map_or(Reply::Nil, |id| id_reply(&id))
+        }
         Reading::Entries { count_zero: true } if row.n == Some(1) => Reply::NilArray,
         Reading::Entries { .. } => Reply::Array(entries(&mut items, &mut lengths, usize::MAX)),
         Reading::Read => {
@@ -417,7 +441,13 @@ fn parse_xadd(args: &[Bytes]) -> Result<Typed, Reply> {
     };
     let mut ints = vec![Some(i64::from(nomkstream)), Some(mode), ms, seq];
     ints.extend(Trim::ints(trim));
-    Ok(Typed::new(StreamOp::Xadd, vec![key(&args[1])?], fields, Shape::Stream(Reading::Id)).ints(&ints))
+    Ok(Typed::new(
+        StreamOp::Xadd,
+        vec![key(&args[1])?],
+        fields,
+        Shape::Stream(Reading::Id(Trimmed::default())),
+    )
+    .ints(&ints))
 }
 
 fn parse_range(args: &[Bytes], rev: bool) -> Result<Typed, Reply> {

@@ -27,7 +27,8 @@ pub struct Recorder {
     events: Vec<Event>,
     /// The keys as the commands so far left them (first seen as the batch loaded them).
     held: HashMap<String, Held>,
-    /// Typed keys an element was removed from: `del` follows when they are gone at the end.
+    /// Typed keys an element was removed from since the events were last settled: `del`
+    /// follows when they are gone (see [`Recorder::settle`]).
     removed_from: Vec<String>,
     /// Stream consumers (key, group, consumer) a command of the batch names that did not exist
     /// before it ran: the first command that creates one says `xgroup-createconsumer`.
@@ -99,6 +100,85 @@ impl Recorder {
             }
         }
         Ok(())
+    }
+
+    /// How many of `commands` (at least one) may run together before [`Recorder::settle`]:
+    /// up to a command on a key that an earlier one of them may have emptied. That command
+    /// must know whether it was (Redis says `del` as the element goes, and `new` when a
+    /// command makes the key again): `RPUSH l a`, `LPOP l`, `RPUSH l b` in one batch say
+    /// `rpush`, `lpop`, `del`, `new`, `rpush`. Batches that publish no events run whole.
+    pub fn run_length(&self, commands: &[&KeyCommand]) -> usize {
+        if !self.flags.emits() {
+            return commands.len();
+        }
+        let mut emptied: HashSet<&String> = HashSet::new();
+        for (at, command) in commands.iter().enumerate() {
+            if command.keys().iter().any(|key| emptied.contains(key)) {
+                return at;
+            }
+            if let KeyCommand::Typed(typed) = command
+                && removes(typed.call.op())
+            {
+                emptied.extend(&typed.call.keys);
+            }
+        }
+        commands.len()
+    }
+
+    /// Whether `command` works on a key an element left since the events were last settled:
+    /// a script settles them before it runs (see [`Recorder::run_length`]).
+    pub fn unsettled(&self, command: &KeyCommand) -> bool {
+        self.flags.emits() && command.keys().iter().any(|key| self.removed_from.contains(key))
+    }
+
+    /// Says `del` for the typed keys that elements left since the last time and are gone now
+    /// (loaded again to see, when events are published: an invalidation needs no `del`), right
+    /// after the key's last event; the keys then no longer exist for the commands after.
+    /// The typed keys of `ran` (the commands run since the last time) are loaded again with
+    /// them, for the commands after that work on them in memory. Answers the keys loaded.
+    pub async fn settle(&mut self, batch: &mut KvBatch, ran: &[&KeyCommand]) -> StoreResult<Vec<String>> {
+        let mut removed = std::mem::take(&mut self.removed_from);
+        if !self.flags.emits() {
+            removed.clear();
+        }
+        removed.sort_unstable();
+        removed.dedup();
+        let mut keys = removed.clone();
+        for command in ran {
+            if let KeyCommand::Typed(typed) = command {
+                keys.extend(typed.call.keys.iter().cloned());
+            }
+        }
+        if keys.is_empty() {
+            return Ok(keys);
+        }
+        keys.sort_unstable();
+        keys.dedup();
+        batch.reload(&keys).await?;
+        for key in &removed {
+            if batch.get(key).is_none()
+                && let Some(last) = self.events.iter().rposition(|event| event.key == *key)
+            {
+                let writer = self.events[last].writer;
+                self.events.insert(
+                    last + 1,
+                    Event {
+                        class: GENERIC,
+                        name: "del",
+                        key: key.clone(),
+                        writer,
+                    },
+                );
+                self.held.insert(
+                    key.clone(),
+                    Held {
+                        exists: false,
+                        ttl: false,
+                    },
+                );
+            }
+        }
+        Ok(keys)
     }
 
     fn held(&self, key: &str) -> Held {
@@ -213,7 +293,7 @@ impl Recorder {
                 self.added(to);
                 self.emit(GENERIC, "copy_to", to)
             }
-            Typed(typed) => self.typed(&typed.call, reply),
+            Typed(typed) => self.typed(typed, reply),
             Family(family) => self.family(family, reply),
             _ => {}
         }
@@ -279,7 +359,24 @@ impl Recorder {
     }
 
     /// Commands on hashes, lists, sets, sorted sets and streams, by their SQL operation.
-    fn typed(&mut self, call: &crate::store::TypedCall, reply: &Reply) {
+    fn typed(&mut self, typed: &crate::resp::typed::Typed, reply: &Reply) {
+        let call = &typed.call;
+        let removals = self.removed_from.len();
+        self.typed_events(call, reply);
+        // XADD's trim, after its entry went in.
+        if let crate::resp::typed::Shape::Stream(crate::resp::commands::stream::Reading::Id(trimmed)) = &typed.shape
+            && trimmed.get()
+        {
+            self.emit(STREAM, "xtrim", &call.keys[0]);
+        }
+        debug_assert!(
+            self.removed_from.len() == removals || removes(call.op()),
+            "`removes` lists {}",
+            call.op()
+        );
+    }
+
+    fn typed_events(&mut self, call: &crate::store::TypedCall, reply: &Reply) {
         let key = call.keys.first().cloned().unwrap_or_default();
         let positive = matches!(reply, Reply::Integer(n) if *n > 0);
         let popped = !matches!(reply, Reply::Nil | Reply::NilArray) && !is_empty_array(reply);
@@ -401,33 +498,10 @@ impl Recorder {
         }
     }
 
-    /// Adds `del` for the typed keys left empty (loaded again to see, when events are
-    /// published: an invalidation needs no `del`), and has the events go out with the batch's
-    /// commit; answers the keys changed, for this gateway's tracking clients.
+    /// Settles the last events (`del` for the typed keys left empty) and has the events go out
+    /// with the batch's commit; answers the keys changed, for this gateway's tracking clients.
     pub async fn finish(mut self, batch: &mut KvBatch) -> StoreResult<Changed> {
-        if !self.removed_from.is_empty() && self.flags.emits() {
-            let mut keys = self.removed_from.clone();
-            keys.sort_unstable();
-            keys.dedup();
-            batch.reload(&keys).await?;
-            // After each key's last removal event.
-            for key in keys {
-                if batch.get(&key).is_none()
-                    && let Some(last) = self.events.iter().rposition(|event| event.key == key)
-                {
-                    let writer = self.events[last].writer;
-                    self.events.insert(
-                        last + 1,
-                        Event {
-                            class: GENERIC,
-                            name: "del",
-                            key,
-                            writer,
-                        },
-                    );
-                }
-            }
-        }
+        self.settle(batch, &[]).await?;
         // Sent empty when there is nothing to send: the batch's commit is marked as a RESP
         // batch's all the same, so that its writes raise no S3-write events (the keyspace
         // publishes or is tracked: its S3 writes are watched, functions/resp_pubsub.sql).
@@ -482,6 +556,35 @@ impl Recorder {
 fn put(message: &mut Vec<u8>, part: &[u8]) {
     message.extend_from_slice(&(part.len() as u32).to_be_bytes());
     message.extend_from_slice(part);
+}
+
+/// The operations that take elements out of a key, which goes with its last element (those
+/// [`Recorder::typed`] records with [`Recorder::removed`]).
+fn removes(op: &str) -> bool {
+    matches!(
+        op,
+        "hdel"
+            | "srem"
+            | "zrem"
+            | "lrem"
+            | "zremrangebyscore"
+            | "zremrangebyrank"
+            | "zremrangebylex"
+            | "ltrim"
+            | "lpop"
+            | "rpop"
+            | "spop"
+            | "zpopmin"
+            | "zpopmax"
+            | "blpop"
+            | "brpop"
+            | "bzpopmin"
+            | "bzpopmax"
+            | "lmpop"
+            | "zmpop"
+            | "lmove"
+            | "smove"
+    )
 }
 
 /// Redis's event names where they differ from the operation's.

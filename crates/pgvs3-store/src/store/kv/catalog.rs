@@ -58,13 +58,14 @@ impl Catalog {
         Ok(rows.iter().map(library_row).collect())
     }
 
-    /// The library that holds function `function`.
+    /// The library that holds function `function`, named in any case: Redis's dictionary of
+    /// functions compares names case-insensitively (function names are ASCII).
     pub async fn function_library_of(&self, function: &str) -> StoreResult<Option<FunctionLibrary>> {
         let client = self.pool().get().await?;
         let row = client
             .query_opt(
                 "SELECT name, code, functions, flags, descriptions FROM pgvs3.resp_function_libraries
-                  WHERE $1 = ANY (functions)",
+                  WHERE EXISTS (SELECT 1 FROM unnest(functions) f WHERE lower(f) = lower($1))",
                 &[&function],
             )
             .await?;
@@ -105,8 +106,8 @@ impl Catalog {
             .collect();
         let taken = tx
             .query_opt(
-                "SELECT f AS function FROM pgvs3.resp_function_libraries, unnest(functions) f
-                  WHERE name <> ALL ($1) AND f = ANY ($2) LIMIT 1",
+                "SELECT n AS function FROM pgvs3.resp_function_libraries, unnest(functions) f, unnest($2::text[]) n
+                  WHERE name <> ALL ($1) AND lower(f) = lower(n) LIMIT 1",
                 &[&names, &functions],
             )
             .await?;
