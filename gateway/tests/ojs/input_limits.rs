@@ -462,3 +462,49 @@ async fn requests_without_the_token_are_refused_before_they_take_a_slot() {
     );
     gateway.stop().await;
 }
+
+/// A fetch lists at most 100 queues (each is a scan of the claim), counted once each: the
+/// same queue listed a hundred thousand times is one queue. Fails before: any number of queues
+/// was taken, each a scan, and a `weights` object was checked against the list in quadratic
+/// time.
+#[tokio::test]
+async fn a_fetch_lists_at_most_a_hundred_queues_each_once() {
+    let gateway = TestGateway::start().await;
+    let ojs = Ojs::of(&gateway);
+    let (status, body) = ojs
+        .post(
+            "/ojs/v1/jobs",
+            json!({ "type": "t", "args": [], "options": { "queue": "q0" } }),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let distinct = |n: usize| (0..n).map(|i| format!("q{i}")).collect::<Vec<_>>();
+    let (status, body) = ojs
+        .post("/ojs/v1/workers/fetch", json!({ "queues": distinct(101) }))
+        .await;
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (400, &json!("invalid_request")),
+        "{body}"
+    );
+    let weights: serde_json::Map<String, Value> = distinct(100_000).into_iter().map(|q| (q, json!(2))).collect();
+    let (status, body) = ojs
+        .post(
+            "/ojs/v1/workers/fetch",
+            json!({ "queues": distinct(100), "weights": weights }),
+        )
+        .await;
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (400, &json!("invalid_request")),
+        "{body}"
+    );
+    let mut repeated = vec!["q0".to_string(); 100_000];
+    repeated.extend(distinct(100));
+    let (status, body) = ojs
+        .post("/ojs/v1/workers/fetch", json!({ "queues": repeated, "count": 5 }))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["jobs"].as_array().map(Vec::len), Some(1), "{body}");
+    gateway.stop().await;
+}
