@@ -508,3 +508,46 @@ async fn a_fetch_lists_at_most_a_hundred_queues_each_once() {
     assert_eq!(body["jobs"].as_array().map(Vec::len), Some(1), "{body}");
     gateway.stop().await;
 }
+
+/// A fetch's answer carries at most 16 MiB of jobs (and always the first): a fetch of 30 jobs of
+/// 700 KB each gets 24 (the 24th starts at 16.1 MB, the 25th would at 16.8), and the rest stay
+/// available for the next. The args are one repeated
+/// letter, which PostgreSQL stores compressed to a few KiB: the budget counts what the answer
+/// carries, not what is stored. Fails without the budget: all 30 came in one 21 MB answer (and
+/// 1,000 jobs of 4 MiB would have built 4 GiB).
+#[tokio::test]
+async fn a_fetch_answer_is_bounded_in_bytes_and_leaves_the_rest_available() {
+    let gateway = TestGateway::start().await;
+    let ojs = Ojs::of(&gateway);
+    let args = json!(["a".repeat(700_000)]);
+    for _ in 0..30 {
+        let job = json!({ "type": "big.task", "args": args, "options": { "queue": "big" } });
+        let (status, body) = ojs.post("/ojs/v1/jobs", job).await;
+        assert_eq!(status, 201, "{}", body["error"]);
+    }
+    let fetch = || async {
+        let (status, body) = ojs
+            .post("/ojs/v1/workers/fetch", json!({ "queues": ["big"], "count": 100 }))
+            .await;
+        assert_eq!(status, 200, "{}", body["error"]);
+        body["jobs"].as_array().unwrap().len()
+    };
+    assert_eq!(
+        fetch().await,
+        24,
+        "24 jobs of just over 700 KB each start before 16 MiB"
+    );
+    let available: i64 = gateway
+        .sql()
+        .await
+        .query_one(
+            "SELECT count(*) AS available FROM ojs.jobs WHERE state = 'available'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get("available");
+    assert_eq!(available, 6, "the rest are neither claimed nor spent");
+    assert_eq!(fetch().await, 6);
+    gateway.stop().await;
+}

@@ -131,6 +131,11 @@ macro_rules! kept_errors {
     };
 }
 
+/// What one fetch's jobs may carry (envelopes and error histories) before the rest are left for
+/// the next fetch: the answer is built in memory, and a fetch of 1,000 jobs of 4 MiB each would
+/// otherwise build 4 GiB.
+const MAX_FETCH_BYTES: i64 = 16 << 20;
+
 /// Jobs become due or lapse while nobody fetches; at most this many move per promotion.
 const PROMOTE_BATCH: i64 = 1000;
 /// How often a busy gateway promotes; a due job waits at most this long beyond its time.
@@ -191,6 +196,7 @@ SELECT 1"
 /// the `jobs_claim` index (whose (queue, tenant) prefix is one range).
 /// Rate-limited jobs whose key has no room are passed over; those picked then take their starts
 /// from the key's row atomically (`admitted`), and any the key cannot take now stay available.
+/// Jobs past the answer's budget of $8 bytes stay available too (`budgeted`).
 const CLAIM: &str = concat!(
     "
 WITH claimed AS (
@@ -219,8 +225,25 @@ WITH claimed AS (
       AND NOT EXISTS (SELECT 1 FROM ojs.workers w WHERE w.id = $3 AND (w.state <> 'running' OR w.directive IS NOT NULL))
     ORDER BY fair_turn, q.ord, c.priority DESC, c.seq
     LIMIT $2
+), budgeted AS (
+    -- The answer is built whole, so it takes jobs in claim order up to $8 bytes (the first
+    -- always); the rest stay available. A job's size is that of what it sends, its envelope and
+    -- error history: as stored when stored uncompressed, else as text (a compressed value can be
+    -- hundreds of times its stored size).
+    SELECT c.* FROM (
+        SELECT claimed.*, sum(s.bytes) OVER (ORDER BY claimed.fair_turn, claimed.ord, claimed.priority DESC, claimed.seq
+                                            ROWS UNBOUNDED PRECEDING)
+                          - s.bytes AS before
+        FROM claimed JOIN ojs.jobs j ON j.id = claimed.id
+        CROSS JOIN LATERAL (SELECT
+            CASE WHEN pg_column_compression(j.envelope) IS NULL THEN pg_column_size(j.envelope)
+                 ELSE octet_length(j.envelope::text) END
+            + coalesce(CASE WHEN pg_column_compression(j.errors) IS NULL THEN pg_column_size(j.errors)
+                            ELSE octet_length(j.errors::text) END, 0) AS bytes) s
+    ) c
+    WHERE c.before < $8
 ), wanted AS (
-    SELECT rate_key, count(*)::int AS n FROM claimed WHERE rate_key IS NOT NULL GROUP BY rate_key
+    SELECT rate_key, count(*)::int AS n FROM budgeted WHERE rate_key IS NOT NULL GROUP BY rate_key
 ), locked AS (
     -- Keys are locked in key order, so two claims that span the same keys cannot deadlock.
     SELECT r.key FROM ojs.rate_limits r WHERE r.key IN (SELECT rate_key FROM wanted) ORDER BY r.key FOR UPDATE
@@ -239,8 +262,8 @@ WITH claimed AS (
     RETURNING r.key, r.granted
 ), started AS (
     SELECT c.id, c.ord, c.fair_turn FROM (
-        SELECT claimed.*, row_number() OVER (PARTITION BY rate_key ORDER BY fair_turn, ord, priority DESC, seq) AS turn
-        FROM claimed
+        SELECT budgeted.*, row_number() OVER (PARTITION BY rate_key ORDER BY fair_turn, ord, priority DESC, seq) AS turn
+        FROM budgeted
     ) c
     LEFT JOIN admitted a ON a.key = c.rate_key
     WHERE c.rate_key IS NULL OR c.turn <= a.granted
@@ -394,7 +417,7 @@ impl Queue {
     pub async fn fetch(&self, request: &FetchRequest) -> Result<Vec<Job>, EngineError> {
         let client = self.client().await?;
         let (weights, phases) = request.strategy.turns(request.queues.len()).unzip();
-        let claim_params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] = [
+        let claim_params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
             &request.queues,
             &request.count,
             &request.worker_id,
@@ -402,6 +425,7 @@ impl Queue {
             &request.tenant,
             &weights,
             &phases,
+            &MAX_FETCH_BYTES,
         ];
         let claim_statement = client.prepare_cached(CLAIM).await.map_err(EngineError::sql)?;
         let claim = client.query(&claim_statement, &claim_params);
