@@ -462,3 +462,92 @@ async fn requests_without_the_token_are_refused_before_they_take_a_slot() {
     );
     gateway.stop().await;
 }
+
+/// A fetch lists at most 100 queues (each is a scan of the claim), counted once each: the
+/// same queue listed a hundred thousand times is one queue. Fails before: any number of queues
+/// was taken, each a scan, and a `weights` object was checked against the list in quadratic
+/// time.
+#[tokio::test]
+async fn a_fetch_lists_at_most_a_hundred_queues_each_once() {
+    let gateway = TestGateway::start().await;
+    let ojs = Ojs::of(&gateway);
+    let (status, body) = ojs
+        .post(
+            "/ojs/v1/jobs",
+            json!({ "type": "t", "args": [], "options": { "queue": "q0" } }),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let distinct = |n: usize| (0..n).map(|i| format!("q{i}")).collect::<Vec<_>>();
+    let (status, body) = ojs
+        .post("/ojs/v1/workers/fetch", json!({ "queues": distinct(101) }))
+        .await;
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (400, &json!("invalid_request")),
+        "{body}"
+    );
+    let weights: serde_json::Map<String, Value> = distinct(100_000).into_iter().map(|q| (q, json!(2))).collect();
+    let (status, body) = ojs
+        .post(
+            "/ojs/v1/workers/fetch",
+            json!({ "queues": distinct(100), "weights": weights }),
+        )
+        .await;
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (400, &json!("invalid_request")),
+        "{body}"
+    );
+    let mut repeated = vec!["q0".to_string(); 100_000];
+    repeated.extend(distinct(100));
+    let (status, body) = ojs
+        .post("/ojs/v1/workers/fetch", json!({ "queues": repeated, "count": 5 }))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["jobs"].as_array().map(Vec::len), Some(1), "{body}");
+    gateway.stop().await;
+}
+
+/// A fetch's answer carries at most 16 MiB of jobs (and always the first): a fetch of 30 jobs of
+/// 700 KB each gets 24 (the 24th starts at 16.1 MB, the 25th would at 16.8), and the rest stay
+/// available for the next. The args are one repeated
+/// letter, which PostgreSQL stores compressed to a few KiB: the budget counts what the answer
+/// carries, not what is stored. Fails without the budget: all 30 came in one 21 MB answer (and
+/// 1,000 jobs of 4 MiB would have built 4 GiB).
+#[tokio::test]
+async fn a_fetch_answer_is_bounded_in_bytes_and_leaves_the_rest_available() {
+    let gateway = TestGateway::start().await;
+    let ojs = Ojs::of(&gateway);
+    let args = json!(["a".repeat(700_000)]);
+    for _ in 0..30 {
+        let job = json!({ "type": "big.task", "args": args, "options": { "queue": "big" } });
+        let (status, body) = ojs.post("/ojs/v1/jobs", job).await;
+        assert_eq!(status, 201, "{}", body["error"]);
+    }
+    let fetch = || async {
+        let (status, body) = ojs
+            .post("/ojs/v1/workers/fetch", json!({ "queues": ["big"], "count": 100 }))
+            .await;
+        assert_eq!(status, 200, "{}", body["error"]);
+        body["jobs"].as_array().unwrap().len()
+    };
+    assert_eq!(
+        fetch().await,
+        24,
+        "24 jobs of just over 700 KB each start before 16 MiB"
+    );
+    let available: i64 = gateway
+        .sql()
+        .await
+        .query_one(
+            "SELECT count(*) AS available FROM ojs.jobs WHERE state = 'available'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get("available");
+    assert_eq!(available, 6, "the rest are neither claimed nor spent");
+    assert_eq!(fetch().await, 6);
+    gateway.stop().await;
+}

@@ -476,3 +476,24 @@ async fn stats_are_kept_per_tenant() {
                 "truncated": false })
     );
 }
+
+/// `/metrics` counts every tenant's jobs: it needs the root token, as the admin routes do, and a
+/// tenant's token is refused. Fails before: it answered anyone, token or not.
+#[tokio::test]
+async fn metrics_need_the_root_token_not_a_tenants() {
+    let gateway = TestGateway::with_args(
+        common::fresh_database().await,
+        &["--ojs-token", "operator", "--ojs-tenant-token", "acme=acme-secret"],
+    )
+    .await;
+    let mut client = Ojs::of(&gateway);
+    let (status, _, _) = client.exchange("GET", "/metrics", None).await;
+    assert_eq!(status, 401, "no token");
+    client.token = Some("acme-secret".into());
+    let (status, _, body) = client.exchange("GET", "/metrics", None).await;
+    assert_eq!((status, &body["error"]["code"]), (403, &json!("forbidden")), "{body}");
+    client.token = Some("operator".into());
+    let (status, headers, _) = client.exchange("GET", "/metrics", None).await;
+    assert_eq!((status, headers["content-type"].to_str().unwrap()), (200, "text/plain"));
+    gateway.stop().await;
+}

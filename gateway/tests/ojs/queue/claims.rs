@@ -459,3 +459,304 @@ async fn per_job_ack_and_nack_routes_settle_the_named_job() {
     assert_eq!(status, 404);
     gateway.stop().await;
 }
+
+/// A job failed over and over (`requeue: true` spends no retry) with errors as large as a body
+/// allows keeps its last hundred errors, each cut to size; so promotion, which appends to the
+/// same history, never meets a row it cannot write. Fails without the bounds: 105 errors of
+/// ~110 KB each were kept.
+#[tokio::test]
+async fn an_error_history_keeps_the_last_hundred_errors_each_cut_to_size() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let (status, body) = ojs
+        .post(
+            "/ojs/v1/jobs",
+            json!({ "type": "flaky.task", "args": [], "options": { "queue": "flaky" } }),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let id = body["job"]["id"].as_str().unwrap().to_string();
+    let huge_message = "m".repeat(10_000);
+    let huge_details = json!({ "dump": "d".repeat(100_000) });
+    for n in 1..=105 {
+        let job = ojs.fetch("flaky", "w").await.expect("the requeued job is there again");
+        assert_eq!(job["attempt"], n);
+        let (status, body) = ojs
+            .post(
+                "/ojs/v1/workers/nack",
+                json!({ "job_id": id, "worker_id": "w", "requeue": true,
+                        "error": { "code": "boom", "message": format!("{n}:{huge_message}"), "details": huge_details } }),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let (status, body) = ojs.get(&format!("/ojs/v1/jobs/{id}")).await;
+    assert_eq!(status, 200);
+    let errors = body["job"]["errors"].as_array().unwrap();
+    assert_eq!(errors.len(), 100, "the last hundred");
+    assert_eq!(
+        (&errors[0]["attempt"], &errors[99]["attempt"]),
+        (&json!(6), &json!(105))
+    );
+    for error in errors {
+        let message = error["message"].as_str().unwrap();
+        assert_eq!(message.len(), 4096, "the message cut to 4 KiB");
+        assert!(message.starts_with(&format!("{}:", error["attempt"])));
+        assert_eq!(error["code"], "boom");
+        assert_eq!(error["truncated"], true);
+        assert_eq!(
+            error["details"]["truncated"], true,
+            "details too large to keep: {}",
+            error["details"]
+        );
+        assert!(error.to_string().len() <= 16 << 10, "each kept error is at most 16 KiB");
+    }
+    // An error within the bounds is kept as sent.
+    ojs.fetch("flaky", "w").await.unwrap();
+    let (status, _) = ojs
+        .post(
+            "/ojs/v1/workers/nack",
+            json!({ "job_id": id, "requeue": true,
+                    "error": { "code": "small", "message": "short", "details": { "k": 1 } } }),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let (_, body) = ojs.get(&format!("/ojs/v1/jobs/{id}")).await;
+    let last = body["job"]["errors"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(
+        (&last["message"], &last["details"], &last["truncated"]),
+        (&json!("short"), &json!({ "k": 1 }), &Value::Null)
+    );
+    gateway.stop().await;
+}
+
+/// A promotion that fails (here a trigger refuses to lapse one claim; in the field, a row it
+/// could not write) does not fail the fetch it rides with: that fetch's claim has committed, and
+/// its job reaches the worker instead of being stranded active with an attempt spent. Nor does a
+/// job past its `expires_at` that promotion did not get to discard go to a worker. Fails without
+/// the fix: the fetch answered 500 and the job stayed active, handed to nobody.
+#[tokio::test]
+async fn a_failing_promotion_does_not_fail_the_fetch_that_claimed() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let enqueue = |job_type: &str| {
+        let ojs = ojs.clone();
+        let job = json!({ "type": job_type, "args": [], "options": { "queue": "promo" } });
+        async move {
+            let (status, body) = ojs.post("/ojs/v1/jobs", job).await;
+            assert_eq!(status, 201, "{body}");
+            body["job"]["id"].as_str().unwrap().to_string()
+        }
+    };
+    let stuck = enqueue("poison.lapse").await;
+    let expired = enqueue("expired.task").await;
+    let sql = gateway.sql().await;
+    sql.batch_execute(&format!(
+        "UPDATE ojs.jobs SET state = 'active', attempt = 1, visible_until = now() - interval '1 second'
+          WHERE id = '{stuck}';
+         UPDATE ojs.jobs SET expires_at = now() - interval '1 second' WHERE id = '{expired}';
+         CREATE FUNCTION refuse_lapse() RETURNS trigger LANGUAGE plpgsql AS
+           $$ BEGIN RAISE EXCEPTION 'this test refuses to lapse the claim'; END $$;
+         CREATE TRIGGER refuse_lapse BEFORE UPDATE ON ojs.jobs FOR EACH ROW
+           WHEN (OLD.type = 'poison.lapse' AND OLD.state = 'active') EXECUTE FUNCTION refuse_lapse();"
+    ))
+    .await
+    .unwrap();
+    let wanted = enqueue("work.task").await;
+    // The gateway's first fetch promotes (nothing has yet), and that promotion fails.
+    let (status, body) = ojs
+        .post(
+            "/ojs/v1/workers/fetch",
+            json!({ "queues": ["promo"], "count": 10, "worker_id": "w" }),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let ids: Vec<&str> = body["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [wanted.as_str()], "the claimed job, and not the expired one");
+    let state = |id: String| {
+        let sql = &sql;
+        async move {
+            sql.query_one("SELECT state FROM ojs.jobs WHERE id = $1", &[&id])
+                .await
+                .unwrap()
+                .get::<_, String>("state")
+        }
+    };
+    assert_eq!(state(stuck).await, "active", "the promotion did fail");
+    assert_eq!(state(expired).await, "available", "left for a promotion to discard");
+    gateway.stop().await;
+}
+
+/// A queue listed twice is scanned once: its one rate-limited job takes one start of its key,
+/// and settling it gives that start back. Fails without the fix: the key counted two starts,
+/// released one, and stayed full for ever after.
+#[tokio::test]
+async fn a_queue_listed_twice_takes_one_start_of_a_rate_limit() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let (status, body) = ojs
+        .post(
+            "/ojs/v1/jobs",
+            json!({ "type": "api.call", "args": [], "options": { "queue": "twice",
+                    "rate_limit": { "key": "twice-key", "concurrency": 2 } } }),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = ojs
+        .post(
+            "/ojs/v1/workers/fetch",
+            json!({ "queues": ["twice", "twice"], "count": 2 }),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let jobs = body["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 1, "{body}");
+    let (_, state) = ojs.get("/ojs/v1/rate-limits/twice-key").await;
+    assert_eq!(state["concurrency"]["active"], 1, "{state}");
+    ojs.ack(&jobs[0], json!(null)).await;
+    let (_, state) = ojs.get("/ojs/v1/rate-limits/twice-key").await;
+    assert_eq!(state["concurrency"]["active"], 0, "{state}");
+    gateway.stop().await;
+}
+
+/// A worker that names itself settles, extends and reports progress on its own claims only: not
+/// another worker's, and not one made by a fetch that named no worker. (An ack naming no worker
+/// still settles any current claim, as the spec's ack form has it.) Fails without the fix: the
+/// named ack settled the anonymous claim.
+#[tokio::test]
+async fn a_named_worker_settles_only_its_own_claims() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    for n in 0..2 {
+        let (status, body) = ojs
+            .post(
+                "/ojs/v1/jobs",
+                json!({ "type": "fenced.task", "args": [n], "options": { "queue": "fenced" } }),
+            )
+            .await;
+        assert_eq!(status, 201, "{body}");
+    }
+    let (_, body) = ojs.post("/ojs/v1/workers/fetch", json!({ "queues": ["fenced"] })).await;
+    let anonymous = body["jobs"][0].clone();
+    let id = anonymous["id"].as_str().unwrap();
+    let named = ojs.fetch("fenced", "worker-a").await.unwrap();
+    let named_id = named["id"].as_str().unwrap();
+    let lease = |id: &str| {
+        let id = id.to_string();
+        let gateway = &gateway;
+        async move {
+            gateway
+                .sql()
+                .await
+                .query_one("SELECT visible_until FROM ojs.jobs WHERE id = $1", &[&id])
+                .await
+                .unwrap()
+                .get::<_, std::time::SystemTime>("visible_until")
+        }
+    };
+    let before = lease(id).await;
+    let (status, body) = ojs
+        .post(
+            "/ojs/v1/workers/heartbeat",
+            json!({ "worker_id": "worker-b", "active_jobs": [id, named_id] }),
+        )
+        .await;
+    assert_eq!((status, &body["jobs_extended"]), (200, &json!([])), "{body}");
+    let (status, body) = ojs
+        .post(
+            "/ojs/v1/workers/progress",
+            json!({ "job_id": id, "worker_id": "worker-b", "progress": 0.5 }),
+        )
+        .await;
+    assert_eq!((status, &body["accepted"]), (200, &json!(false)), "{body}");
+    assert_eq!(lease(id).await, before, "neither extended the anonymous claim");
+    for (path, body) in [
+        ("/ojs/v1/workers/ack", json!({ "job_id": id, "worker_id": "worker-b" })),
+        (
+            "/ojs/v1/workers/nack",
+            json!({ "job_id": id, "worker_id": "worker-b", "error": { "message": "no" } }),
+        ),
+        (
+            "/ojs/v1/workers/ack",
+            json!({ "job_id": named_id, "worker_id": "worker-b" }),
+        ),
+        (
+            "/ojs/v1/workers/nack",
+            json!({ "job_id": named_id, "worker_id": "worker-b", "error": { "message": "no" } }),
+        ),
+    ] {
+        let (status, reply) = ojs.post(path, body.clone()).await;
+        assert_eq!(
+            (status, &reply["error"]["code"]),
+            (409, &json!("conflict")),
+            "{body}: {reply}"
+        );
+    }
+    let (status, body) = ojs.post("/ojs/v1/workers/ack", json!({ "job_id": id })).await;
+    assert_eq!((status, &body["state"]), (200, &json!("completed")), "{body}");
+    let (status, body) = ojs
+        .post(
+            "/ojs/v1/workers/ack",
+            json!({ "job_id": named_id, "worker_id": "worker-a" }),
+        )
+        .await;
+    assert_eq!((status, &body["state"]), (200, &json!("completed")), "{body}");
+    gateway.stop().await;
+}
+
+/// A heartbeat or progress report asking for a shorter visibility timeout than the claim has
+/// left does not shorten it. Fails without the fix: a heartbeat of 1 ms cut a 10-minute claim to
+/// a millisecond (and a progress report to the job's own second), and the job lapsed to another
+/// worker.
+#[tokio::test]
+async fn a_heartbeat_never_shortens_a_claim() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let (status, body) = ojs
+        .post(
+            "/ojs/v1/jobs",
+            json!({ "type": "long.task", "args": [], "options": { "queue": "long", "visibility_timeout_ms": 1000 } }),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let id = body["job"]["id"].as_str().unwrap().to_string();
+    let (_, body) = ojs
+        .post(
+            "/ojs/v1/workers/fetch",
+            json!({ "queues": ["long"], "worker_id": "w", "visibility_timeout_ms": 600_000 }),
+        )
+        .await;
+    assert_eq!(body["jobs"][0]["id"], id.as_str(), "{body}");
+    let sql = gateway.sql().await;
+    let most_left = || async {
+        sql.query_one(
+            "SELECT visible_until > now() + interval '9 minutes' AS left FROM ojs.jobs WHERE id = $1",
+            &[&id],
+        )
+        .await
+        .unwrap()
+        .get::<_, bool>("left")
+    };
+    let (status, body) = ojs
+        .post(
+            "/ojs/v1/workers/heartbeat",
+            json!({ "worker_id": "w", "active_jobs": [id], "visibility_timeout_ms": 1 }),
+        )
+        .await;
+    assert_eq!((status, &body["jobs_extended"]), (200, &json!([id])), "{body}");
+    assert!(most_left().await, "the heartbeat left the 10-minute claim its time");
+    let (status, body) = ojs
+        .post(
+            "/ojs/v1/workers/progress",
+            json!({ "job_id": id, "worker_id": "w", "progress": 0.1 }),
+        )
+        .await;
+    assert_eq!((status, &body["accepted"]), (200, &json!(true)), "{body}");
+    assert!(most_left().await, "so did the progress report");
+    gateway.stop().await;
+}

@@ -410,3 +410,89 @@ async fn cron_schedules_pause_resume_and_count_their_runs() {
     }
     gateway.stop().await;
 }
+
+/// A schedule is refused at registration when its ticks could not enqueue: a template with a
+/// fixed `id` (the second tick's job would collide with the first's), or a name so long that
+/// the `enqueue` policy's rate-limit key `cron:<name>` is past 255 bytes. Fails before: both were
+/// 201, and their ticks failed later.
+#[tokio::test]
+async fn a_schedule_whose_ticks_could_not_enqueue_is_refused() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let long_name = "n".repeat(251);
+    for registration in [
+        json!({ "name": "fixed-id", "cron": "* * * * *", "job_template": { "type": "t", "args": [],
+                "id": "0190b1d2-5c4e-7a3b-9c1d-2e3f4a5b6c7d" } }),
+        json!({ "name": long_name, "cron": "* * * * *", "type": "t", "overlap_policy": "enqueue" }),
+    ] {
+        let (status, body) = ojs.post("/ojs/v1/cron", registration.clone()).await;
+        assert_eq!(
+            (status, &body["error"]["code"]),
+            (400, &json!("invalid_request")),
+            "{registration}: {body}"
+        );
+    }
+    // The long name with another policy enqueues no rate-limited job: it is fine.
+    let (status, body) = ojs
+        .post(
+            "/ojs/v1/cron",
+            json!({ "name": long_name, "cron": "* * * * *", "type": "t" }),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    gateway.stop().await;
+}
+
+/// One schedule whose tick fails (stored before registration checked what ticks build) misses
+/// its tick and moves on; the others due with it fire. Fails before: every due schedule fired in
+/// one transaction, which the failing one rolled back, every second, for good.
+#[tokio::test]
+async fn one_failing_schedule_does_not_stop_the_others() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let (status, body) = ojs
+        .post(
+            "/ojs/v1/cron",
+            json!({ "name": "healthy", "cron": "0 0 1 1 *", "type": "cron.ok", "options": { "queue": "healthy" } }),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let broken = "b".repeat(251);
+    let sql = gateway.sql().await;
+    // As an older gateway stored it: due to enqueue a job whose rate-limit key is too long.
+    sql.execute(
+        "INSERT INTO ojs.cron (name, definition, next_run, enabled)
+         SELECT $1, definition || jsonb_build_object('name', $1::text, 'overlap_policy', 'enqueue'), now(), true
+           FROM ojs.cron WHERE name = 'healthy'",
+        &[&broken],
+    )
+    .await
+    .unwrap();
+    sql.execute("UPDATE ojs.cron SET next_run = now() - interval '1 second'", &[])
+        .await
+        .unwrap();
+    common::eventually(Duration::from_secs(10), "the healthy schedule's tick", || async {
+        let (_, body) = ojs.get("/ojs/v1/cron/healthy").await;
+        (body["cron_job"]["run_count"] == json!(1)).then_some(())
+    })
+    .await;
+    let row = sql
+        .query_one(
+            "SELECT next_run > now() + interval '1 day' AS moved_on, run_count FROM ojs.cron WHERE name = $1",
+            &[&broken],
+        )
+        .await
+        .unwrap();
+    assert!(
+        row.get::<_, bool>("moved_on"),
+        "the failing schedule waits for its next tick"
+    );
+    assert_eq!(row.get::<_, i64>("run_count"), 0);
+    let jobs: i64 = sql
+        .query_one("SELECT count(*) AS jobs FROM ojs.jobs WHERE queue = 'healthy'", &[])
+        .await
+        .unwrap()
+        .get("jobs");
+    assert_eq!(jobs, 1, "the healthy schedule's job, and no other");
+    gateway.stop().await;
+}

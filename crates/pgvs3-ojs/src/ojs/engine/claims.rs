@@ -98,7 +98,9 @@ pub struct BeatReply {
 }
 
 /// Which claim an ack or nack speaks for. Both fields are optional; given ones must match the
-/// job's current claim.
+/// job's current claim: a `worker_id` settles only a claim that worker made, never another's nor
+/// an anonymous fetch's. (Without either, as the spec's ack is, any holder of the job id may
+/// settle its current claim.)
 pub struct Claim {
     pub job_id: String,
     pub attempt: Option<i32>,
@@ -113,6 +115,27 @@ pub struct Failure {
     pub requeue: bool,
 }
 
+/// A job's error history with `$new` appended, keeping the last 100 errors (the oldest dropped
+/// first). A job put back with `requeue: true` may fail without end, and its row (read whole by
+/// every fetch that hands it out, and by promotion) must not grow with it; a hundred attempts
+/// are more history than any retry policy spends. The old array is cut before the append, so a
+/// history already past the bound is mended rather than concatenated again.
+macro_rules! kept_errors {
+    ($new:literal) => {
+        concat!(
+            "(SELECT coalesce(jsonb_agg(e ORDER BY i), '[]') FROM jsonb_array_elements(j.errors) WITH ORDINALITY AS t(e, i)
+               WHERE i > jsonb_array_length(j.errors) - 99) || jsonb_build_array(",
+            $new,
+            ")"
+        )
+    };
+}
+
+/// What one fetch's jobs may carry (envelopes and error histories) before the rest are left for
+/// the next fetch: the answer is built in memory, and a fetch of 1,000 jobs of 4 MiB each would
+/// otherwise build 4 GiB.
+const MAX_FETCH_BYTES: i64 = 16 << 20;
+
 /// Jobs become due or lapse while nobody fetches; at most this many move per promotion.
 const PROMOTE_BATCH: i64 = 1000;
 /// How often a busy gateway promotes; a due job waits at most this long beyond its time.
@@ -120,7 +143,8 @@ const PROMOTE_EVERY: Duration = Duration::from_millis(50);
 
 /// Moves due scheduled/retryable jobs to available, lapsed claims back to available (discarded on
 /// their last attempt), and expired jobs to discarded. Cheap when there is nothing to move: three partial-index range scans.
-const PROMOTE: &str = "
+const PROMOTE: &str = concat!(
+    "
 WITH due AS (
     UPDATE ojs.jobs SET state = 'available'
     WHERE id IN (SELECT id FROM ojs.jobs WHERE state IN ('scheduled', 'retryable') AND run_at <= now()
@@ -135,7 +159,9 @@ WITH due AS (
 ), lapsed AS (
     -- A lapsed claim spent its attempt: on the last one the job is discarded (or dead-lettered)
     -- as a nack would, rather than offered again forever.
-    UPDATE ojs.jobs j SET visible_until = NULL, error = lapse.error, errors = j.errors || jsonb_build_array(lapse.error),
+    UPDATE ojs.jobs j SET visible_until = NULL, error = lapse.error, errors = ",
+    kept_errors!("lapse.error"),
+    ",
         state = CASE WHEN lapse.exhausted THEN 'discarded' ELSE 'available' END,
         completed_at = CASE WHEN lapse.exhausted THEN now() END,
         dead_letter = lapse.exhausted AND coalesce(j.envelope #>> '{options,retry,on_exhaustion}' = 'dead_letter', false)
@@ -162,13 +188,15 @@ WITH due AS (
                               'ttl_ms', round(extract(epoch FROM expires_at - created_at) * 1000)) || ojs.trace_of(envelope)
     FROM expired
 )
-SELECT 1";
+SELECT 1"
+);
 
 /// Claims up to $2 jobs of tenant $5: queues in the order given (or, for a fair strategy, in
 /// the turns its weights $6 and phases $7 make), then priority, then FIFO, each queue read along
 /// the `jobs_claim` index (whose (queue, tenant) prefix is one range).
 /// Rate-limited jobs whose key has no room are passed over; those picked then take their starts
 /// from the key's row atomically (`admitted`), and any the key cannot take now stay available.
+/// Jobs past the answer's budget of $8 bytes stay available too (`budgeted`).
 const CLAIM: &str = concat!(
     "
 WITH claimed AS (
@@ -177,10 +205,14 @@ WITH claimed AS (
            CASE WHEN $6::float8[] IS NULL THEN 0
                 ELSE (row_number() OVER (PARTITION BY q.ord ORDER BY c.priority DESC, c.seq) - 1
                       + ($7::float8[])[q.ord::int]) / ($6::float8[])[q.ord::int] END AS fair_turn
-    FROM unnest($1::text[]) WITH ORDINALITY AS q(name, ord)
+    -- Each queue once (where first listed): a queue scanned twice would offer its jobs twice,
+    -- and the rate limits below would count each such job twice.
+    FROM (SELECT name, min(ord) AS ord FROM unnest($1::text[]) WITH ORDINALITY AS u(name, ord) GROUP BY name) q
     CROSS JOIN LATERAL (
         SELECT j.id, j.priority, j.seq, j.rate_key FROM ojs.jobs j
         WHERE j.state = 'available' AND j.queue = q.name AND j.tenant = $5
+          -- Expired but not yet moved to discarded by a promotion: not to be run.
+          AND (j.expires_at IS NULL OR j.expires_at > now())
           AND (j.rate_key IS NULL
                OR EXISTS (SELECT 1 FROM ojs.rate_limits r WHERE r.key = j.rate_key AND ojs.rate_room(r) > 0))
           AND (j.workflow_id IS NULL
@@ -193,8 +225,25 @@ WITH claimed AS (
       AND NOT EXISTS (SELECT 1 FROM ojs.workers w WHERE w.id = $3 AND (w.state <> 'running' OR w.directive IS NOT NULL))
     ORDER BY fair_turn, q.ord, c.priority DESC, c.seq
     LIMIT $2
+), budgeted AS (
+    -- The answer is built whole, so it takes jobs in claim order up to $8 bytes (the first
+    -- always); the rest stay available. A job's size is that of what it sends, its envelope and
+    -- error history: as stored when stored uncompressed, else as text (a compressed value can be
+    -- hundreds of times its stored size).
+    SELECT c.* FROM (
+        SELECT claimed.*, sum(s.bytes) OVER (ORDER BY claimed.fair_turn, claimed.ord, claimed.priority DESC, claimed.seq
+                                            ROWS UNBOUNDED PRECEDING)
+                          - s.bytes AS before
+        FROM claimed JOIN ojs.jobs j ON j.id = claimed.id
+        CROSS JOIN LATERAL (SELECT
+            CASE WHEN pg_column_compression(j.envelope) IS NULL THEN pg_column_size(j.envelope)
+                 ELSE octet_length(j.envelope::text) END
+            + coalesce(CASE WHEN pg_column_compression(j.errors) IS NULL THEN pg_column_size(j.errors)
+                            ELSE octet_length(j.errors::text) END, 0) AS bytes) s
+    ) c
+    WHERE c.before < $8
 ), wanted AS (
-    SELECT rate_key, count(*)::int AS n FROM claimed WHERE rate_key IS NOT NULL GROUP BY rate_key
+    SELECT rate_key, count(*)::int AS n FROM budgeted WHERE rate_key IS NOT NULL GROUP BY rate_key
 ), locked AS (
     -- Keys are locked in key order, so two claims that span the same keys cannot deadlock.
     SELECT r.key FROM ojs.rate_limits r WHERE r.key IN (SELECT rate_key FROM wanted) ORDER BY r.key FOR UPDATE
@@ -213,8 +262,8 @@ WITH claimed AS (
     RETURNING r.key, r.granted
 ), started AS (
     SELECT c.id, c.ord, c.fair_turn FROM (
-        SELECT claimed.*, row_number() OVER (PARTITION BY rate_key ORDER BY fair_turn, ord, priority DESC, seq) AS turn
-        FROM claimed
+        SELECT budgeted.*, row_number() OVER (PARTITION BY rate_key ORDER BY fair_turn, ord, priority DESC, seq) AS turn
+        FROM budgeted
     ) c
     LEFT JOIN admitted a ON a.key = c.rate_key
     WHERE c.rate_key IS NULL OR c.turn <= a.granted
@@ -243,7 +292,7 @@ WITH done AS (
     UPDATE ojs.jobs j
     SET state = 'completed', completed_at = now(), result = $2, error = NULL, visible_until = NULL
     WHERE j.id = $1 AND j.state = 'active' AND j.tenant = $5
-      AND ($3::int IS NULL OR j.attempt = $3) AND ($4::text IS NULL OR j.worker_id IS NULL OR j.worker_id = $4)
+      AND ($3::int IS NULL OR j.attempt = $3) AND ($4::text IS NULL OR j.worker_id = $4)
     RETURNING j.*
 ), event AS (
     INSERT INTO ojs.events (id, type, queue, job_id, data)
@@ -268,7 +317,9 @@ const NACK: &str = concat!(
     "
 WITH failed AS (
     UPDATE ojs.jobs j
-    SET state = $2, error = $3, errors = errors || jsonb_build_array($3::jsonb), visible_until = NULL,
+    SET state = $2, error = $3, errors = ",
+    kept_errors!("$3::jsonb"),
+    ", visible_until = NULL,
         retry_delay_ms = coalesce($4, retry_delay_ms),
         run_at = CASE WHEN $4::bigint IS NULL THEN run_at ELSE now() + $4 * interval '1 ms' END,
         completed_at = CASE WHEN $2 = 'discarded' THEN now() END,
@@ -304,9 +355,11 @@ SELECT ",
 
 const EXTEND_CLAIMS: &str = "
 WITH extended AS (
-    UPDATE ojs.jobs SET visible_until = now() + coalesce($3, visibility_ms) * interval '1 ms'
+    -- A heartbeat extends a claim, never shortens it: the later of its current end and now
+    -- plus the extension asked for.
+    UPDATE ojs.jobs SET visible_until = greatest(visible_until, now() + coalesce($3, visibility_ms) * interval '1 ms')
     WHERE id = ANY($1) AND state = 'active' AND tenant = $4
-      AND ($2::text IS NULL OR worker_id IS NULL OR worker_id = $2)
+      AND ($2::text IS NULL OR worker_id = $2)
     RETURNING id, queue, type, attempt, worker_id, visible_until, envelope
 ), event AS (
     INSERT INTO ojs.events (id, type, queue, job_id, data)
@@ -364,7 +417,7 @@ impl Queue {
     pub async fn fetch(&self, request: &FetchRequest) -> Result<Vec<Job>, EngineError> {
         let client = self.client().await?;
         let (weights, phases) = request.strategy.turns(request.queues.len()).unzip();
-        let claim_params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] = [
+        let claim_params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
             &request.queues,
             &request.count,
             &request.worker_id,
@@ -372,6 +425,7 @@ impl Queue {
             &request.tenant,
             &weights,
             &phases,
+            &MAX_FETCH_BYTES,
         ];
         let claim_statement = client.prepare_cached(CLAIM).await.map_err(EngineError::sql)?;
         let claim = client.query(&claim_statement, &claim_params);
@@ -379,7 +433,12 @@ impl Queue {
             let promote_statement = client.prepare_cached(PROMOTE).await.map_err(EngineError::sql)?;
             let promote_params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&PROMOTE_BATCH];
             let (promote, claim) = tokio::join!(client.execute(&promote_statement, &promote_params), claim);
-            promote.map_err(EngineError::sql)?;
+            // The claim has committed by now: its jobs are active and their attempts spent, so
+            // they go to this worker whatever became of the promotion (which the next fetch
+            // tries again).
+            if let Err(error) = promote {
+                tracing::warn!(%error, "promoting due and lapsed OJS jobs failed");
+            }
             claim
         } else {
             claim.await
@@ -434,7 +493,10 @@ impl Queue {
         let attempt: i32 = row.get("attempt");
         let worker_id: Option<String> = row.get("worker_id");
         let fenced_out = claim.attempt.is_some_and(|a| a != attempt)
-            || matches!((&claim.worker_id, &worker_id), (Some(mine), Some(theirs)) if mine != theirs);
+            || claim
+                .worker_id
+                .as_ref()
+                .is_some_and(|mine| worker_id.as_ref() != Some(mine));
         if state != "active" || fenced_out {
             return Err(refusal(&claim.job_id, &state, "failed"));
         }
@@ -549,7 +611,18 @@ impl Queue {
     }
 }
 
-/// The error a worker reported, as kept in the job's history.
+/// Bounds of one error as the job keeps it (and its events carry it): a worker's `error` is
+/// whatever it sent, up to the whole request body, and one job may fail a hundred times.
+const MAX_ERROR_BYTES: usize = 16 << 10;
+/// `message` is cut to this (at a character boundary), as queues cut a long exception text.
+const MAX_MESSAGE_BYTES: usize = 4 << 10;
+/// `type` and `code` are names: longer ones are cut to this.
+const MAX_NAME_BYTES: usize = 256;
+
+/// The error a worker reported, as kept in the job's history: its fields as sent, with the
+/// message cut to [`MAX_MESSAGE_BYTES`], the names to [`MAX_NAME_BYTES`], and, when what is left
+/// is still over [`MAX_ERROR_BYTES`], only `type`, `code`, `message` and `retryable` kept, with
+/// `details` saying how large the error was. A cut error has `truncated: true`.
 fn error_record(error: &Value, attempt: i32) -> Value {
     let mut record = match error {
         Value::Object(fields) => fields.clone(),
@@ -569,6 +642,33 @@ fn error_record(error: &Value, attempt: i32) -> Value {
     record
         .entry("message")
         .or_insert_with(|| Value::String("the worker reported a failure".into()));
+    let mut truncated = false;
+    for (field, limit) in [
+        ("message", MAX_MESSAGE_BYTES),
+        ("type", MAX_NAME_BYTES),
+        ("code", MAX_NAME_BYTES),
+    ] {
+        if let Some(Value::String(text)) = record.get_mut(field)
+            && text.len() > limit
+        {
+            text.truncate(text.floor_char_boundary(limit));
+            truncated = true;
+        }
+    }
+    let size = Value::Object(record.clone()).to_string().len();
+    if size > MAX_ERROR_BYTES {
+        record.retain(|field, value| match field.as_str() {
+            "type" | "code" | "message" => value.is_string(),
+            "retryable" => value.is_boolean(),
+            _ => false,
+        });
+        record.entry("type").or_insert_with(|| Value::String("error".into()));
+        record.insert("details".into(), json!({ "truncated": true, "original_bytes": size }));
+        truncated = true;
+    }
+    if truncated {
+        record.insert("truncated".into(), Value::Bool(true));
+    }
     record.insert("attempt".into(), json!(attempt));
     record.insert("occurred_at".into(), Value::String(super::now_rfc3339()));
     Value::Object(record)

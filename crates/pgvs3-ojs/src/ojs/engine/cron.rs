@@ -89,6 +89,11 @@ pub fn parse_registration(body: Value) -> Result<Registration, EngineError> {
             })
         }
     };
+    if template.get("id").is_some() {
+        return Err(EngineError::invalid(
+            "a cron job template has no \"id\": every tick enqueues a new job, with an id of its own",
+        ));
+    }
     match fields.get("timezone") {
         None | Some(Value::Null) => {}
         Some(Value::String(zone)) if is_zone_name(zone) => {}
@@ -520,7 +525,7 @@ impl Queue {
     /// does it (advisory lock), so any number of gateways fire each tick once.
     pub async fn fire_due_crons(&self, max_args_bytes: usize) -> Result<usize, EngineError> {
         let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(EngineError::sql)?;
+        let mut tx = client.transaction().await.map_err(EngineError::sql)?;
         let leader: bool = tx
             .query_one("SELECT pg_try_advisory_xact_lock($1) AS leader", &[&CRON_LOCK])
             .await
@@ -544,13 +549,66 @@ impl Queue {
                 definition: row.get("definition"),
                 at: row.get("tick"),
             };
-            if fire(&tx, &tick, max_args_bytes).await? {
-                fired += 1;
+            // Each schedule under a savepoint of its own: one that cannot fire (a schedule
+            // stored before registration checked what its ticks build, say) must not stop the
+            // others. It misses this tick and moves on to its next, as a full queue makes it.
+            let attempt = tx.transaction().await.map_err(EngineError::sql)?;
+            match fire(&attempt, &tick, max_args_bytes).await {
+                Ok(triggered) => {
+                    attempt.commit().await.map_err(EngineError::sql)?;
+                    fired += usize::from(triggered);
+                }
+                Err(error) => {
+                    attempt.rollback().await.map_err(EngineError::sql)?;
+                    tracing::warn!(cron = %tick.name, ?error, "a cron schedule's tick failed; it moves on to its next run");
+                    let step = tx.transaction().await.map_err(EngineError::sql)?;
+                    match move_on(&step, &tick).await {
+                        Ok(()) => step.commit().await.map_err(EngineError::sql)?,
+                        Err(error) => {
+                            step.rollback().await.map_err(EngineError::sql)?;
+                            tracing::warn!(cron = %tick.name, ?error, "a failed cron schedule could not move on");
+                        }
+                    }
+                }
             }
         }
         tx.commit().await.map_err(EngineError::sql)?;
         Ok(fired)
     }
+}
+
+/// The job each tick of schedule `name` enqueues (`at` is the tick), checked as an enqueue
+/// checks a job: registration calls it too, so a schedule whose ticks could not enqueue is
+/// refused when it is registered rather than failing at every tick.
+pub fn tick_job(
+    name: &str,
+    definition: &Value,
+    at: &str,
+    max_args_bytes: usize,
+) -> Result<envelope::NewJob, EngineError> {
+    let policy = definition["overlap_policy"].as_str().unwrap_or("allow");
+    envelope::parse_job(cron_job(name, definition, at, policy), max_args_bytes)
+}
+
+/// When a schedule runs next after now (`None`: never again), in Unix seconds.
+async fn next_run(client: &impl GenericClient, definition: &Value) -> Result<Option<f64>, EngineError> {
+    let schedule = Schedule::parse(definition["expression"].as_str().unwrap_or_default())?;
+    let offset = tz_offset(client, definition).await?;
+    Ok(schedule
+        .next_after(time::OffsetDateTime::now_utc(), offset)
+        .map(|next| next.unix_timestamp() as f64))
+}
+
+/// A tick that failed: the schedule is not run, only moved to its next run.
+async fn move_on(tx: &deadpool_postgres::Transaction<'_>, tick: &Tick) -> Result<(), EngineError> {
+    let next = next_run(tx, &tick.definition).await?;
+    tx.execute(
+        "UPDATE ojs.cron SET next_run = coalesce(to_timestamp($2), 'infinity') WHERE name = $1",
+        &[&tick.name, &next],
+    )
+    .await
+    .map_err(EngineError::sql)?;
+    Ok(())
 }
 
 /// A due tick of one schedule, as `fire_due_crons` read it (its row locked).
@@ -569,13 +627,9 @@ async fn fire(
     max_args_bytes: usize,
 ) -> Result<bool, EngineError> {
     let (name, definition) = (&tick.name, &tick.definition);
-    let schedule = Schedule::parse(definition["expression"].as_str().unwrap_or_default())?;
-    let offset = tz_offset(tx, definition).await?;
-    let next = schedule
-        .next_after(time::OffsetDateTime::now_utc(), offset)
-        .map(|next| next.unix_timestamp() as f64);
+    let next = next_run(tx, definition).await?;
     let policy = definition["overlap_policy"].as_str().unwrap_or("allow");
-    let job = envelope::parse_job(cron_job(name, definition, &tick.at, policy), max_args_bytes)?;
+    let job = tick_job(name, definition, &tick.at, max_args_bytes)?;
     let running = match policy {
         "skip" | "cancel_previous" => previous_run(tx, &job, name).await?,
         _ => None,

@@ -54,7 +54,8 @@ pub fn parse_progress(body: &Value) -> Result<ProgressReport, EngineError> {
 /// Stores an active job's progress and logs `job.progress`, in one statement: the numeric
 /// progress never decreases within an attempt, `data` is replaced when given, the checkpoint
 /// kept until a new one comes, and the claim is extended as by a heartbeat (ojs-progress §6.3).
-/// The worker, when named, must hold the job.
+/// The worker, when named, must be the one that claimed the job (not another, nor an anonymous
+/// fetch).
 const REPORT_PROGRESS: &str = "
 WITH reported AS (
     UPDATE ojs.jobs j SET
@@ -65,8 +66,9 @@ WITH reported AS (
             'data', coalesce($3::jsonb, CASE WHEN (j.progress ->> 'attempt')::int = j.attempt THEN j.progress -> 'data' END),
             'checkpoint', coalesce($4::jsonb, j.progress -> 'checkpoint'),
             'updated_at', ojs.ts(now()))),
-        visible_until = now() + j.visibility_ms * interval '1 ms'
-     WHERE id = $1 AND tenant = $6 AND state = 'active' AND ($5::text IS NULL OR worker_id IS NULL OR worker_id = $5)
+        -- A report extends the claim, never shortens one a heartbeat made longer.
+        visible_until = greatest(j.visible_until, now() + j.visibility_ms * interval '1 ms')
+     WHERE id = $1 AND tenant = $6 AND state = 'active' AND ($5::text IS NULL OR worker_id = $5)
     RETURNING id, queue, type, attempt, worker_id, envelope, progress
 ), event AS (
     INSERT INTO ojs.events (id, type, queue, job_id, data)

@@ -195,7 +195,7 @@ impl OjsService {
             .unwrap_or_else(super::engine::envelope::new_uuid_v7);
         let path = request.uri().path().trim_end_matches('/');
         let mut response = if path == "/metrics" {
-            self.metrics().await.map(Either::Left)
+            self.serve_metrics(request.headers()).await.map(Either::Left)
         } else if ALWAYS_SERVED.contains(&path) {
             self.serve(request).await
         } else if let Some(lag) = self.inner.lag.too_far_behind() {
@@ -291,6 +291,23 @@ impl OjsService {
         // Proxies that buffer (nginx) would hold events back.
         headers.insert("x-accel-buffering", header::HeaderValue::from_static("no"));
         Ok(response)
+    }
+
+    /// `/metrics` counts every tenant's jobs with a scan of them all: it takes what the admin
+    /// routes take (the root token when one is needed, never a tenant's) and an admission slot
+    /// like any query.
+    async fn serve_metrics(&self, headers: &http::HeaderMap) -> Response<Full<Bytes>> {
+        match self.authorize(headers) {
+            Err(error) => return error.response(),
+            Ok(acting) if acting.bound => {
+                return OjsError::forbidden("a tenant token reaches the job routes only, not /metrics").response();
+            }
+            Ok(_) => {}
+        }
+        match self.inner.admission.admit().await {
+            Ok(_admitted) => self.metrics().await,
+            Err(_) => OjsError::overloaded().response(),
+        }
     }
 
     /// Job counts by state, in the Prometheus text format (the gateway's own metrics are on the

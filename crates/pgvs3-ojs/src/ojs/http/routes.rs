@@ -266,11 +266,15 @@ impl OjsService {
         }
         // A job may wait for jobs earlier in the batch, never later ones: every dependency is
         // older than its dependent, so no cycle can form.
+        let positions: HashMap<&str, usize> = jobs.iter().enumerate().map(|(i, job)| (job.id.as_str(), i)).collect();
         for (index, job) in jobs.iter().enumerate() {
-            if let Some(later) = jobs[index..].iter().find(|other| job.depends_on.contains(&other.id)) {
+            let later = job
+                .depends_on
+                .iter()
+                .find(|id| positions.get(id.as_str()).is_some_and(|at| *at >= index));
+            if let Some(later) = later {
                 return Err(OjsError::invalid(format!(
-                    "jobs[{index}]: options.depends_on names job {}, which is not enqueued before it",
-                    later.id
+                    "jobs[{index}]: options.depends_on names job {later}, which is not enqueued before it"
                 )));
             }
         }
@@ -305,17 +309,7 @@ impl OjsService {
     }
 
     async fn fetch(&self, body: Value, tenant: &str) -> Reply {
-        let queues: Vec<String> = match body.get("queues") {
-            None => vec![envelope::DEFAULT_QUEUE.to_string()],
-            Some(Value::Array(names)) => names
-                .iter()
-                .map(|name| match name.as_str() {
-                    Some(name) if envelope::is_valid_queue(name) => Ok(name.to_string()),
-                    _ => Err(OjsError::invalid("\"queues\" must be an array of valid queue names")),
-                })
-                .collect::<Result<_, _>>()?,
-            Some(_) => return Err(OjsError::invalid("\"queues\" must be an array of queue names")),
-        };
+        let queues = fetch_queues(&body)?;
         let count = match body.get("count").or_else(|| body.get("max_jobs")) {
             None => 1,
             Some(count) => count
@@ -607,10 +601,12 @@ impl OjsService {
             }
         }
         let registration = cron::parse_registration(body)?;
-        // Checked now (its args against its type's schema too) so a bad template fails here
-        // rather than at every tick.
-        let template = envelope::parse_job(
-            registration.definition["job_template"].clone(),
+        // The job a tick would build, checked now (its args against its type's schema too) so a
+        // bad template fails here rather than at every tick.
+        let template = cron::tick_job(
+            &registration.name,
+            &registration.definition,
+            &now_rfc3339(),
             self.inner.options.max_args_bytes,
         )?
         .without_dependencies("a cron template")?;

@@ -1,7 +1,7 @@
 //! The binding's small pieces of wire format: path ids, query strings, optional fields of request
 //! bodies, and the shapes answers take (jobs, listings, settled jobs, subscriptions, headers).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 use serde_json::{Map, Value, json};
@@ -420,6 +420,38 @@ pub(super) fn queue_settings(body: Value) -> Result<Value, OjsError> {
     Ok(json!({ "backpressure": { "max_depth": max_depth, "strategy": "reject", "warning_threshold": warning } }))
 }
 
+/// Most queues one fetch may list: each is an index range scan of the claim, so a worker
+/// serving more should fetch from them in several requests.
+pub(super) const MAX_FETCH_QUEUES: usize = 100;
+
+/// A fetch's `queues` (the default queue when absent), each once in the order first listed: a
+/// queue listed twice would be scanned twice for the same jobs.
+pub(super) fn fetch_queues(body: &Value) -> Result<Vec<String>, OjsError> {
+    let names = match body.get("queues") {
+        None => return Ok(vec![envelope::DEFAULT_QUEUE.to_string()]),
+        Some(Value::Array(names)) => names,
+        Some(_) => return Err(OjsError::invalid("\"queues\" must be an array of queue names")),
+    };
+    let mut seen = HashSet::new();
+    let mut queues = Vec::new();
+    for name in names {
+        match name.as_str() {
+            Some(name) if envelope::is_valid_queue(name) => {
+                if seen.insert(name) {
+                    queues.push(name.to_string());
+                }
+            }
+            _ => return Err(OjsError::invalid("\"queues\" must be an array of valid queue names")),
+        }
+        if queues.len() > MAX_FETCH_QUEUES {
+            return Err(OjsError::invalid(format!(
+                "a fetch lists at most {MAX_FETCH_QUEUES} queues; fetch from more in several requests"
+            )));
+        }
+    }
+    Ok(queues)
+}
+
 /// Largest weight a fetch may give a queue (`weights`): enough for any ratio worth asking.
 const MAX_WEIGHT: u64 = 1_000;
 
@@ -431,7 +463,8 @@ pub(super) fn fetch_strategy(body: &Value, queues: &[String]) -> Result<Strategy
     let weights = match body.get("weights") {
         None | Some(Value::Null) => None,
         Some(Value::Object(weights)) => {
-            if let Some(unknown) = weights.keys().find(|name| !queues.contains(name)) {
+            let listed: HashSet<&String> = queues.iter().collect();
+            if let Some(unknown) = weights.keys().find(|name| !listed.contains(name)) {
                 return Err(OjsError::invalid(format!(
                     "\"weights\" names queue {unknown:?}, which the fetch does not list"
                 )));
