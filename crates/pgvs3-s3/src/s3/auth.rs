@@ -298,10 +298,7 @@ const MAX_PRESIGNED_SECS: i64 = 604_800;
 /// answers S3's way when called ahead of s3s. A request without the parameter costs one
 /// substring search of its query.
 pub fn presigned_expiry(uri: &http::Uri) -> S3Result<()> {
-    let Some(query) = uri.query().filter(|q| q.contains("X-Amz-Expires=")) else {
-        return Ok(());
-    };
-    let Some((_, value)) = form_urlencoded::parse(query.as_bytes()).find(|(name, _)| name == "X-Amz-Expires") else {
+    let Some(value) = query_param(uri, "X-Amz-Expires") else {
         return Ok(());
     };
     let refuse = |message: &str| {
@@ -330,12 +327,96 @@ pub fn presigned_expiry(uri: &http::Uri) -> S3Result<()> {
 /// hex digits). S3 computes the signature and answers that it does not match; s3s refuses the
 /// URL's form instead (400 InvalidRequest "missing presigned url v4 fields").
 pub fn presigned_signature_malformed(uri: &http::Uri) -> bool {
-    let Some(query) = uri.query().filter(|query| query.contains("X-Amz-Signature=")) else {
-        return false;
-    };
+    query_param(uri, "X-Amz-Signature")
+        .is_some_and(|value| value.len() != 64 || !value.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+}
+
+/// A query parameter by its name as s3s reads it: percent-decoded, so `X-Amz%2DExpires` is
+/// `X-Amz-Expires` too. A query holding neither the name nor any escape costs one substring
+/// search.
+fn query_param<'a>(uri: &'a http::Uri, name: &str) -> Option<std::borrow::Cow<'a, str>> {
+    let query = uri
+        .query()
+        .filter(|query| query.contains(name) || query.contains('%'))?;
     form_urlencoded::parse(query.as_bytes())
-        .find(|(name, _)| name == "X-Amz-Signature")
-        .is_some_and(|(_, value)| value.len() != 64 || !value.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+        .find(|(key, _)| key == name)
+        .map(|(_, value)| value)
+}
+
+/// The `x-amz-*` header of a SigV4 request that its signature does not cover (or `host`, when
+/// the signature leaves it out), as S3 refuses them: 403 AccessDenied "There were headers present
+/// in the request which were not signed". s3s checks only the headers a request lists as signed,
+/// so without this a presigned URL could carry any `x-amz-*` header its holder likes — an
+/// `x-amz-copy-source` turns a presigned upload into a copy of whatever the signer may read, an
+/// `x-amz-object-lock-mode` locks the object for years. Exempt, as the SDKs leave them unsigned:
+/// the session token (a credential checked on its own) and, on a presigned URL, the headers
+/// that SDKs never sign there (`x-amz-user-agent`, `x-amz-checksum-mode`) and the payload hash.
+pub fn unsigned_header(uri: &http::Uri, headers: &http::HeaderMap) -> Option<String> {
+    let authorization = headers
+        .get(http::header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok());
+    let (signed, presigned) = match authorization {
+        Some(value) if value.starts_with("AWS4-HMAC-SHA256") => {
+            let signed = value
+                .split(',')
+                .find_map(|part| part.split_once("SignedHeaders=").map(|(_, list)| list.trim()))?;
+            (std::borrow::Cow::Borrowed(signed), false)
+        }
+        Some(_) => return None,
+        None => (query_param(uri, "X-Amz-SignedHeaders")?, true),
+    };
+    let signed: Vec<String> = signed.split(';').map(str::to_ascii_lowercase).collect();
+    let is_signed = |name: &str| signed.iter().any(|entry| entry == name);
+    if !is_signed("host") {
+        return Some("host".to_owned());
+    }
+    let exempt = |name: &str| {
+        name == "x-amz-security-token"
+            || presigned
+                && matches!(
+                    name,
+                    "x-amz-user-agent" | "x-amz-checksum-mode" | "x-amz-content-sha256"
+                )
+    };
+    headers
+        .keys()
+        .map(http::HeaderName::as_str)
+        .find(|name| name.starts_with("x-amz-") && !exempt(name) && !is_signed(name))
+        .map(str::to_owned)
+}
+
+/// Sub-resources that choose an operation but that SigV2 does not sign (s3s's list, as botocore's,
+/// predates them): with one of them added, a SigV2 presigned URL (or a replayed request) for an
+/// object would still verify while running another operation — `?retention` turns an upload
+/// URL into a COMPLIANCE lock until 2099. S3 has refused SigV2 for buckets made since 2020;
+/// pgvs3 takes SigV2 for older tools, but not for these: they need SigV4.
+const SIGV2_UNSIGNED_SUBRESOURCES: &[&str] = &[
+    "retention",
+    "legal-hold",
+    "encryption",
+    "ownershipControls",
+    "publicAccessBlock",
+    "intelligent-tiering",
+    "policyStatus",
+    "attributes",
+    "session",
+];
+
+/// The sub-resource a SigV2 request names that its signature does not cover (see
+/// [`SIGV2_UNSIGNED_SUBRESOURCES`]).
+pub fn sigv2_unsigned_subresource(uri: &http::Uri, headers: &http::HeaderMap) -> Option<&'static str> {
+    let query = uri.query()?;
+    let sigv2_header = headers
+        .get(http::header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| value.starts_with("AWS "));
+    let sigv2 = sigv2_header || query_param(uri, "AWSAccessKeyId").is_some();
+    if !sigv2 {
+        return None;
+    }
+    form_urlencoded::parse(query.as_bytes())
+        .find_map(|(name, _)| SIGV2_UNSIGNED_SUBRESOURCES.iter().find(|unsigned| **unsigned == name))
+        .copied()
 }
 
 /// How far a SigV2 request's date may be from the gateway's clock, as S3 allows.
@@ -509,6 +590,103 @@ mod tests {
             );
         }
         assert!(presigned_expiry(&"/b/k?list-type=2".parse().unwrap()).is_ok());
+        // s3s decodes parameter names: an escaped name is the same parameter.
+        let escaped: http::Uri = "/b/k?X-Amz%2DExpires=4294967295&X-Amz-Signature=x".parse().unwrap();
+        assert!(presigned_expiry(&escaped).is_err());
+    }
+
+    #[test]
+    fn every_amz_header_must_be_signed_but_the_exempt() {
+        let unsigned = |uri: &str, headers: &[(&str, &str)]| {
+            let mut map = http::HeaderMap::new();
+            for (name, value) in headers {
+                map.insert(
+                    http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                    value.parse().unwrap(),
+                );
+            }
+            unsigned_header(&uri.parse().unwrap(), &map)
+        };
+        let presigned = "/b/k?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-SignedHeaders=host&X-Amz-Signature=x";
+        assert_eq!(unsigned(presigned, &[("host", "h")]), None);
+        assert_eq!(
+            unsigned(presigned, &[("x-amz-copy-source", "/b/secret")]).as_deref(),
+            Some("x-amz-copy-source")
+        );
+        assert_eq!(
+            unsigned(
+                &presigned.replace("X-Amz-SignedHeaders", "X-Amz%2DSignedHeaders"),
+                &[("x-amz-acl", "public-read")]
+            )
+            .as_deref(),
+            Some("x-amz-acl"),
+            "an escaped parameter name is read as s3s reads it"
+        );
+        let exempt = [
+            ("x-amz-user-agent", "sdk"),
+            ("x-amz-content-sha256", "UNSIGNED-PAYLOAD"),
+            ("x-amz-security-token", "t"),
+        ];
+        assert_eq!(unsigned(presigned, &exempt), None);
+        let signed = presigned.replace("SignedHeaders=host", "SignedHeaders=host%3Bx-amz-acl");
+        assert_eq!(unsigned(&signed, &[("x-amz-acl", "private")]), None);
+        assert_eq!(
+            unsigned(&presigned.replace("SignedHeaders=host", "SignedHeaders=range"), &[]).as_deref(),
+            Some("host")
+        );
+
+        let header = |signed: &str| {
+            format!(
+                "AWS4-HMAC-SHA256 Credential=AK/20260101/us-east-1/s3/aws4_request, SignedHeaders={signed}, Signature=ab"
+            )
+        };
+        let auth = header("host;x-amz-content-sha256;x-amz-date");
+        let base = [
+            ("authorization", auth.as_str()),
+            ("x-amz-date", "d"),
+            ("x-amz-content-sha256", "h"),
+        ];
+        assert_eq!(unsigned("/b/k", &base), None);
+        let mut more = base.to_vec();
+        more.push(("x-amz-meta-owner", "mallory"));
+        assert_eq!(unsigned("/b/k", &more).as_deref(), Some("x-amz-meta-owner"));
+        // Header auth: x-amz-user-agent is signed by the SDKs, so it counts.
+        let mut agent = base.to_vec();
+        agent.push(("x-amz-user-agent", "sdk"));
+        assert_eq!(unsigned("/b/k", &agent).as_deref(), Some("x-amz-user-agent"));
+        // SigV2 and anonymous requests are not SigV4's to check.
+        assert_eq!(
+            unsigned("/b/k", &[("authorization", "AWS AK:sig"), ("x-amz-acl", "p")]),
+            None
+        );
+        assert_eq!(unsigned("/b/k", &[("x-amz-acl", "p")]), None);
+    }
+
+    #[test]
+    fn sigv2_requests_may_not_name_sub_resources_it_does_not_sign() {
+        let named = |uri: &str, authorization: Option<&str>| {
+            let mut headers = http::HeaderMap::new();
+            if let Some(value) = authorization {
+                headers.insert(http::header::AUTHORIZATION, value.parse().unwrap());
+            }
+            sigv2_unsigned_subresource(&uri.parse().unwrap(), &headers)
+        };
+        assert_eq!(
+            named("/b/k?AWSAccessKeyId=AK&Expires=9&Signature=s&retention", None),
+            Some("retention")
+        );
+        assert_eq!(named("/b/k?legal-hold", Some("AWS AK:sig")), Some("legal-hold"));
+        assert_eq!(
+            named("/b/k?AWSAccessKeyId=AK&Expires=9&Signature=s&tagging", None),
+            None,
+            "signed by SigV2"
+        );
+        assert_eq!(
+            named("/b/k?retention", Some("AWS4-HMAC-SHA256 Credential=x")),
+            None,
+            "SigV4 signs every parameter"
+        );
+        assert_eq!(named("/b/k?retention", None), None, "anonymous");
     }
 
     proptest! {

@@ -4,6 +4,7 @@ mod access_log;
 mod auth;
 mod authorize;
 mod checksum;
+mod chunk_guard;
 mod cors;
 mod domains;
 mod errors;
@@ -263,7 +264,10 @@ impl Endpoint {
                     None => outcome,
                 }
             }
-            None => self.service.call(request.map(s3s_body)).await,
+            None => {
+                let chunked = chunk_guard::is_chunked(request.headers());
+                self.service.call(request.map(|body| s3s_body(body, chunked))).await
+            }
             Some(form) => self.post(form, request, facts, request_id).await,
         }
     }
@@ -423,6 +427,24 @@ fn refused_before_s3s<B>(request: &Request<B>, request_id: &str) -> Option<Respo
     if let Err((code, message)) = auth::sigv2_date(request.headers(), time::OffsetDateTime::now_utc()) {
         return Some(error_response(http::StatusCode::FORBIDDEN, code, message, request_id));
     }
+    if auth::unsigned_header(request.uri(), request.headers()).is_some() {
+        return Some(error_response(
+            http::StatusCode::FORBIDDEN,
+            "AccessDenied",
+            "There were headers present in the request which were not signed",
+            request_id,
+        ));
+    }
+    if let Some(subresource) = auth::sigv2_unsigned_subresource(request.uri(), request.headers()) {
+        return Some(error_response(
+            http::StatusCode::FORBIDDEN,
+            "AccessDenied",
+            &format!(
+                "The '{subresource}' sub-resource needs a Signature Version 4 request: Signature Version 2 does not sign it."
+            ),
+            request_id,
+        ));
+    }
     let undated = request.headers().contains_key(http::header::AUTHORIZATION)
         && !request.headers().contains_key("x-amz-date")
         && !request.headers().contains_key(http::header::DATE);
@@ -451,10 +473,12 @@ pub(crate) fn percent_encode(text: &str, keep_slash: bool) -> String {
 }
 
 /// The body as s3s reads it: an empty one as such (no box, no timer), others with their idle
-/// deadline.
-fn s3s_body(body: RequestBody) -> s3s::Body {
+/// deadline, and an `aws-chunked` one with its chunks bounded (see `chunk_guard`).
+fn s3s_body(body: RequestBody, chunked: bool) -> s3s::Body {
     if http_body::Body::is_end_stream(&body) {
         s3s::Body::empty()
+    } else if chunked {
+        s3s::Body::http_body(chunk_guard::ChunkGuard::new(body))
     } else {
         s3s::Body::http_body(body)
     }
