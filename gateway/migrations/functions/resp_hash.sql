@@ -50,6 +50,7 @@ BEGIN
                CASE WHEN ints[1] = 1 THEN array_agg((w.inserted AND p.first)::int::float8 ORDER BY p.i) END
           INTO n, scores
           FROM pairs p JOIN written w ON w.field = p.f;
+        PERFORM pgvs3.resp_grown(b, k, 'h', args, NULL);
     WHEN 'hsetnx' THEN
         PERFORM pgvs3.resp_create(b, k, 'h');
         INSERT INTO pgvs3.resp_hash (bucket_id, key, field, value) VALUES (b, k, args[1], args[2])
@@ -58,6 +59,9 @@ BEGIN
         IF n > 0 THEN
             PERFORM pgvs3.resp_bump(b, k);
         END IF;
+        -- Judged by both arguments whether the field was set or not, as Redis's
+        -- hashTypeTryConversion converts before it looks.
+        PERFORM pgvs3.resp_grown(b, k, 'h', args[1:2], NULL);
     WHEN 'hdel' THEN
         DELETE FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k AND field = ANY (args);
         GET DIAGNOSTICS n = ROW_COUNT;
@@ -98,6 +102,7 @@ BEGIN
         PERFORM pgvs3.resp_touch(b, k, 'h');
         INSERT INTO pgvs3.resp_hash (bucket_id, key, field, value) VALUES (b, k, args[1], cur)
         ON CONFLICT (bucket_id, key, field) DO UPDATE SET value = EXCLUDED.value;
+        PERFORM pgvs3.resp_grown(b, k, 'h', ARRAY[args[1], cur], NULL);
     WHEN 'hget' THEN
         items := ARRAY[(SELECT value FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k AND field = args[1])];
     WHEN 'hmget' THEN
