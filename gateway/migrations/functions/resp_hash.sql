@@ -58,10 +58,8 @@ BEGIN
         GET DIAGNOSTICS n = ROW_COUNT;
         IF n > 0 THEN
             PERFORM pgvs3.resp_bump(b, k);
+            PERFORM pgvs3.resp_grown(b, k, 'h', args[1:2], NULL);
         END IF;
-        -- Judged by both arguments whether the field was set or not, as Redis's
-        -- hashTypeTryConversion converts before it looks.
-        PERFORM pgvs3.resp_grown(b, k, 'h', args[1:2], NULL);
     WHEN 'hdel' THEN
         DELETE FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k AND field = ANY (args);
         GET DIAGNOSTICS n = ROW_COUNT;

@@ -236,7 +236,7 @@ async fn the_keyspace_commands_work_across_types() {
     assert_eq!(query::<i64>(&mut con, &["DBSIZE"]).await, 2);
     assert_eq!(
         query::<String>(&mut con, &["OBJECT", "ENCODING", "hash"]).await,
-        "hashtable"
+        "listpack"
     );
     assert_eq!(
         query::<String>(&mut con, &["OBJECT", "ENCODING", "str"]).await,
