@@ -76,23 +76,29 @@ $$;
 
 -- The encoding parameters of bucket `b`'s keyspace (0050_resp_encodings.sql), Redis 7.0.15's
 -- defaults where CONFIG SET never set one: what CONFIG GET answers and the writes below judge by.
+-- PL/pgSQL, so that its statement's plan is kept, where a SQL function's would be made at each
+-- write.
 CREATE OR REPLACE FUNCTION pgvs3.resp_encodings(b bigint,
     OUT hash_entries bigint, OUT hash_value bigint, OUT set_entries bigint, OUT zset_entries bigint, OUT zset_value bigint)
-LANGUAGE sql STABLE AS $$
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
     SELECT coalesce(p.hash_entries, 512), coalesce(p.hash_value, 64), coalesce(p.set_entries, 512),
            coalesce(p.zset_entries, 128), coalesce(p.zset_value, 64)
-      FROM (VALUES (1)) AS one LEFT JOIN pgvs3.resp_encoding_parameters p ON p.bucket_id = b
-$$;
+      INTO hash_entries, hash_value, set_entries, zset_entries, zset_value
+      FROM (VALUES (1)) AS one LEFT JOIN pgvs3.resp_encoding_parameters p ON p.bucket_id = b;
+END $$;
 
 -- The limits of a small key of type `t` ('h', 's', 'z'): most elements, and longest field,
 -- value or member (NULL for a set, whose small encoding, intset, takes integers only). Redis
 -- caps an intset at 2^30 entries whatever the parameter says.
 CREATE OR REPLACE FUNCTION pgvs3.resp_small_limits(b bigint, t "char", OUT entries bigint, OUT value bigint)
-LANGUAGE sql STABLE AS $$
-    SELECT CASE t WHEN 'h' THEN e.hash_entries WHEN 's' THEN least(e.set_entries, 1073741824) ELSE e.zset_entries END,
-           CASE t WHEN 'h' THEN e.hash_value WHEN 'z' THEN e.zset_value END
-      FROM pgvs3.resp_encodings(b) e
-$$;
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    e record := pgvs3.resp_encodings(b);
+BEGIN
+    entries := CASE t WHEN 'h' THEN e.hash_entries WHEN 's' THEN least(e.set_entries, 1073741824) ELSE e.zset_entries END;
+    value := CASE t WHEN 'h' THEN e.hash_value WHEN 'z' THEN e.zset_value END;
+END $$;
 
 -- Whether what `k` (of type `t`) holds fits its small encoding now: at most `entries` elements,
 -- each within `value` bytes (a set's each an integer Redis's intset takes, string2ll's). Reads
