@@ -450,6 +450,11 @@ const ENCODING_PARAMETERS: &[(&str, &str)] = &[
     ("lazyfree-lazy-user-flush", "no"),
 ];
 
+/// Redis's reasons for refusing a value of a size parameter (config.c numericParseString,
+/// numericBoundaryCheck for a range of 0 to LONG_MAX).
+const NOT_AN_INTEGER: &str = "argument couldn't be parsed into an integer";
+const NOT_IN_RANGE: &str = "argument must be between 0 and 9223372036854775807 inclusive";
+
 /// What a CONFIG SET changes, once all its pairs are checked.
 #[derive(Default)]
 struct Changes {
@@ -496,12 +501,11 @@ fn config_command(args: &[Bytes], parameters: &[(&'static str, String)], changes
                     let value = if *memory {
                         memory_value(&pair[1]).ok_or_else(|| failed("argument must be a memory value"))
                     } else {
-                        command::parse_integer(&pair[1])
-                            .ok_or_else(|| failed("argument couldn't be parsed into an integer"))
+                        command::parse_integer(&pair[1]).ok_or_else(|| failed(NOT_AN_INTEGER))
                     };
                     let value = match value {
                         Ok(value) if value >= 0 => value,
-                        Ok(_) => return failed("argument must be between 0 and 9223372036854775807 inclusive"),
+                        Ok(_) => return failed(NOT_IN_RANGE),
                         Err(reply) => return reply,
                     };
                     changes.encodings.retain(|(set, _)| set != parameter);
@@ -520,10 +524,10 @@ fn config_command(args: &[Bytes], parameters: &[(&'static str, String)], changes
                 }
                 if name == "tracking-table-max-keys" {
                     let Some(max) = command::parse_integer(&pair[1]) else {
-                        return failed("argument couldn't be parsed into an integer");
+                        return failed(NOT_AN_INTEGER);
                     };
                     let Ok(max) = usize::try_from(max) else {
-                        return failed("argument must be between 0 and 9223372036854775807 inclusive");
+                        return failed(NOT_IN_RANGE);
                     };
                     changes.tracking_table_max_keys = Some(max);
                     continue;
