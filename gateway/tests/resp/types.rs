@@ -1264,6 +1264,11 @@ async fn sorted_set_combinations_answer_as_redis() {
         raw.command(&["ZINTERCARD", "1", "a", "LIMIT", "-1"]).await.error(),
         "ERR LIMIT can't be negative"
     );
+    // Redis 7.0.15 answers the same to a LIMIT that is not a number.
+    assert_eq!(
+        raw.command(&["ZINTERCARD", "1", "a", "LIMIT", "a"]).await.error(),
+        "ERR LIMIT can't be negative"
+    );
     assert_eq!(
         raw.command(&["ZDIFF", "2", "a", "b", "WEIGHTS", "1", "1"])
             .await

@@ -395,10 +395,11 @@ fn parse_store(name: &str, args: &[Bytes]) -> Result<Typed, Reply> {
                 options = &options[1..];
             }
             b"limit" if op == ZsetOp::Zintercard && options.len() > 1 => {
+                // Redis's getPositiveLongFromObjectOrReply: one text for a negative number and
+                // for one that is not a number.
                 limit = match crate::resp::command::parse_integer(&options[1]) {
                     Some(limit) if limit >= 0 => limit,
-                    Some(_) => return Err(Reply::error("ERR LIMIT can't be negative")),
-                    None => return Err(crate::resp::command::not_an_integer()),
+                    _ => return Err(Reply::error("ERR LIMIT can't be negative")),
                 };
                 options = &options[2..];
             }
