@@ -1797,6 +1797,82 @@ CREATE FUNCTION pgvs3.resp_decimal(v bytea) RETURNS numeric
 $_$;
 
 --
+-- Name: resp_encodings(bigint); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_encodings(b bigint, OUT hash_entries bigint, OUT hash_value bigint, OUT set_entries bigint, OUT zset_entries bigint, OUT zset_value bigint) RETURNS record
+    LANGUAGE plpgsql STABLE
+    AS $$
+BEGIN
+    SELECT coalesce(p.hash_entries, 512), coalesce(p.hash_value, 64), coalesce(p.set_entries, 512),
+           coalesce(p.zset_entries, 128), coalesce(p.zset_value, 64)
+      INTO hash_entries, hash_value, set_entries, zset_entries, zset_value
+      FROM (VALUES (1)) AS one LEFT JOIN pgvs3.resp_encoding_parameters p ON p.bucket_id = b;
+END $$;
+
+--
+-- Name: resp_fits(bigint, text, "char"); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_fits(b bigint, k text, t "char") RETURNS boolean
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    lim record := pgvs3.resp_small_limits(b, t);
+    cap bigint := least(lim.entries, 1099511627776) + 1;
+    fits boolean;
+BEGIN
+    IF t = 'h' THEN
+        SELECT count(*) <= lim.entries AND coalesce(bool_and(length(field) <= lim.value AND length(value) <= lim.value), true)
+          INTO fits FROM (SELECT field, value FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k LIMIT cap) e;
+    ELSIF t = 's' THEN
+        SELECT count(*) <= lim.entries AND coalesce(bool_and(pgvs3.resp_int(member) IS NOT NULL), true)
+          INTO fits FROM (SELECT member FROM pgvs3.resp_set WHERE bucket_id = b AND key = k LIMIT cap) e;
+    ELSE
+        SELECT count(*) <= lim.entries AND coalesce(bool_and(length(member) <= lim.value), true)
+          INTO fits FROM (SELECT member FROM pgvs3.resp_zset WHERE bucket_id = b AND key = k LIMIT cap) e;
+    END IF;
+    RETURN fits;
+END $$;
+
+--
+-- Name: resp_grown(bigint, text, "char", bytea[], bigint); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_grown(b bigint, k text, t "char", added bytea[], total bigint) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    lim record;
+    cap bigint;
+    over boolean;
+BEGIN
+    -- A large key stays large; one of before layout v51 (NULL) is judged when read.
+    IF NOT EXISTS (SELECT 1 FROM pgvs3.resp_keys WHERE bucket_id = b AND key = k AND NOT large) THEN
+        RETURN;
+    END IF;
+    lim := pgvs3.resp_small_limits(b, t);
+    IF t = 's' THEN
+        over := EXISTS (SELECT 1 FROM unnest(added) a WHERE pgvs3.resp_int(a) IS NULL);
+    ELSE
+        over := EXISTS (SELECT 1 FROM unnest(added) a WHERE length(a) > lim.value);
+    END IF;
+    IF NOT over AND total IS NULL THEN
+        cap := least(lim.entries, 1099511627776) + 1;
+        IF t = 'h' THEN
+            total := (SELECT count(*) FROM (SELECT 1 FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k LIMIT cap) e);
+        ELSIF t = 's' THEN
+            total := (SELECT count(*) FROM (SELECT 1 FROM pgvs3.resp_set WHERE bucket_id = b AND key = k LIMIT cap) e);
+        ELSE
+            total := (SELECT count(*) FROM (SELECT 1 FROM pgvs3.resp_zset WHERE bucket_id = b AND key = k LIMIT cap) e);
+        END IF;
+    END IF;
+    IF over OR total > lim.entries THEN
+        UPDATE pgvs3.resp_keys SET large = true WHERE bucket_id = b AND key = k;
+    END IF;
+END $$;
+
+--
 -- Name: resp_hash(text, bigint, text[], text[], bytea[], bigint[], double precision[]); Type: FUNCTION; Schema: pgvs3; Owner: -
 --
 
@@ -1849,6 +1925,7 @@ BEGIN
                CASE WHEN ints[1] = 1 THEN array_agg((w.inserted AND p.first)::int::float8 ORDER BY p.i) END
           INTO n, scores
           FROM pairs p JOIN written w ON w.field = p.f;
+        PERFORM pgvs3.resp_grown(b, k, 'h', args, NULL);
     WHEN 'hsetnx' THEN
         PERFORM pgvs3.resp_create(b, k, 'h');
         INSERT INTO pgvs3.resp_hash (bucket_id, key, field, value) VALUES (b, k, args[1], args[2])
@@ -1856,6 +1933,7 @@ BEGIN
         GET DIAGNOSTICS n = ROW_COUNT;
         IF n > 0 THEN
             PERFORM pgvs3.resp_bump(b, k);
+            PERFORM pgvs3.resp_grown(b, k, 'h', args[1:2], NULL);
         END IF;
     WHEN 'hdel' THEN
         DELETE FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k AND field = ANY (args);
@@ -1897,6 +1975,7 @@ BEGIN
         PERFORM pgvs3.resp_touch(b, k, 'h');
         INSERT INTO pgvs3.resp_hash (bucket_id, key, field, value) VALUES (b, k, args[1], cur)
         ON CONFLICT (bucket_id, key, field) DO UPDATE SET value = EXCLUDED.value;
+        PERFORM pgvs3.resp_grown(b, k, 'h', ARRAY[args[1], cur], NULL);
     WHEN 'hget' THEN
         items := ARRAY[(SELECT value FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k AND field = args[1])];
     WHEN 'hmget' THEN
@@ -1994,9 +2073,10 @@ BEGIN
         -- The elements follow (ON UPDATE CASCADE).
         UPDATE pgvs3.resp_keys SET key = dst, version = version + 1 WHERE bucket_id = b AND key = src;
     ELSE
-        -- With a list's length and bounds (functions/resp_list.sql).
-        INSERT INTO pgvs3.resp_keys (bucket_id, key, type, expires_at, length, list_head, list_tail)
-            SELECT b, dst, type, expires_at, length, list_head, list_tail FROM pgvs3.resp_keys WHERE bucket_id = b AND key = src;
+        -- With a list's length and bounds (functions/resp_list.sql), and the encoding: Redis's
+        -- COPY duplicates the object as it is encoded (hashTypeDup, setTypeDup, zsetDup).
+        INSERT INTO pgvs3.resp_keys (bucket_id, key, type, expires_at, length, list_head, list_tail, large)
+            SELECT b, dst, type, expires_at, length, list_head, list_tail, large FROM pgvs3.resp_keys WHERE bucket_id = b AND key = src;
         CASE src_type
         WHEN 'h' THEN
             INSERT INTO pgvs3.resp_hash SELECT b, dst, field, value FROM pgvs3.resp_hash WHERE bucket_id = b AND key = src;
@@ -2022,6 +2102,16 @@ BEGIN
     END IF;
     n := 1;
 END $$;
+
+--
+-- Name: resp_large(bigint, text); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_large(b bigint, k text) RETURNS boolean
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT coalesce(r.large, NOT pgvs3.resp_fits(b, k, r.type)) FROM pgvs3.resp_keys r WHERE r.bucket_id = b AND r.key = k
+$$;
 
 --
 -- Name: resp_list(text, bigint, text[], text[], bytea[], bigint[], double precision[]); Type: FUNCTION; Schema: pgvs3; Owner: -
@@ -2430,6 +2520,7 @@ BEGIN
         GET DIAGNOSTICS n = ROW_COUNT;
         IF n > 0 THEN
             PERFORM pgvs3.resp_bump(b, k);
+            PERFORM pgvs3.resp_grown(b, k, 's', args, NULL);
         END IF;
     WHEN 'srem' THEN
         DELETE FROM pgvs3.resp_set WHERE bucket_id = b AND key = k AND member = ANY (args);
@@ -2493,6 +2584,7 @@ BEGIN
             GET DIAGNOSTICS total = ROW_COUNT;
             IF total > 0 THEN
                 PERFORM pgvs3.resp_bump(b, ks[2]);
+                PERFORM pgvs3.resp_grown(b, ks[2], 's', args[1:1], NULL);
             END IF;
         ELSIF n > 0 THEN
             INSERT INTO pgvs3.resp_set (bucket_id, key, member) VALUES (b, k, args[1]);
@@ -2533,6 +2625,8 @@ BEGIN
         IF cardinality(items) > 0 THEN
             INSERT INTO pgvs3.resp_keys (bucket_id, key, type) VALUES (b, k, 's');
             INSERT INTO pgvs3.resp_set (bucket_id, key, member) SELECT b, k, m FROM unnest(items) m;
+            -- Built member by member into an intset, as Redis builds it (t_set.c).
+            PERFORM pgvs3.resp_grown(b, k, 's', items, cardinality(items));
         END IF;
         n := cardinality(items);
         items := NULL;
@@ -2557,6 +2651,20 @@ CREATE FUNCTION pgvs3.resp_settle(b bigint, k text) RETURNS void
            ELSE true
        END
 $$;
+
+--
+-- Name: resp_small_limits(bigint, "char"); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_small_limits(b bigint, t "char", OUT entries bigint, OUT value bigint) RETURNS record
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    e record := pgvs3.resp_encodings(b);
+BEGIN
+    entries := CASE t WHEN 'h' THEN e.hash_entries WHEN 's' THEN least(e.set_entries, 1073741824) ELSE e.zset_entries END;
+    value := CASE t WHEN 'h' THEN e.hash_value WHEN 'z' THEN e.zset_value END;
+END $$;
 
 --
 -- Name: resp_stream(text, bigint, text[], text[], bytea[], bigint[], double precision[]); Type: FUNCTION; Schema: pgvs3; Owner: -
@@ -3674,6 +3782,9 @@ DECLARE
     i int;
     added bigint := 0;
     changed bigint := 0;
+    -- The members the call added (not those whose score it changed): what Redis's zsetAdd
+    -- judges the encoding by.
+    fresh bytea[];
 BEGIN
     IF combining THEN
         err := pgvs3.resp_check(b, ks, strings, '{}', 'z', write);
@@ -3749,6 +3860,7 @@ BEGIN
             END IF;
             ma := args[1:1];
             sa := ARRAY[new];
+            fresh := CASE WHEN added > 0 THEN ma END;
         ELSE
             -- One statement over all pairs (a statement per pair, or args[i], was quadratic in
             -- the argument count). Pairs apply in order, as in Redis: a member given twice
@@ -3782,10 +3894,11 @@ BEGIN
             -- ints[7] = 1 (0039_resp_batched_calls.sql): scores answer, pair by pair, 1 where it added its member
             -- and 2 where it changed its score: the gateway runs consecutive ZADDs with the same
             -- options on one key as one call and gives each command the count of its own pairs.
-            SELECT c.added, c.changed, f.ma, f.sa, CASE WHEN ints[7] = 1 THEN c.steps END
-              INTO added, changed, ma, sa, scores
+            SELECT c.added, c.changed, f.ma, f.sa, CASE WHEN ints[7] = 1 THEN c.steps END, c.fresh
+              INTO added, changed, ma, sa, scores, fresh
               FROM (SELECT count(*) FILTER (WHERE adds) AS added, count(*) FILTER (WHERE changes) AS changed,
-                           array_agg((adds::int + 2 * changes::int)::float8 ORDER BY pos) AS steps
+                           array_agg((adds::int + 2 * changes::int)::float8 ORDER BY pos) AS steps,
+                           array_agg(m) FILTER (WHERE adds) AS fresh
                       FROM applied) c,
                    (SELECT coalesce(array_agg(m ORDER BY m), '{}') AS ma, coalesce(array_agg(s ORDER BY m), '{}') AS sa
                       FROM final) f;
@@ -3798,6 +3911,7 @@ BEGIN
         END IF;
         n := added + CASE WHEN ints[5] = 1 THEN changed ELSE 0 END;
         IF added > 0 THEN
+            PERFORM pgvs3.resp_grown(b, k, 'z', fresh, NULL);
             PERFORM pgvs3.resp_wake(b, k);
         END IF;
     WHEN 'zrem' THEN
@@ -3936,6 +4050,9 @@ BEGIN
             INSERT INTO pgvs3.resp_keys (bucket_id, key, type) VALUES (b, k, 'z');
             INSERT INTO pgvs3.resp_zset (bucket_id, key, member, score)
                 SELECT b, k, m, s FROM unnest(items, scores) AS u(m, s);
+            -- Judged by what it holds, as Redis's ZRANGESTORE creates it and its *STORE
+            -- converts it (t_zset.c zrangeResultBeginStore, zsetConvertToListpackIfNeeded).
+            PERFORM pgvs3.resp_grown(b, k, 'z', items, cardinality(items));
             PERFORM pgvs3.resp_wake(b, k);
         END IF;
         n := cardinality(items);
@@ -4490,6 +4607,19 @@ CREATE TABLE pgvs3.resp_acl_users (
 );
 
 --
+-- Name: resp_encoding_parameters; Type: TABLE; Schema: pgvs3; Owner: -
+--
+
+CREATE TABLE pgvs3.resp_encoding_parameters (
+    bucket_id bigint NOT NULL,
+    hash_entries bigint,
+    hash_value bigint,
+    set_entries bigint,
+    zset_entries bigint,
+    zset_value bigint
+);
+
+--
 -- Name: resp_expired; Type: TABLE; Schema: pgvs3; Owner: -
 --
 
@@ -4535,6 +4665,7 @@ CREATE TABLE pgvs3.resp_keys (
     length bigint,
     list_head bigint,
     list_tail bigint,
+    large boolean DEFAULT false,
     CONSTRAINT resp_keys_type_check CHECK ((type = ANY (ARRAY['h'::"char", 's'::"char", 'z'::"char", 'l'::"char", 'x'::"char"])))
 );
 
@@ -5242,6 +5373,13 @@ ALTER TABLE ONLY pgvs3.outbox
 
 ALTER TABLE ONLY pgvs3.resp_acl_users
     ADD CONSTRAINT resp_acl_users_pkey PRIMARY KEY (name);
+
+--
+-- Name: resp_encoding_parameters resp_encoding_parameters_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.resp_encoding_parameters
+    ADD CONSTRAINT resp_encoding_parameters_pkey PRIMARY KEY (bucket_id);
 
 --
 -- Name: resp_expired resp_expired_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -
@@ -6069,6 +6207,13 @@ ALTER TABLE ONLY pgvs3.outbox
 
 ALTER TABLE ONLY pgvs3.outbox
     ADD CONSTRAINT outbox_webhook_id_fkey FOREIGN KEY (webhook_id) REFERENCES ojs.webhooks(id) ON DELETE CASCADE;
+
+--
+-- Name: resp_encoding_parameters resp_encoding_parameters_bucket_id_fkey; Type: FK CONSTRAINT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.resp_encoding_parameters
+    ADD CONSTRAINT resp_encoding_parameters_bucket_id_fkey FOREIGN KEY (bucket_id) REFERENCES pgvs3.buckets(id) ON DELETE CASCADE;
 
 --
 -- Name: resp_hash resp_hash_bucket_id_key_fkey; Type: FK CONSTRAINT; Schema: pgvs3; Owner: -

@@ -50,6 +50,7 @@ BEGIN
                CASE WHEN ints[1] = 1 THEN array_agg((w.inserted AND p.first)::int::float8 ORDER BY p.i) END
           INTO n, scores
           FROM pairs p JOIN written w ON w.field = p.f;
+        PERFORM pgvs3.resp_grown(b, k, 'h', args, NULL);
     WHEN 'hsetnx' THEN
         PERFORM pgvs3.resp_create(b, k, 'h');
         INSERT INTO pgvs3.resp_hash (bucket_id, key, field, value) VALUES (b, k, args[1], args[2])
@@ -57,6 +58,7 @@ BEGIN
         GET DIAGNOSTICS n = ROW_COUNT;
         IF n > 0 THEN
             PERFORM pgvs3.resp_bump(b, k);
+            PERFORM pgvs3.resp_grown(b, k, 'h', args[1:2], NULL);
         END IF;
     WHEN 'hdel' THEN
         DELETE FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k AND field = ANY (args);
@@ -98,6 +100,7 @@ BEGIN
         PERFORM pgvs3.resp_touch(b, k, 'h');
         INSERT INTO pgvs3.resp_hash (bucket_id, key, field, value) VALUES (b, k, args[1], cur)
         ON CONFLICT (bucket_id, key, field) DO UPDATE SET value = EXCLUDED.value;
+        PERFORM pgvs3.resp_grown(b, k, 'h', ARRAY[args[1], cur], NULL);
     WHEN 'hget' THEN
         items := ARRAY[(SELECT value FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k AND field = args[1])];
     WHEN 'hmget' THEN

@@ -74,6 +74,98 @@ CREATE OR REPLACE FUNCTION pgvs3.resp_settle(b bigint, k text) RETURNS void LANG
        END
 $$;
 
+-- The encoding parameters of bucket `b`'s keyspace (0051_resp_encodings.sql), Redis 7.0.15's
+-- defaults where CONFIG SET never set one: what CONFIG GET answers and the writes below judge by.
+-- PL/pgSQL, so that its statement's plan is kept, where a SQL function's would be made at each
+-- write.
+CREATE OR REPLACE FUNCTION pgvs3.resp_encodings(b bigint,
+    OUT hash_entries bigint, OUT hash_value bigint, OUT set_entries bigint, OUT zset_entries bigint, OUT zset_value bigint)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    SELECT coalesce(p.hash_entries, 512), coalesce(p.hash_value, 64), coalesce(p.set_entries, 512),
+           coalesce(p.zset_entries, 128), coalesce(p.zset_value, 64)
+      INTO hash_entries, hash_value, set_entries, zset_entries, zset_value
+      FROM (VALUES (1)) AS one LEFT JOIN pgvs3.resp_encoding_parameters p ON p.bucket_id = b;
+END $$;
+
+-- The limits of a small key of type `t` ('h', 's', 'z'): most elements, and longest field,
+-- value or member (NULL for a set, whose small encoding, intset, takes integers only). Redis
+-- caps an intset at 2^30 entries whatever the parameter says.
+CREATE OR REPLACE FUNCTION pgvs3.resp_small_limits(b bigint, t "char", OUT entries bigint, OUT value bigint)
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    e record := pgvs3.resp_encodings(b);
+BEGIN
+    entries := CASE t WHEN 'h' THEN e.hash_entries WHEN 's' THEN least(e.set_entries, 1073741824) ELSE e.zset_entries END;
+    value := CASE t WHEN 'h' THEN e.hash_value WHEN 'z' THEN e.zset_value END;
+END $$;
+
+-- Whether what `k` (of type `t`) holds fits its small encoding now: at most `entries` elements,
+-- each within `value` bytes (a set's each an integer Redis's intset takes, string2ll's). Reads
+-- at most entries + 1 elements: what Redis's RESTORE, *STORE and ZRANGESTORE judge a new key by.
+CREATE OR REPLACE FUNCTION pgvs3.resp_fits(b bigint, k text, t "char") RETURNS boolean LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    lim record := pgvs3.resp_small_limits(b, t);
+    cap bigint := least(lim.entries, 1099511627776) + 1;
+    fits boolean;
+BEGIN
+    IF t = 'h' THEN
+        SELECT count(*) <= lim.entries AND coalesce(bool_and(length(field) <= lim.value AND length(value) <= lim.value), true)
+          INTO fits FROM (SELECT field, value FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k LIMIT cap) e;
+    ELSIF t = 's' THEN
+        SELECT count(*) <= lim.entries AND coalesce(bool_and(pgvs3.resp_int(member) IS NOT NULL), true)
+          INTO fits FROM (SELECT member FROM pgvs3.resp_set WHERE bucket_id = b AND key = k LIMIT cap) e;
+    ELSE
+        SELECT count(*) <= lim.entries AND coalesce(bool_and(length(member) <= lim.value), true)
+          INTO fits FROM (SELECT member FROM pgvs3.resp_zset WHERE bucket_id = b AND key = k LIMIT cap) e;
+    END IF;
+    RETURN fits;
+END $$;
+
+-- A write added `added` (fields and values, or members) to `k` of type `t` ('h', 's', 'z'),
+-- which now holds `total` elements when the caller knows (NULL: counted here, up to the limit):
+-- marks the key `large` when it passed its small encoding's limits, as Redis converts it then
+-- (t_hash.c hashTypeTryConversion/hashTypeSet, t_set.c setTypeAdd, t_zset.c zsetAdd). A key
+-- already large costs one probe of its row; a small one also its limits' and at most
+-- entries + 1 index entries.
+CREATE OR REPLACE FUNCTION pgvs3.resp_grown(b bigint, k text, t "char", added bytea[], total bigint) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    lim record;
+    cap bigint;
+    over boolean;
+BEGIN
+    -- A large key stays large; one of before layout v51 (NULL) is judged when read.
+    IF NOT EXISTS (SELECT 1 FROM pgvs3.resp_keys WHERE bucket_id = b AND key = k AND NOT large) THEN
+        RETURN;
+    END IF;
+    lim := pgvs3.resp_small_limits(b, t);
+    IF t = 's' THEN
+        over := EXISTS (SELECT 1 FROM unnest(added) a WHERE pgvs3.resp_int(a) IS NULL);
+    ELSE
+        over := EXISTS (SELECT 1 FROM unnest(added) a WHERE length(a) > lim.value);
+    END IF;
+    IF NOT over AND total IS NULL THEN
+        cap := least(lim.entries, 1099511627776) + 1;
+        IF t = 'h' THEN
+            total := (SELECT count(*) FROM (SELECT 1 FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k LIMIT cap) e);
+        ELSIF t = 's' THEN
+            total := (SELECT count(*) FROM (SELECT 1 FROM pgvs3.resp_set WHERE bucket_id = b AND key = k LIMIT cap) e);
+        ELSE
+            total := (SELECT count(*) FROM (SELECT 1 FROM pgvs3.resp_zset WHERE bucket_id = b AND key = k LIMIT cap) e);
+        END IF;
+    END IF;
+    IF over OR total > lim.entries THEN
+        UPDATE pgvs3.resp_keys SET large = true WHERE bucket_id = b AND key = k;
+    END IF;
+END $$;
+
+-- OBJECT ENCODING of a hash, set or sorted set: whether it is in its large encoding (NULL:
+-- no such key).
+CREATE OR REPLACE FUNCTION pgvs3.resp_large(b bigint, k text) RETURNS boolean LANGUAGE sql STABLE AS $$
+    SELECT coalesce(r.large, NOT pgvs3.resp_fits(b, k, r.type)) FROM pgvs3.resp_keys r WHERE r.bucket_id = b AND r.key = k
+$$;
+
 -- Replaces whatever `k` holds, of any type, with nothing: the destination of a *STORE command,
 -- RENAME or COPY. `is_string`: it is a live string (an object of the bucket's namespace).
 CREATE OR REPLACE FUNCTION pgvs3.resp_clear(b bigint, k text, is_string boolean) RETURNS void LANGUAGE plpgsql AS $$
@@ -151,9 +243,10 @@ BEGIN
         -- The elements follow (ON UPDATE CASCADE).
         UPDATE pgvs3.resp_keys SET key = dst, version = version + 1 WHERE bucket_id = b AND key = src;
     ELSE
-        -- With a list's length and bounds (functions/resp_list.sql).
-        INSERT INTO pgvs3.resp_keys (bucket_id, key, type, expires_at, length, list_head, list_tail)
-            SELECT b, dst, type, expires_at, length, list_head, list_tail FROM pgvs3.resp_keys WHERE bucket_id = b AND key = src;
+        -- With a list's length and bounds (functions/resp_list.sql), and the encoding: Redis's
+        -- COPY duplicates the object as it is encoded (hashTypeDup, setTypeDup, zsetDup).
+        INSERT INTO pgvs3.resp_keys (bucket_id, key, type, expires_at, length, list_head, list_tail, large)
+            SELECT b, dst, type, expires_at, length, list_head, list_tail, large FROM pgvs3.resp_keys WHERE bucket_id = b AND key = src;
         CASE src_type
         WHEN 'h' THEN
             INSERT INTO pgvs3.resp_hash SELECT b, dst, field, value FROM pgvs3.resp_hash WHERE bucket_id = b AND key = src;

@@ -29,6 +29,7 @@ BEGIN
         GET DIAGNOSTICS n = ROW_COUNT;
         IF n > 0 THEN
             PERFORM pgvs3.resp_bump(b, k);
+            PERFORM pgvs3.resp_grown(b, k, 's', args, NULL);
         END IF;
     WHEN 'srem' THEN
         DELETE FROM pgvs3.resp_set WHERE bucket_id = b AND key = k AND member = ANY (args);
@@ -92,6 +93,7 @@ BEGIN
             GET DIAGNOSTICS total = ROW_COUNT;
             IF total > 0 THEN
                 PERFORM pgvs3.resp_bump(b, ks[2]);
+                PERFORM pgvs3.resp_grown(b, ks[2], 's', args[1:1], NULL);
             END IF;
         ELSIF n > 0 THEN
             INSERT INTO pgvs3.resp_set (bucket_id, key, member) VALUES (b, k, args[1]);
@@ -132,6 +134,8 @@ BEGIN
         IF cardinality(items) > 0 THEN
             INSERT INTO pgvs3.resp_keys (bucket_id, key, type) VALUES (b, k, 's');
             INSERT INTO pgvs3.resp_set (bucket_id, key, member) SELECT b, k, m FROM unnest(items) m;
+            -- Built member by member into an intset, as Redis builds it (t_set.c).
+            PERFORM pgvs3.resp_grown(b, k, 's', items, cardinality(items));
         END IF;
         n := cardinality(items);
         items := NULL;

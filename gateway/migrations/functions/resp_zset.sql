@@ -78,6 +78,9 @@ DECLARE
     i int;
     added bigint := 0;
     changed bigint := 0;
+    -- The members the call added (not those whose score it changed): what Redis's zsetAdd
+    -- judges the encoding by.
+    fresh bytea[];
 BEGIN
     IF combining THEN
         err := pgvs3.resp_check(b, ks, strings, '{}', 'z', write);
@@ -153,6 +156,7 @@ BEGIN
             END IF;
             ma := args[1:1];
             sa := ARRAY[new];
+            fresh := CASE WHEN added > 0 THEN ma END;
         ELSE
             -- One statement over all pairs (a statement per pair, or args[i], was quadratic in
             -- the argument count). Pairs apply in order, as in Redis: a member given twice
@@ -186,10 +190,11 @@ BEGIN
             -- ints[7] = 1 (0039_resp_batched_calls.sql): scores answer, pair by pair, 1 where it added its member
             -- and 2 where it changed its score: the gateway runs consecutive ZADDs with the same
             -- options on one key as one call and gives each command the count of its own pairs.
-            SELECT c.added, c.changed, f.ma, f.sa, CASE WHEN ints[7] = 1 THEN c.steps END
-              INTO added, changed, ma, sa, scores
+            SELECT c.added, c.changed, f.ma, f.sa, CASE WHEN ints[7] = 1 THEN c.steps END, c.fresh
+              INTO added, changed, ma, sa, scores, fresh
               FROM (SELECT count(*) FILTER (WHERE adds) AS added, count(*) FILTER (WHERE changes) AS changed,
-                           array_agg((adds::int + 2 * changes::int)::float8 ORDER BY pos) AS steps
+                           array_agg((adds::int + 2 * changes::int)::float8 ORDER BY pos) AS steps,
+                           array_agg(m) FILTER (WHERE adds) AS fresh
                       FROM applied) c,
                    (SELECT coalesce(array_agg(m ORDER BY m), '{}') AS ma, coalesce(array_agg(s ORDER BY m), '{}') AS sa
                       FROM final) f;
@@ -202,6 +207,7 @@ BEGIN
         END IF;
         n := added + CASE WHEN ints[5] = 1 THEN changed ELSE 0 END;
         IF added > 0 THEN
+            PERFORM pgvs3.resp_grown(b, k, 'z', fresh, NULL);
             PERFORM pgvs3.resp_wake(b, k);
         END IF;
     WHEN 'zrem' THEN
@@ -340,6 +346,9 @@ BEGIN
             INSERT INTO pgvs3.resp_keys (bucket_id, key, type) VALUES (b, k, 'z');
             INSERT INTO pgvs3.resp_zset (bucket_id, key, member, score)
                 SELECT b, k, m, s FROM unnest(items, scores) AS u(m, s);
+            -- Judged by what it holds, as Redis's ZRANGESTORE creates it and its *STORE
+            -- converts it (t_zset.c zrangeResultBeginStore, zsetConvertToListpackIfNeeded).
+            PERFORM pgvs3.resp_grown(b, k, 'z', items, cardinality(items));
             PERFORM pgvs3.resp_wake(b, k);
         END IF;
         n := cardinality(items);

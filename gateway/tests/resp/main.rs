@@ -10,6 +10,7 @@ mod bullmq;
 mod celery;
 mod core;
 mod dump_restore;
+mod encodings;
 mod functions;
 mod geo;
 mod hostile;

@@ -627,15 +627,24 @@ async fn config_get_answers_what_clients_ask_for() {
         raw.command(&["CONFIG", "GET", "slowlog-max-len", "appendfsync"]).await,
         pairs(&["appendfsync", "always", "slowlog-max-len", "128"])
     );
-    // An encoding parameter CONFIG SET takes reads back as Redis's default (it changes nothing).
+    // An encoding parameter that decides OBJECT ENCODING reads back as set (encodings.rs);
+    // one that changes nothing here as Redis's default.
     assert_eq!(
-        raw.command(&["CONFIG", "SET", "hash-max-listpack-entries", "1024"])
-            .await,
+        raw.command(&[
+            "CONFIG",
+            "SET",
+            "hash-max-listpack-entries",
+            "1024",
+            "list-compress-depth",
+            "2"
+        ])
+        .await,
         ok()
     );
     assert_eq!(
-        raw.command(&["CONFIG", "GET", "hash-max-listpack-entries"]).await,
-        pairs(&["hash-max-listpack-entries", "512"])
+        raw.command(&["CONFIG", "GET", "hash-max-listpack-entries", "list-compress-depth"])
+            .await,
+        pairs(&["hash-max-listpack-entries", "1024", "list-compress-depth", "0"])
     );
     // An unknown one gets Redis's text.
     assert_eq!(

@@ -236,7 +236,7 @@ async fn the_keyspace_commands_work_across_types() {
     assert_eq!(query::<i64>(&mut con, &["DBSIZE"]).await, 2);
     assert_eq!(
         query::<String>(&mut con, &["OBJECT", "ENCODING", "hash"]).await,
-        "hashtable"
+        "listpack"
     );
     assert_eq!(
         query::<String>(&mut con, &["OBJECT", "ENCODING", "str"]).await,
@@ -1252,16 +1252,22 @@ async fn sorted_set_combinations_answer_as_redis() {
         Value::Int(1)
     );
     assert_eq!(raw.command(&["ZINTERCARD", "2", "a", "missing"]).await, Value::Int(0));
+    // redis-server 7.0.15's texts: ZINTERCARD checks numkeys as ZUNION does, not as SINTERCARD.
     assert_eq!(
         raw.command(&["ZINTERCARD", "0", "a"]).await.error(),
-        "ERR numkeys should be greater than 0"
+        "ERR at least 1 input key is needed for 'zintercard' command"
     );
     assert_eq!(
         raw.command(&["ZINTERCARD", "3", "a", "b"]).await.error(),
-        "ERR Number of keys can't be greater than number of args"
+        "ERR syntax error"
     );
     assert_eq!(
         raw.command(&["ZINTERCARD", "1", "a", "LIMIT", "-1"]).await.error(),
+        "ERR LIMIT can't be negative"
+    );
+    // Redis 7.0.15 answers the same to a LIMIT that is not a number.
+    assert_eq!(
+        raw.command(&["ZINTERCARD", "1", "a", "LIMIT", "a"]).await.error(),
         "ERR LIMIT can't be negative"
     );
     assert_eq!(

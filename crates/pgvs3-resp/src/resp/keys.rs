@@ -105,7 +105,15 @@ async fn apply(command: &KeyCommand, batch: &mut KvBatch) -> StoreResult<Reply> 
         Object { key, subcommand } => match batch.get(key) {
             None => Reply::Nil,
             Some(entry) => match subcommand {
-                ObjectInfo::Encoding => Reply::text(encoding(entry)),
+                ObjectInfo::Encoding => Reply::text(match entry.value.key_type() {
+                    Some(kind @ (KeyType::Hash | KeyType::Set | KeyType::Zset)) => {
+                        collection_encoding(kind, batch.typed_large(key).await?)
+                    }
+                    // Redis 7.0's only list encoding.
+                    Some(KeyType::List) => "quicklist",
+                    Some(KeyType::Stream) => "stream",
+                    None => string_encoding(entry),
+                }),
                 // No access is tracked: with the `noeviction` policy CONFIG GET reports, Redis
                 // answers FREQ with this error; IDLETIME counts every key as just used.
                 ObjectInfo::Freq => Reply::error(super::commands::object::NO_LFU),
@@ -224,17 +232,22 @@ fn stored_size(key: &str, value: u64) -> i64 {
     i64::try_from(ROW_OVERHEAD + key.len() as u64 + value).unwrap_or(i64::MAX)
 }
 
-/// What OBJECT ENCODING names: Redis's encodings for large values of each type (pgvs3 keeps
-/// every value in PostgreSQL, so the small-value encodings never apply), and for strings the
-/// one Redis would hold: by the bytes of one written whole (`int`, `embstr`, `raw`), never
-/// `int` for one stored as is, `raw` for one changed in place (see [`StringForm`]).
-fn encoding(entry: &KvEntry) -> &'static str {
+/// What OBJECT ENCODING names for a hash, set or sorted set: Redis 7.0's small encoding until
+/// a write passed the keyspace's encoding parameters (`large`, see [`KvBatch::typed_large`]).
+fn collection_encoding(kind: KeyType, large: bool) -> &'static str {
+    match (kind, large) {
+        (KeyType::Set, false) => "intset",
+        (_, false) => "listpack",
+        (KeyType::Zset, true) => "skiplist",
+        (_, true) => "hashtable",
+    }
+}
+
+/// What OBJECT ENCODING names for a string: the encoding Redis would hold it in, by the bytes
+/// of one written whole (`int`, `embstr`, `raw`), never `int` for one stored as is, `raw` for
+/// one changed in place (see [`StringForm`]).
+fn string_encoding(entry: &KvEntry) -> &'static str {
     match (&entry.value, entry.form) {
-        (KvValue::Typed(KeyType::Hash), _) => "hashtable",
-        (KvValue::Typed(KeyType::Set), _) => "hashtable",
-        (KvValue::Typed(KeyType::Zset), _) => "skiplist",
-        (KvValue::Typed(KeyType::List), _) => "quicklist",
-        (KvValue::Typed(KeyType::Stream), _) => "stream",
         (_, StringForm::Raw) => "raw",
         (KvValue::Bytes(bytes), StringForm::Whole) if bytes.len() <= 20 && parse_integer(bytes).is_some() => "int",
         (KvValue::Bytes(bytes), StringForm::Whole | StringForm::AsIs) if bytes.len() <= 44 => "embstr",

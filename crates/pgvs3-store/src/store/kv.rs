@@ -55,7 +55,7 @@ use super::{BucketInfo, Store, StoreError, StoreResult};
 use crate::pg::connections::Connections;
 pub(super) use abandon::UnderWay;
 use abandon::abandon;
-pub use catalog::{FunctionLibrary, LibraryPolicy, LibraryRefusal, RegisteredFunction};
+pub use catalog::{EncodingParameter, FunctionLibrary, LibraryPolicy, LibraryRefusal, RegisteredFunction};
 pub(super) use load::{Waited, await_writers};
 pub(super) use sql::KvSql;
 pub use watch::Watches;
@@ -446,16 +446,43 @@ impl KvBatch {
                                                  WHERE bucket_id = $1 AND key = $2)), 0)::bigint AS size
                FROM sampled"
         );
+        // LIMIT NULL: every row.
+        let limit = (samples > 0).then_some(samples);
+        let bucket = self.bucket.id;
+        let row = self.query_one(&statement, &[&bucket, &key, &limit]).await?;
+        Ok(u64::try_from(row.get::<_, i64>("size")).unwrap_or(0))
+    }
+
+    /// OBJECT ENCODING of a hash, set or sorted set: whether Redis would hold it in its large
+    /// encoding (`hashtable`, `skiplist`) rather than its small one (`listpack`, `intset`), as
+    /// the write that passed the keyspace's encoding parameters marked it
+    /// (functions/resp_keys.sql `resp_large`). Seen by this batch's transaction.
+    pub async fn typed_large(&mut self, key: &str) -> StoreResult<bool> {
+        let bucket = self.bucket.id;
+        let row = self
+            .query_one(
+                "SELECT coalesce(pgvs3.resp_large($1, $2), true) AS large",
+                &[&bucket, &key],
+            )
+            .await?;
+        Ok(row.get("large"))
+    }
+
+    /// One statement on the batch's connection (taken from the pool if it has none yet), which
+    /// is cancelled should the batch be dropped while it runs.
+    async fn query_one(
+        &mut self,
+        statement: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> StoreResult<tokio_postgres::Row> {
         if self.client.is_none() {
             self.client = Some(self.pool.get().await?);
         }
         let client = self.client.as_ref().expect("taken above");
-        // LIMIT NULL: every row.
-        let limit = (samples > 0).then_some(samples);
         self.busy = true;
-        let row = client.query_one(&statement, &[&self.bucket.id, &key, &limit]).await;
+        let row = client.query_one(statement, params).await;
         self.busy = false;
-        Ok(u64::try_from(row?.get::<_, i64>("size")).unwrap_or(0))
+        Ok(row?)
     }
 
     fn slot(&mut self, key: &str) -> &mut Slot {

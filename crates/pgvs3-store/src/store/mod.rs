@@ -48,7 +48,8 @@ pub use encryption::{
 };
 pub use error::StoreError;
 pub use kv::{
-    FunctionLibrary, KvBatch, KvEntry, KvValue, LibraryPolicy, LibraryRefusal, RegisteredFunction, StringForm, Watches,
+    EncodingParameter, FunctionLibrary, KvBatch, KvEntry, KvValue, LibraryPolicy, LibraryRefusal, RegisteredFunction,
+    StringForm, Watches,
 };
 pub use lifecycle::{
     Expiration, LIFECYCLE_BATCH, Lifecycle, LifecycleRule, LifecycleStats, NoncurrentExpiration, RuleFilter,

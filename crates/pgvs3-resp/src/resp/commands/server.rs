@@ -10,7 +10,7 @@ use crate::resp::command::{self, Spec, syntax_error, wrong_arity};
 use crate::resp::connection::{Connection, store_error};
 use crate::resp::notify::{Flags, INVALID_FLAGS};
 use crate::resp::{command_info, glob};
-use crate::store::Access;
+use crate::store::{Access, EncodingParameter};
 
 /// The Redis version pgvs3 reports: the command set it follows.
 pub(crate) const REDIS_VERSION: &str = "7.0.0";
@@ -249,8 +249,12 @@ impl Connection {
             Ok(flags) => flags,
             Err(err) => return store_error(err),
         };
+        let encodings = match self.server.buckets.catalog().encoding_parameters(bucket).await {
+            Ok(values) => values,
+            Err(err) => return store_error(err),
+        };
         let mut set = Changes::default();
-        let reply = config_command(args, &self.config_parameters(flags), &mut set);
+        let reply = config_command(args, &self.config_parameters(flags, &encodings), &mut set);
         if let (Reply::Simple("OK"), Some(max)) = (&reply, set.tracking_table_max_keys) {
             self.server.pubsub.tracking.set_max_keys(max);
         }
@@ -263,12 +267,23 @@ impl Connection {
                 return store_error(err);
             }
         }
+        if matches!(reply, Reply::Simple("OK")) && !set.encodings.is_empty() {
+            let keyspace = match self.keyspace(Access::Write).await {
+                Ok(keyspace) => keyspace,
+                Err(reply) => return reply,
+            };
+            let catalog = self.server.buckets.catalog();
+            if let Err(err) = catalog.set_encoding_parameters(keyspace.bucket(), &set.encodings).await {
+                return store_error(err);
+            }
+        }
         reply
     }
 
     /// What CONFIG GET shows: the parameters client libraries and tools ask for (redis-cli,
-    /// BullMQ's `maxmemory-policy` check, ...), with what stands for them here.
-    fn config_parameters(&self, events: Flags) -> Vec<(&'static str, String)> {
+    /// BullMQ's `maxmemory-policy` check, ...), with what stands for them here; `encodings`
+    /// the keyspace's encoding parameters in [`EncodingParameter::ALL`]'s order.
+    fn config_parameters(&self, events: Flags, encodings: &[i64]) -> Vec<(&'static str, String)> {
         let settings = &self.server.settings;
         let databases = settings.databases.keys().max().map_or(1, |last| last + 1);
         let script_ms = settings.script.time.as_millis().to_string();
@@ -312,6 +327,14 @@ impl Connection {
             ("replica-read-only", "yes".into()),
         ]
         .into_iter()
+        .chain(KEPT_ENCODING_PARAMETERS.iter().map(|(name, parameter, _)| {
+            let at = EncodingParameter::ALL.iter().position(|known| known == parameter);
+            (
+                *name,
+                at.and_then(|at| encodings.get(at))
+                    .map_or_else(String::new, i64::to_string),
+            )
+        }))
         .chain(
             ENCODING_PARAMETERS
                 .iter()
@@ -393,25 +416,33 @@ fn memory_command(args: &[Bytes]) -> Reply {
     }
 }
 
-/// Redis's parameters that only choose in-memory encodings (listpack, intset and quicklist
-/// sizes) or defragmentation, with Redis 7's defaults: they change no behaviour a client can
-/// see, and pgvs3 keeps values in PostgreSQL, so CONFIG SET accepts them and changes nothing,
-/// and CONFIG GET answers the defaults.
+/// Redis's encoding parameters that decide what OBJECT ENCODING answers for a hash, set or
+/// sorted set, kept per keyspace in PostgreSQL (so the same for every gateway, as
+/// `notify-keyspace-events`): each name (7.0's, and its ziplist alias of Redis 6), what it
+/// sets, and whether it takes a memory value (`1kb`) rather than an integer (Redis's
+/// MEMORY_CONFIG and INTEGER_CONFIG, config.c).
+const KEPT_ENCODING_PARAMETERS: &[(&str, EncodingParameter, bool)] = &[
+    ("hash-max-listpack-entries", EncodingParameter::HashEntries, false),
+    ("hash-max-ziplist-entries", EncodingParameter::HashEntries, false),
+    ("hash-max-listpack-value", EncodingParameter::HashValue, true),
+    ("hash-max-ziplist-value", EncodingParameter::HashValue, true),
+    ("set-max-intset-entries", EncodingParameter::SetEntries, false),
+    ("zset-max-listpack-entries", EncodingParameter::ZsetEntries, false),
+    ("zset-max-ziplist-entries", EncodingParameter::ZsetEntries, false),
+    ("zset-max-listpack-value", EncodingParameter::ZsetValue, true),
+    ("zset-max-ziplist-value", EncodingParameter::ZsetValue, true),
+];
+
+/// Redis's other parameters that only choose in-memory encodings (list and stream node sizes,
+/// 7.2's listpack sets) or defragmentation, with Redis 7's defaults: they change nothing a
+/// client can see here (a list is always `quicklist` in 7.0), so CONFIG SET accepts them and
+/// changes nothing, and CONFIG GET answers the defaults.
 const ENCODING_PARAMETERS: &[(&str, &str)] = &[
-    ("hash-max-listpack-entries", "512"),
-    ("hash-max-listpack-value", "64"),
-    ("hash-max-ziplist-entries", "512"),
-    ("hash-max-ziplist-value", "64"),
     ("list-max-listpack-size", "-2"),
     ("list-max-ziplist-size", "-2"),
     ("list-compress-depth", "0"),
-    ("set-max-intset-entries", "512"),
     ("set-max-listpack-entries", "128"),
     ("set-max-listpack-value", "64"),
-    ("zset-max-listpack-entries", "128"),
-    ("zset-max-listpack-value", "64"),
-    ("zset-max-ziplist-entries", "128"),
-    ("zset-max-ziplist-value", "64"),
     ("stream-node-max-bytes", "4096"),
     ("stream-node-max-entries", "100"),
     ("activedefrag", "no"),
@@ -419,12 +450,19 @@ const ENCODING_PARAMETERS: &[(&str, &str)] = &[
     ("lazyfree-lazy-user-flush", "no"),
 ];
 
+/// Redis's reasons for refusing a value of a size parameter (config.c numericParseString,
+/// numericBoundaryCheck for a range of 0 to LONG_MAX).
+const NOT_AN_INTEGER: &str = "argument couldn't be parsed into an integer";
+const NOT_IN_RANGE: &str = "argument must be between 0 and 9223372036854775807 inclusive";
+
 /// What a CONFIG SET changes, once all its pairs are checked.
 #[derive(Default)]
 struct Changes {
     /// A keyspace notifications setting to store.
     events: Option<Flags>,
     tracking_table_max_keys: Option<usize>,
+    /// Encoding parameters to store, each as its last pair set it.
+    encodings: Vec<(EncodingParameter, i64)>,
 }
 
 /// CONFIG GET answers the parameters of `parameters` that one of its glob patterns names.
@@ -459,6 +497,21 @@ fn config_command(args: &[Bytes], parameters: &[(&'static str, String)], changes
                         "ERR CONFIG SET failed (possibly related to argument '{name}') - {why}"
                     ))
                 };
+                if let Some((_, parameter, memory)) = KEPT_ENCODING_PARAMETERS.iter().find(|(kept, ..)| *kept == name) {
+                    let value = if *memory {
+                        memory_value(&pair[1]).ok_or_else(|| failed("argument must be a memory value"))
+                    } else {
+                        command::parse_integer(&pair[1]).ok_or_else(|| failed(NOT_AN_INTEGER))
+                    };
+                    let value = match value {
+                        Ok(value) if value >= 0 => value,
+                        Ok(_) => return failed(NOT_IN_RANGE),
+                        Err(reply) => return reply,
+                    };
+                    changes.encodings.retain(|(set, _)| set != parameter);
+                    changes.encodings.push((*parameter, value));
+                    continue;
+                }
                 if name == "notify-keyspace-events" {
                     let Some(flags) = Flags::parse(&pair[1]) else {
                         return failed(INVALID_FLAGS);
@@ -471,10 +524,10 @@ fn config_command(args: &[Bytes], parameters: &[(&'static str, String)], changes
                 }
                 if name == "tracking-table-max-keys" {
                     let Some(max) = command::parse_integer(&pair[1]) else {
-                        return failed("argument couldn't be parsed into an integer");
+                        return failed(NOT_AN_INTEGER);
                     };
                     let Ok(max) = usize::try_from(max) else {
-                        return failed("argument must be between 0 and 9223372036854775807 inclusive");
+                        return failed(NOT_IN_RANGE);
                     };
                     changes.tracking_table_max_keys = Some(max);
                     continue;
@@ -498,6 +551,31 @@ fn config_command(args: &[Bytes], parameters: &[(&'static str, String)], changes
             String::from_utf8_lossy(&args[1]).to_uppercase()
         )),
     }
+}
+
+/// A memory value as Redis's `memtoull` reads it: digits and an optional unit (`b`, `k`, `kb`,
+/// `m`, `mb`, `g`, `gb`, in any case), `None` for anything else. Like `strtoull` it saturates
+/// past u64's range and the product wraps; read as a signed number, as Redis's CONFIG SET
+/// then reads it, such a value is negative and fails its range check.
+fn memory_value(text: &[u8]) -> Option<i64> {
+    let digits = text.iter().take_while(|byte| byte.is_ascii_digit()).count();
+    let multiplier: u64 = match text[digits..].to_ascii_lowercase().as_slice() {
+        b"" | b"b" => 1,
+        b"k" => 1000,
+        b"kb" => 1024,
+        b"m" => 1000 * 1000,
+        b"mb" => 1024 * 1024,
+        b"g" => 1000 * 1000 * 1000,
+        b"gb" => 1024 * 1024 * 1024,
+        _ => return None,
+    };
+    let number = text[..digits]
+        .iter()
+        .try_fold(0u64, |sum, digit| {
+            sum.checked_mul(10)?.checked_add(u64::from(digit - b'0'))
+        })
+        .unwrap_or(u64::MAX);
+    Some(number.wrapping_mul(multiplier) as i64)
 }
 
 /// The gateway process's resident memory (INFO's used_memory: the process holds no dataset,

@@ -363,13 +363,9 @@ fn parse_store(name: &str, args: &[Bytes]) -> Result<Typed, Reply> {
     };
     let store = name.ends_with("store");
     let numkeys_at = if store { 2 } else { 1 };
-    let numkeys = match (name, crate::resp::command::parse_integer(&args[numkeys_at])) {
-        ("zintercard", n) if n.is_none_or(|n| n < 1) => {
-            return Err(Reply::error("ERR numkeys should be greater than 0"));
-        }
-        (_, Some(n)) => n,
-        (_, None) => integer(&args[numkeys_at])?,
-    };
+    // ZINTERCARD's numkeys as the others' (redis-server 7.0.15's zunionInterDiffGenericCommand),
+    // not as SINTERCARD's.
+    let numkeys = integer(&args[numkeys_at])?;
     if numkeys < 1 {
         return Err(Reply::error(format!(
             "ERR at least 1 input key is needed for '{name}' command"
@@ -377,10 +373,7 @@ fn parse_store(name: &str, args: &[Bytes]) -> Result<Typed, Reply> {
     }
     let rest = &args[numkeys_at + 1..];
     if numkeys as usize > rest.len() {
-        return Err(match name {
-            "zintercard" => Reply::error("ERR Number of keys can't be greater than number of args"),
-            _ => syntax_error(),
-        });
+        return Err(syntax_error());
     }
     let (sources, mut options) = rest.split_at(numkeys as usize);
     let mut weights = Vec::new();
@@ -395,10 +388,11 @@ fn parse_store(name: &str, args: &[Bytes]) -> Result<Typed, Reply> {
                 options = &options[1..];
             }
             b"limit" if op == ZsetOp::Zintercard && options.len() > 1 => {
+                // Redis's getPositiveLongFromObjectOrReply: one text for a negative number and
+                // for one that is not a number.
                 limit = match crate::resp::command::parse_integer(&options[1]) {
                     Some(limit) if limit >= 0 => limit,
-                    Some(_) => return Err(Reply::error("ERR LIMIT can't be negative")),
-                    None => return Err(crate::resp::command::not_an_integer()),
+                    _ => return Err(Reply::error("ERR LIMIT can't be negative")),
                 };
                 options = &options[2..];
             }

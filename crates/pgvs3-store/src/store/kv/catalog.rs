@@ -1,5 +1,5 @@
 //! The fleet-wide RESP state kept in catalog tables: Redis Functions libraries, each keyspace's
-//! notification setting, and the count of keys the reaper expired.
+//! notification setting and encoding parameters, and the count of keys the reaper expired.
 
 use super::write::NOTIFY;
 use crate::store::{Catalog, StoreResult};
@@ -45,7 +45,87 @@ pub enum LibraryPolicy {
     Flush,
 }
 
+/// Redis's encoding parameters that pgvs3 keeps per keyspace, in
+/// `pgvs3.resp_encoding_parameters` (0051_resp_encodings.sql): the limits within which a hash,
+/// set or sorted set is in its small encoding (functions/resp_keys.sql `resp_grown`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EncodingParameter {
+    HashEntries,
+    HashValue,
+    SetEntries,
+    ZsetEntries,
+    ZsetValue,
+}
+
+impl EncodingParameter {
+    pub const ALL: [EncodingParameter; 5] = [
+        EncodingParameter::HashEntries,
+        EncodingParameter::HashValue,
+        EncodingParameter::SetEntries,
+        EncodingParameter::ZsetEntries,
+        EncodingParameter::ZsetValue,
+    ];
+
+    /// Its column, and `pgvs3.resp_encodings`' output of the same name.
+    fn column(self) -> &'static str {
+        match self {
+            EncodingParameter::HashEntries => "hash_entries",
+            EncodingParameter::HashValue => "hash_value",
+            EncodingParameter::SetEntries => "set_entries",
+            EncodingParameter::ZsetEntries => "zset_entries",
+            EncodingParameter::ZsetValue => "zset_value",
+        }
+    }
+}
+
 impl Catalog {
+    /// The encoding parameters of `bucket`'s keyspace, in [`EncodingParameter::ALL`]'s order:
+    /// Redis 7.0.15's defaults where none was set (or the bucket does not exist yet).
+    pub async fn encoding_parameters(&self, bucket: &str) -> StoreResult<Vec<i64>> {
+        let client = self.pool().get().await?;
+        let row = client
+            .query_one(
+                "SELECT * FROM pgvs3.resp_encodings((SELECT id FROM pgvs3.buckets WHERE name = $1))",
+                &[&bucket],
+            )
+            .await?;
+        Ok(EncodingParameter::ALL
+            .iter()
+            .map(|parameter| row.get::<_, i64>(parameter.column()))
+            .collect())
+    }
+
+    /// Sets some of them, in one statement: what the keyspace's writes judge by from then on.
+    /// Keys already in their large encoding stay in it, as in Redis.
+    pub async fn set_encoding_parameters(&self, bucket: &str, values: &[(EncodingParameter, i64)]) -> StoreResult<()> {
+        if values.is_empty() {
+            return Ok(());
+        }
+        let columns: Vec<&str> = values.iter().map(|(parameter, _)| parameter.column()).collect();
+        let placeholders: Vec<String> = (0..values.len()).map(|i| format!("${}::bigint", i + 2)).collect();
+        let updates: Vec<String> = columns
+            .iter()
+            .map(|column| format!("{column} = excluded.{column}"))
+            .collect();
+        let statement = format!(
+            "INSERT INTO pgvs3.resp_encoding_parameters (bucket_id, {})
+             SELECT id, {} FROM pgvs3.buckets WHERE name = $1
+             ON CONFLICT (bucket_id) DO UPDATE SET {}",
+            columns.join(", "),
+            placeholders.join(", "),
+            updates.join(", ")
+        );
+        let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![&bucket];
+        params.extend(
+            values
+                .iter()
+                .map(|(_, value)| value as &(dyn tokio_postgres::types::ToSql + Sync)),
+        );
+        let client = self.pool().get().await?;
+        client.execute(&statement, &params).await?;
+        Ok(())
+    }
+
     /// Every library, by name.
     pub async fn function_libraries(&self) -> StoreResult<Vec<FunctionLibrary>> {
         let client = self.pool().get().await?;
