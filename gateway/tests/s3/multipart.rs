@@ -1250,3 +1250,135 @@ async fn multipart_composite_sha256_checks_parts_and_refuses_a_wrong_one() {
         .unwrap();
     assert_eq!((head.checksum_crc32, head.checksum_type), (None, None));
 }
+
+/// ListMultipartUploads names each upload's checksum algorithm and type, as S3 lists them (and
+/// as ListParts and CreateMultipartUpload name them); an upload without one names neither.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn upload_listings_name_each_uploads_checksum() {
+    use aws_sdk_s3::types::{ChecksumAlgorithm, ChecksumType};
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    s3.create_bucket().bucket("mpu").send().await.unwrap();
+    for (key, algorithm) in [
+        ("crc", Some(ChecksumAlgorithm::Crc64Nvme)),
+        ("plain", None),
+        ("sha", Some(ChecksumAlgorithm::Sha256)),
+    ] {
+        s3.create_multipart_upload()
+            .bucket("mpu")
+            .key(key)
+            .set_checksum_algorithm(algorithm)
+            .send()
+            .await
+            .unwrap();
+    }
+    let listed = s3.list_multipart_uploads().bucket("mpu").send().await.unwrap();
+    let named: Vec<(&str, Option<&ChecksumAlgorithm>, Option<&ChecksumType>)> = listed
+        .uploads()
+        .iter()
+        .map(|u| (u.key().unwrap(), u.checksum_algorithm(), u.checksum_type()))
+        .collect();
+    assert_eq!(
+        named,
+        [
+            (
+                "crc",
+                Some(&ChecksumAlgorithm::Crc64Nvme),
+                Some(&ChecksumType::FullObject)
+            ),
+            ("plain", None, None),
+            ("sha", Some(&ChecksumAlgorithm::Sha256), Some(&ChecksumType::Composite)),
+        ]
+    );
+}
+
+/// `max-parts` 0 (ListParts, GetObjectAttributes) answers an empty page that is not truncated,
+/// as S3 answers ListObjects' `max-keys` 0: a truncated empty page could only name the marker it
+/// was asked for as the next one, and a paginator following it would never end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn max_parts_zero_is_an_empty_page_that_ends_the_listing() {
+    use aws_sdk_s3::types::{ChecksumAlgorithm, CompletedPart, ObjectAttributes};
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    s3.create_bucket().bucket("mpu").send().await.unwrap();
+    let upload_id = s3
+        .create_multipart_upload()
+        .bucket("mpu")
+        .key("k")
+        .checksum_algorithm(ChecksumAlgorithm::Sha256)
+        .send()
+        .await
+        .unwrap()
+        .upload_id
+        .unwrap();
+    let mut completed = Vec::new();
+    for (number, body) in [(1, noise(5 * MIB, 1)), (2, noise(1000, 2))] {
+        let part = s3
+            .upload_part()
+            .bucket("mpu")
+            .key("k")
+            .upload_id(&upload_id)
+            .part_number(number)
+            .checksum_algorithm(ChecksumAlgorithm::Sha256)
+            .body(ByteStream::from(body))
+            .send()
+            .await
+            .unwrap();
+        completed.push(
+            CompletedPart::builder()
+                .part_number(number)
+                .set_e_tag(part.e_tag)
+                .set_checksum_sha256(part.checksum_sha256)
+                .build(),
+        );
+    }
+    for marker in [None, Some("1")] {
+        let page = s3
+            .list_parts()
+            .bucket("mpu")
+            .key("k")
+            .upload_id(&upload_id)
+            .max_parts(0)
+            .set_part_number_marker(marker.map(str::to_owned))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            (
+                page.parts().len(),
+                page.is_truncated,
+                page.next_part_number_marker.as_deref()
+            ),
+            (0, Some(false), None),
+            "ListParts after {marker:?}"
+        );
+    }
+    s3.complete_multipart_upload()
+        .bucket("mpu")
+        .key("k")
+        .upload_id(&upload_id)
+        .multipart_upload(CompletedMultipartUpload::builder().set_parts(Some(completed)).build())
+        .send()
+        .await
+        .unwrap();
+    let parts = s3
+        .get_object_attributes()
+        .bucket("mpu")
+        .key("k")
+        .object_attributes(ObjectAttributes::ObjectParts)
+        .max_parts(0)
+        .send()
+        .await
+        .unwrap()
+        .object_parts
+        .unwrap();
+    assert_eq!(
+        (
+            parts.parts().len(),
+            parts.is_truncated,
+            parts.next_part_number_marker.as_deref()
+        ),
+        (0, Some(false), None)
+    );
+    assert_eq!(parts.total_parts_count, Some(2));
+}

@@ -99,7 +99,8 @@ impl MultipartSql {
                     AND part_number > $5 ORDER BY part_number LIMIT $6"
             ),
             list_uploads: format!(
-                "SELECT key, upload_id, initiated, meta->>'in' AS initiator, meta->'ac'->>'o' AS owner FROM {ns}.uploads
+                "SELECT key, upload_id, initiated, meta->>'in' AS initiator, meta->'ac'->>'o' AS owner,
+                        meta->'uc' AS checksum FROM {ns}.uploads
                   WHERE bucket_id = $1 AND starts_with(key, $2) AND (key, upload_id) > ($3, $4)
                   ORDER BY key, upload_id LIMIT $5"
             ),
@@ -153,6 +154,8 @@ pub struct MultipartUpload {
     pub upload_id: String,
     pub initiated: SystemTime,
     pub parties: UploadParties,
+    /// The checksum the upload keeps, if it keeps one (listings name its algorithm and type).
+    pub checksum: Option<UploadChecksum>,
 }
 
 /// Who started an upload and who will own its object, as upload listings name them.
@@ -235,8 +238,17 @@ fn check_part_number(part_number: u32) -> StoreResult<i32> {
     Ok(part_number as i32)
 }
 
-/// A page of part rows fetched one past `max_parts`, and where the next page starts if it was cut.
-fn parts_page(rows: &[tokio_postgres::Row], after_part: u32, max_parts: usize) -> (Vec<PartInfo>, Option<u32>) {
+/// The checksum an upload's row keeps (its meta's `uc`), if any.
+fn kept_checksum(row: &tokio_postgres::Row) -> Option<UploadChecksum> {
+    row.get::<_, Option<Json<UploadChecksum>>>("checksum")
+        .map(|Json(kept)| kept)
+}
+
+/// A page of part rows fetched one past `max_parts`, and where the next page starts if it was
+/// cut. `max-parts` 0 gets an empty page that is not truncated, as S3 answers ListObjects'
+/// `max-keys` 0: a truncated empty page could only name its own marker as the next one, and a
+/// paginator would ask for it forever.
+fn parts_page(rows: &[tokio_postgres::Row], max_parts: usize) -> (Vec<PartInfo>, Option<u32>) {
     let mut parts: Vec<PartInfo> = rows
         .iter()
         .map(|row| PartInfo {
@@ -247,10 +259,9 @@ fn parts_page(rows: &[tokio_postgres::Row], after_part: u32, max_parts: usize) -
             checksum: row.get("checksum"),
         })
         .collect();
-    let next_marker = (parts.len() > max_parts).then(|| {
-        parts.truncate(max_parts);
-        parts.last().map_or(after_part, |part| part.part_number)
-    });
+    let cut = parts.len() > max_parts;
+    parts.truncate(max_parts);
+    let next_marker = parts.last().filter(|_| cut).map(|part| part.part_number);
     (parts, next_marker)
 }
 
@@ -573,10 +584,8 @@ impl Store {
             size: head.size,
             last_modified: head.last_modified,
             checksum: head.meta.checksum,
-            version_id: bucket.versioning.map(|_| {
-                row.get::<_, Option<String>>("version_id")
-                    .unwrap_or_else(|| "null".into())
-            }),
+            // As the first answer: a null version has no version id to answer.
+            version_id: row.get("version_id"),
         })
     }
 
@@ -626,13 +635,11 @@ impl Store {
         let rows = client
             .query(&statement, &[&upload_id, &after, &(max_parts as i64 + 1)])
             .await?;
-        let (parts, next_marker) = parts_page(&rows, after_part, max_parts);
+        let (parts, next_marker) = parts_page(&rows, max_parts);
         Ok(PartsPage {
             parts,
             parties: UploadParties::of(&upload),
-            checksum: upload
-                .get::<_, Option<Json<UploadChecksum>>>("checksum")
-                .map(|Json(kept)| kept),
+            checksum: kept_checksum(&upload),
             next_marker,
         })
     }
@@ -665,7 +672,7 @@ impl Store {
                 ],
             )
             .await?;
-        let (parts, next_marker) = parts_page(&rows, after_part, max_parts);
+        let (parts, next_marker) = parts_page(&rows, max_parts);
         Ok(PartsPage {
             parts,
             next_marker,
@@ -738,6 +745,7 @@ impl Store {
                             upload_id: upload_id.to_string(),
                             initiated: row.get("initiated"),
                             parties: UploadParties::of(row),
+                            checksum: kept_checksum(row),
                         });
                     }
                 }

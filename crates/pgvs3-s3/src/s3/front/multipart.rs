@@ -264,7 +264,11 @@ pub(super) async fn list_multipart_uploads(
                 owner: Some(owner),
                 initiator: Some(initiator),
                 storage_class: Some(StorageClass::from_static(StorageClass::STANDARD)),
-                ..Default::default()
+                checksum_algorithm: upload
+                    .checksum
+                    .as_ref()
+                    .map(|kept| ChecksumAlgorithm::from(kept.algorithm.clone())),
+                checksum_type: upload.checksum.map(|kept| checksum_type(kept.full_object)),
             }
         })
         .collect();
