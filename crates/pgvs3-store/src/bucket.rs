@@ -604,14 +604,14 @@ impl<'a> BucketHandle<'a> {
         parts: &[CompletedPart],
         checksums: &dyn PartChecksums,
         condition: &WriteCondition,
-    ) -> StoreResult<PutOutcome> {
+    ) -> StoreResult<PartOutcome> {
         self.writable()?;
         let outcome = self
             .store()
             .complete_multipart_upload(&self.info, key, upload_id, parts, checksums, condition)
             .await?;
         if let Some(cache) = self.cache() {
-            let wait = CacheTier::waits_for_origin(&self.info, outcome.size);
+            let wait = CacheTier::waits_for_origin(&self.info, outcome.written.size);
             Box::pin(cache.written_here(&self.info, key, wait)).await?;
         }
         Ok(outcome)

@@ -109,8 +109,8 @@ impl MultipartSql {
     }
 }
 
-/// A part stored, and whether its upload is encrypted with SSE-S3 (which S3's answer says; an
-/// SSE-C upload's answer names the key the request brought).
+/// A part stored (or an upload completed), and whether its upload is encrypted with SSE-S3
+/// (which S3's answer says; an SSE-C upload's answer names the key the request brought).
 pub struct PartOutcome {
     pub written: PutOutcome,
     pub sse_s3: bool,
@@ -236,6 +236,10 @@ fn check_part_number(part_number: u32) -> StoreResult<i32> {
         ));
     }
     Ok(part_number as i32)
+}
+
+fn is_sse_s3(sealed: &super::encryption::Sealed) -> bool {
+    sealed.mode == super::encryption::Mode::S3
 }
 
 /// The checksum an upload's row keeps (its meta's `uc`), if any.
@@ -412,7 +416,7 @@ impl Store {
                 checksum,
                 version_id: None,
             },
-            sse_s3: sealed.is_some_and(|Json(sealed)| sealed.mode == super::encryption::Mode::S3),
+            sse_s3: sealed.is_some_and(|Json(sealed)| is_sse_s3(&sealed)),
         })
     }
 
@@ -463,7 +467,7 @@ impl Store {
         parts: &[CompletedPart],
         checksums: &dyn PartChecksums,
         condition: &WriteCondition,
-    ) -> StoreResult<PutOutcome> {
+    ) -> StoreResult<PartOutcome> {
         let upload_id = upload_number(upload_id)?;
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
@@ -551,12 +555,15 @@ impl Store {
         };
         let written = self.write_object_row(&tx, bucket, &row, condition).await?;
         tx.commit().await?;
-        Ok(PutOutcome {
-            etag,
-            size,
-            last_modified: written.last_modified,
-            checksum: meta.checksum,
-            version_id: written.version_id,
+        Ok(PartOutcome {
+            sse_s3: meta.encryption.as_ref().is_some_and(is_sse_s3),
+            written: PutOutcome {
+                etag,
+                size,
+                last_modified: written.last_modified,
+                checksum: meta.checksum,
+                version_id: written.version_id,
+            },
         })
     }
 
@@ -568,7 +575,7 @@ impl Store {
         bucket: &BucketInfo,
         key: &str,
         upload_id: i64,
-    ) -> StoreResult<PutOutcome> {
+    ) -> StoreResult<PartOutcome> {
         let statement = tx.prepare_cached(&bucket.sql.head).await?;
         let row = tx.query_opt(&statement, &[&bucket.id, &key]).await?;
         let row = match self.found(bucket, row) {
@@ -579,13 +586,16 @@ impl Store {
             return Err(StoreError::NoSuchUpload);
         }
         let head = ObjectHead::from_row(&row);
-        Ok(PutOutcome {
-            etag: head.etag,
-            size: head.size,
-            last_modified: head.last_modified,
-            checksum: head.meta.checksum,
-            // As the first answer: a null version has no version id to answer.
-            version_id: row.get("version_id"),
+        Ok(PartOutcome {
+            sse_s3: head.meta.encryption.as_ref().is_some_and(is_sse_s3),
+            written: PutOutcome {
+                etag: head.etag,
+                size: head.size,
+                last_modified: head.last_modified,
+                checksum: head.meta.checksum,
+                // As the first answer: a null version has no version id to answer.
+                version_id: row.get("version_id"),
+            },
         })
     }
 

@@ -146,7 +146,10 @@ pub(super) async fn complete_multipart_upload(
     };
     let condition = write_condition(&input.if_match, &input.if_none_match)?;
     let bucket = &cx.bucket;
-    let outcome = bucket
+    let store::PartOutcome {
+        written: outcome,
+        sse_s3,
+    } = bucket
         .complete_multipart_upload(&input.key, &input.upload_id, &parts, &completion, &condition)
         .await
         .map_err(|e| fail(&req, e))?;
@@ -159,6 +162,9 @@ pub(super) async fn complete_multipart_upload(
         ..Default::default()
     };
     output.checksum_type = set_checksum!(output, outcome.checksum);
+    // S3 answers the object's SSE-S3 (asked for on CreateMultipartUpload, or the bucket's
+    // default) on the completion too; it names no SSE-C key there.
+    output.server_side_encryption = sse_s3.then(|| ServerSideEncryption::from_static(ServerSideEncryption::AES256));
     Ok(S3Response::new(output))
 }
 
