@@ -293,9 +293,9 @@ pub(super) async fn new_object_acl(
     }
     let bucket_owner = owner_id(bucket, catalog);
     if !Ownership::acls_enabled(ownership) {
-        // S3 takes `bucket-owner-full-control` or an ACL that comes to it: the writer's own
-        // `private` is that only when the writer owns the bucket (another key's `private`
-        // would grant that key alone, and is refused).
+        // S3 takes `bucket-owner-full-control` or no ACL on a PUT (its Object Ownership
+        // troubleshooting page); the bucket owner's own `private` grants the same and is taken,
+        // another key's `private` (or grants) is refused.
         let writer = match principal.is_root || principal.access_key.is_empty() {
             true => &bucket_owner,
             false => &principal.access_key,
