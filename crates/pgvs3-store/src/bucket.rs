@@ -452,7 +452,9 @@ impl<'a> BucketHandle<'a> {
     /// `tags` replace the source's when given; the copy's ACL is `acl`, never the source's. Between plain buckets of one namespace the bytes
     /// never leave PostgreSQL; otherwise they stream through the gateway, read and written as
     /// each bucket's kind says (a cache source fills from its origin, a cache destination
-    /// writes to its origin as its mode says).
+    /// writes to its origin as its mode says). `checksum`, when given, computes the checksum
+    /// the copy is to get (CopyObject's `x-amz-checksum-algorithm`): the bytes then stream
+    /// through the gateway, which reads them as it copies.
     #[allow(clippy::too_many_arguments)]
     pub async fn copy_from(
         &self,
@@ -466,11 +468,13 @@ impl<'a> BucketHandle<'a> {
         lock: RequestedLock,
         acl: Option<crate::access::acl::Acl>,
         encryption: CopyEncryption,
+        checksum: Option<Box<dyn BodyObserver>>,
     ) -> StoreResult<PutOutcome> {
         self.writable()?;
         let source_version = source.version(source_version)?;
         let target = self.encryption_of(encryption.target)?;
         if source_version.is_none()
+            && checksum.is_none()
             && matches!(target, RequestedEncryption::None)
             && encryption.source_key.is_none()
             && self.cache().is_none()
@@ -511,7 +515,7 @@ impl<'a> BucketHandle<'a> {
             .map_err(crate::store::as_copy_source_error)?;
         let mut meta = meta.unwrap_or_else(|| read.head.meta.clone());
         // The copy is one body of its own; a checksum the client asked for was of the source's
-        // upload, which may have been in parts.
+        // upload, which may have been in parts (the copy's own, if asked for, is `checksum`'s).
         meta.parts = None;
         meta.checksum = None;
         meta.tags = tags.unwrap_or_else(|| read.head.meta.tags.clone());
@@ -523,7 +527,7 @@ impl<'a> BucketHandle<'a> {
             meta,
             declared_len: Some(read.head.size),
             body: read.body,
-            observer: Box::new(StoredBytes),
+            observer: checksum.unwrap_or_else(|| Box::new(StoredBytes)),
             encryption: target,
         };
         self.put(key, upload, &WriteCondition::Always).await
@@ -604,14 +608,14 @@ impl<'a> BucketHandle<'a> {
         parts: &[CompletedPart],
         checksums: &dyn PartChecksums,
         condition: &WriteCondition,
-    ) -> StoreResult<PutOutcome> {
+    ) -> StoreResult<PartOutcome> {
         self.writable()?;
         let outcome = self
             .store()
             .complete_multipart_upload(&self.info, key, upload_id, parts, checksums, condition)
             .await?;
         if let Some(cache) = self.cache() {
-            let wait = CacheTier::waits_for_origin(&self.info, outcome.size);
+            let wait = CacheTier::waits_for_origin(&self.info, outcome.written.size);
             Box::pin(cache.written_here(&self.info, key, wait)).await?;
         }
         Ok(outcome)

@@ -467,6 +467,43 @@ async fn copies_and_multipart_uploads_get_the_acl_their_request_asks_for() {
     gw.stop().await;
 }
 
+/// With ACLs disabled S3 takes a write's ACL only when it comes to the bucket owner's full
+/// control: `bucket-owner-full-control` from anyone, `private` from the bucket's owner only (from
+/// another key it would grant that key alone). Ceph's s3-tests
+/// `test_create_bucket_bucket_owner_enforced`.
+#[tokio::test]
+async fn another_keys_private_acl_is_refused_while_acls_are_disabled() {
+    let gw = TestGateway::start().await;
+    let c = &gw.client;
+    let bob = add_key(&gw, "BOBKEY").await;
+    c.create_bucket().bucket("enf").send().await.unwrap();
+    let policy = r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"AWS":"BOBKEY"},"Action":["s3:PutObject","s3:PutObjectAcl","s3:GetObjectAcl"],"Resource":"arn:aws:s3:::enf/*"}]}"#;
+    c.put_bucket_policy().bucket("enf").policy(policy).send().await.unwrap();
+    assert_eq!(
+        put_acl(&bob, "enf", "private", ObjectCannedAcl::Private).await,
+        Err("AccessControlListNotSupported".to_owned())
+    );
+    let refused = bob
+        .create_multipart_upload()
+        .bucket("enf")
+        .key("private")
+        .acl(ObjectCannedAcl::Private)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(refused), "AccessControlListNotSupported");
+    put_acl(&bob, "enf", "full", ObjectCannedAcl::BucketOwnerFullControl)
+        .await
+        .unwrap();
+    put(&bob, "enf", "none").await.unwrap();
+    put_acl(c, "enf", "owners", ObjectCannedAcl::Private).await.unwrap();
+    for key in ["full", "none", "owners"] {
+        let acl = bob.get_object_acl().bucket("enf").key(key).send().await.unwrap();
+        assert_eq!(acl.owner().and_then(|o| o.id()), Some(ROOT_ACCESS_KEY), "{key}");
+    }
+    gw.stop().await;
+}
+
 #[tokio::test]
 async fn a_policy_deny_beats_an_acl_grant() {
     let gw = TestGateway::start().await;

@@ -14,7 +14,7 @@ use aws_sdk_s3::types::{
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use common::TestGateway;
-use common::s3::{copy_request, error_code, http_status, put_object, put_request};
+use common::s3::{completion, copy_request, error_code, http_status, put_object, put_request};
 use md5::{Digest, Md5};
 
 /// Text that would be found in the database if a body were stored as sent.
@@ -404,7 +404,8 @@ async fn resp_refuses_to_read_encrypted_objects() {
 /// unencrypted PutObject" policy (`s3:x-amz-server-side-encryption`, StringNotEquals and Null)
 /// installs and refuses a plain upload (before: 501 on the condition key); a policy on the SSE-C
 /// algorithm, the grant and object lock keys installs too. UploadPart and UploadPartCopy of an
-/// SSE-S3 upload answer `x-amz-server-side-encryption: AES256` (before: nothing). A GET or HEAD
+/// SSE-S3 upload answer `x-amz-server-side-encryption: AES256` (before: nothing), and so does
+/// its completion (before session 28: nothing). A GET or HEAD
 /// that asks for an encryption is 400 InvalidArgument, as S3 answers (before: served).
 #[tokio::test]
 async fn encryption_can_be_enforced_by_policy_and_is_said_on_parts_and_refused_on_reads() {
@@ -506,6 +507,31 @@ async fn encryption_can_be_enforced_by_policy_and_is_said_on_parts_and_refused_o
         .await
         .unwrap();
     assert_eq!(plain_part.server_side_encryption(), None);
+    // So do the completions: S3 answers the object's SSE-S3 there too (Ceph's s3-tests
+    // test_copy_part_enc[*-sse-s3-*]), a completion retried after it succeeded included.
+    let complete = |key: &'static str, upload_id: String, parts: Vec<(i32, String)>| async move {
+        let parts: Vec<(i32, &str)> = parts.iter().map(|(n, etag)| (*n, etag.as_str())).collect();
+        s3.complete_multipart_upload()
+            .bucket("enc")
+            .key(key)
+            .upload_id(upload_id)
+            .multipart_upload(completion(&parts))
+            .send()
+            .await
+            .unwrap()
+            .server_side_encryption
+    };
+    let sealed_parts = vec![
+        (1, part.e_tag().unwrap().to_owned()),
+        (2, copied.copy_part_result().unwrap().e_tag().unwrap().to_owned()),
+    ];
+    for _ in 0..2 {
+        let answered = complete("parts", upload_id.to_owned(), sealed_parts.clone()).await;
+        assert_eq!(answered, Some(ServerSideEncryption::Aes256));
+    }
+    let plain_parts = vec![(1, plain_part.e_tag().unwrap().to_owned())];
+    let answered = complete("plain-parts", plain_upload.upload_id().unwrap().to_owned(), plain_parts).await;
+    assert_eq!(answered, None);
 
     // Reads that ask for an encryption are refused.
     let ask = |req: &mut aws_sdk_s3::config::http::HttpRequest| {

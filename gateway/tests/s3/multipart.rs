@@ -1250,3 +1250,221 @@ async fn multipart_composite_sha256_checks_parts_and_refuses_a_wrong_one() {
         .unwrap();
     assert_eq!((head.checksum_crc32, head.checksum_type), (None, None));
 }
+
+/// ListMultipartUploads names each upload's checksum algorithm and type, as S3 lists them (and
+/// as ListParts and CreateMultipartUpload name them); an upload without one names neither.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn upload_listings_name_each_uploads_checksum() {
+    use aws_sdk_s3::types::{ChecksumAlgorithm, ChecksumType};
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    s3.create_bucket().bucket("mpu").send().await.unwrap();
+    for (key, algorithm) in [
+        ("crc", Some(ChecksumAlgorithm::Crc64Nvme)),
+        ("plain", None),
+        ("sha", Some(ChecksumAlgorithm::Sha256)),
+    ] {
+        s3.create_multipart_upload()
+            .bucket("mpu")
+            .key(key)
+            .set_checksum_algorithm(algorithm)
+            .send()
+            .await
+            .unwrap();
+    }
+    let listed = s3.list_multipart_uploads().bucket("mpu").send().await.unwrap();
+    let named: Vec<(&str, Option<&ChecksumAlgorithm>, Option<&ChecksumType>)> = listed
+        .uploads()
+        .iter()
+        .map(|u| (u.key().unwrap(), u.checksum_algorithm(), u.checksum_type()))
+        .collect();
+    assert_eq!(
+        named,
+        [
+            (
+                "crc",
+                Some(&ChecksumAlgorithm::Crc64Nvme),
+                Some(&ChecksumType::FullObject)
+            ),
+            ("plain", None, None),
+            ("sha", Some(&ChecksumAlgorithm::Sha256), Some(&ChecksumType::Composite)),
+        ]
+    );
+}
+
+/// `max-parts` 0 (ListParts, GetObjectAttributes) answers an empty page that is not truncated,
+/// as S3 answers ListObjects' `max-keys` 0: a truncated empty page could only name the marker it
+/// was asked for as the next one, and a paginator following it would never end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn max_parts_zero_is_an_empty_page_that_ends_the_listing() {
+    use aws_sdk_s3::types::{ChecksumAlgorithm, CompletedPart, ObjectAttributes};
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    s3.create_bucket().bucket("mpu").send().await.unwrap();
+    let upload_id = s3
+        .create_multipart_upload()
+        .bucket("mpu")
+        .key("k")
+        .checksum_algorithm(ChecksumAlgorithm::Sha256)
+        .send()
+        .await
+        .unwrap()
+        .upload_id
+        .unwrap();
+    let mut completed = Vec::new();
+    for (number, body) in [(1, noise(5 * MIB, 1)), (2, noise(1000, 2))] {
+        let part = s3
+            .upload_part()
+            .bucket("mpu")
+            .key("k")
+            .upload_id(&upload_id)
+            .part_number(number)
+            .checksum_algorithm(ChecksumAlgorithm::Sha256)
+            .body(ByteStream::from(body))
+            .send()
+            .await
+            .unwrap();
+        completed.push(
+            CompletedPart::builder()
+                .part_number(number)
+                .set_e_tag(part.e_tag)
+                .set_checksum_sha256(part.checksum_sha256)
+                .build(),
+        );
+    }
+    for marker in [None, Some("1")] {
+        let page = s3
+            .list_parts()
+            .bucket("mpu")
+            .key("k")
+            .upload_id(&upload_id)
+            .max_parts(0)
+            .set_part_number_marker(marker.map(str::to_owned))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            (
+                page.parts().len(),
+                page.is_truncated,
+                page.next_part_number_marker.as_deref()
+            ),
+            (0, Some(false), None),
+            "ListParts after {marker:?}"
+        );
+    }
+    s3.complete_multipart_upload()
+        .bucket("mpu")
+        .key("k")
+        .upload_id(&upload_id)
+        .multipart_upload(CompletedMultipartUpload::builder().set_parts(Some(completed)).build())
+        .send()
+        .await
+        .unwrap();
+    let parts = s3
+        .get_object_attributes()
+        .bucket("mpu")
+        .key("k")
+        .object_attributes(ObjectAttributes::ObjectParts)
+        .max_parts(0)
+        .send()
+        .await
+        .unwrap()
+        .object_parts
+        .unwrap();
+    assert_eq!(
+        (
+            parts.parts().len(),
+            parts.is_truncated,
+            parts.next_part_number_marker.as_deref()
+        ),
+        (0, Some(false), None)
+    );
+    assert_eq!(parts.total_parts_count, Some(2));
+}
+
+/// CopyObject with `x-amz-checksum-algorithm` gives the copy a checksum of that algorithm,
+/// computed from its bytes (FULL_OBJECT), as S3 documents, whether the source kept another or
+/// none, or was a multipart object; without the header the copy keeps the source's. An unknown
+/// algorithm is 400 InvalidRequest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_copy_gets_the_checksum_algorithm_it_names() {
+    use aws_sdk_s3::types::{ChecksumAlgorithm, ChecksumMode, ChecksumType};
+    use base64::Engine;
+    use sha2::Digest as _;
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    s3.create_bucket().bucket("mpu").send().await.unwrap();
+    let small = noise(3000, 7);
+    s3.put_object()
+        .bucket("mpu")
+        .key("small")
+        .checksum_algorithm(ChecksumAlgorithm::Crc32)
+        .body(ByteStream::from(small.clone()))
+        .send()
+        .await
+        .unwrap();
+    let parts = [noise(5 * MIB, 8), noise(4000, 9)];
+    let upload_id = start_upload(s3, "mpu", "parts").await;
+    let mut listed = Vec::new();
+    for (number, body) in (1..).zip(&parts) {
+        listed.push((number, upload_part(s3, "mpu", "parts", &upload_id, number, body).await));
+    }
+    let listed: Vec<(i32, &str)> = listed.iter().map(|(n, etag)| (*n, etag.as_str())).collect();
+    complete(s3, "parts", &upload_id, &listed).await.unwrap();
+    let whole = [parts[0].as_slice(), parts[1].as_slice()].concat();
+    let sha256 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(sha2::Sha256::digest(bytes));
+
+    for (source, bytes) in [("small", &small), ("parts", &whole)] {
+        let copy = format!("{source}-sha");
+        let result = s3
+            .copy_object()
+            .bucket("mpu")
+            .key(&copy)
+            .copy_source(format!("mpu/{source}"))
+            .checksum_algorithm(ChecksumAlgorithm::Sha256)
+            .send()
+            .await
+            .unwrap()
+            .copy_object_result
+            .unwrap();
+        assert_eq!(result.checksum_sha256, Some(sha256(bytes)), "{source}");
+        assert_eq!(result.checksum_crc32, None, "{source}");
+        assert_eq!(result.checksum_type, Some(ChecksumType::FullObject), "{source}");
+        let head = s3
+            .head_object()
+            .bucket("mpu")
+            .key(&copy)
+            .checksum_mode(ChecksumMode::Enabled)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(head.checksum_sha256, Some(sha256(bytes)), "{source}");
+        assert_eq!(common::s3::read_object(s3, "mpu", &copy).await, *bytes, "{source}");
+    }
+    // Without the header, the source's checksum is kept.
+    let kept = s3
+        .copy_object()
+        .bucket("mpu")
+        .key("small-kept")
+        .copy_source("mpu/small")
+        .send()
+        .await
+        .unwrap()
+        .copy_object_result
+        .unwrap();
+    assert!(kept.checksum_crc32.is_some() && kept.checksum_sha256.is_none());
+    let unknown = s3
+        .copy_object()
+        .bucket("mpu")
+        .key("small-md4")
+        .copy_source("mpu/small")
+        .checksum_algorithm(ChecksumAlgorithm::from("MD4"))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (http_status(&unknown), unknown.into_service_error().meta().code()),
+        (400, Some("InvalidRequest"))
+    );
+}

@@ -108,6 +108,14 @@ async fn malformed_policies_are_refused_with_s3s_messages() {
             statement(r#""Effect":"Allow","Action":"s3:GetObject","Resource":"arn:aws:s3:::pol/*""#),
             "Missing required field Principal",
         ),
+        // IAM supports NotPrincipal with Deny only (Ceph's s3-tests
+        // test_bucket_policy_allow_notprincipal); before: 501 NotImplemented.
+        (
+            statement(
+                r#""Effect":"Allow","NotPrincipal":{"AWS":"BOBKEY"},"Action":"s3:ListBucket","Resource":"arn:aws:s3:::pol""#,
+            ),
+            "Invalid principal in policy",
+        ),
     ];
     let huge = statement(&format!(
         r#""Sid":"{}","Effect":"Allow","Principal":"*","Action":"s3:GetObject","Resource":"arn:aws:s3:::pol/*""#,
@@ -131,6 +139,13 @@ async fn malformed_policies_are_refused_with_s3s_messages() {
         );
     }
     // Valid IAM pgvs3 does not evaluate is NotImplemented, never silently half-applied.
+    let not_principal = statement(
+        r#""Effect":"Deny","NotPrincipal":{"AWS":"BOBKEY"},"Action":"s3:ListBucket","Resource":"arn:aws:s3:::pol""#,
+    );
+    assert_eq!(
+        put_policy(&gw, "pol", &not_principal).await.unwrap_err().0,
+        "NotImplemented"
+    );
     let request_tag = statement(
         r#""Effect":"Deny","Principal":"*","Action":"s3:PutObject","Resource":"arn:aws:s3:::pol/*","Condition":{"StringEquals":{"s3:RequestObjectTag/secret":"yes"}}"#,
     );

@@ -170,10 +170,13 @@ async fn a_suspended_bucket_writes_and_deletes_the_null_version() {
     set_versioning(s3, "sus", BucketVersioningStatus::Enabled).await;
     let kept = put(s3, "sus", "k", b"versioned").await.unwrap();
     set_versioning(s3, "sus", BucketVersioningStatus::Suspended).await;
-    assert_eq!(put(s3, "sus", "k", b"null one").await.as_deref(), Some("null"));
+    // The null version is written without x-amz-version-id, as S3's PutObject reference shows
+    // for a versioning-suspended bucket (Ceph's s3-tests
+    // test_versioning_bucket_atomic_upload_return_version_id).
+    assert_eq!(put(s3, "sus", "k", b"null one").await.as_deref(), None);
     assert_eq!(
         put(s3, "sus", "k", &noise(100_000, 3)).await.as_deref(),
-        Some("null"),
+        None,
         "replaces the null version"
     );
     let versions = s3.list_object_versions().bucket("sus").send().await.unwrap();
@@ -196,6 +199,41 @@ async fn a_suspended_bucket_writes_and_deletes_the_null_version() {
     assert_eq!(get_version(s3, "sus", "k", Some(&kept)).await.unwrap().0, b"versioned");
     let reaped = gw.gateway.store.reap_retired(Duration::ZERO).await.unwrap();
     assert_eq!(reaped.bodies, 1, "the replaced 100 kB null version's body: {reaped:?}");
+}
+
+/// A write of the null version is answered without `x-amz-version-id`, as S3's PutObject
+/// reference shows for a versioning-suspended bucket; so are a copy and a multipart completion
+/// into one (Ceph's s3-tests `test_versioning_bucket_atomic_upload_return_version_id`,
+/// `test_versioning_bucket_multipart_upload_return_version_id`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_suspended_bucket_names_no_version_on_writes() {
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    s3.create_bucket().bucket("sus").send().await.unwrap();
+    set_versioning(s3, "sus", BucketVersioningStatus::Suspended).await;
+    assert_eq!(put(s3, "sus", "k", b"null one").await, None);
+    let copied = copy_request(s3, "sus", "copy", "sus/k").send().await.unwrap();
+    assert_eq!(copied.version_id, None);
+    let upload = common::s3::start_upload(s3, "sus", "parts").await;
+    let etag = upload_part(s3, "sus", "parts", &upload, 1, b"one part").await;
+    let completed = s3
+        .complete_multipart_upload()
+        .bucket("sus")
+        .key("parts")
+        .upload_id(&upload)
+        .multipart_upload(completion(&[(1, &etag)]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(completed.version_id, None);
+    // Each is the key's null version all the same.
+    let versions = s3.list_object_versions().bucket("sus").send().await.unwrap();
+    let ids: Vec<(&str, &str)> = versions
+        .versions()
+        .iter()
+        .map(|v| (v.key().unwrap(), v.version_id().unwrap()))
+        .collect();
+    assert_eq!(ids, [("copy", "null"), ("k", "null"), ("parts", "null")]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -797,8 +835,9 @@ async fn quotas_count_noncurrent_versions_and_delete_markers() {
     set_versioning(s3, "metered", BucketVersioningStatus::Suspended).await;
     s3.delete_object().bucket("metered").key("k").send().await.unwrap();
     let (bytes, objects) = usage(&gw, "metered").await;
-    put(s3, "metered", "k", &noise(10, 7)).await.unwrap();
-    put(s3, "metered", "k", &noise(20, 8)).await.unwrap();
+    // Null versions, written without a version id.
+    assert_eq!(put(s3, "metered", "k", &noise(10, 7)).await, None);
+    assert_eq!(put(s3, "metered", "k", &noise(20, 8)).await, None);
     assert_eq!(objects, 5);
     assert_eq!(usage(&gw, "metered").await, (bytes + 20, objects));
 

@@ -166,10 +166,12 @@ impl UploadCheck {
         })
     }
 
-    /// The check of a part copied from a stored object, whose bytes were verified when stored.
-    pub fn copied() -> UploadCheck {
+    /// The check of bytes copied from a stored object, which were verified when stored: it
+    /// computes `algorithm`'s checksum of them (CopyObject's `x-amz-checksum-algorithm`), or
+    /// the one their upload keeps (UploadPartCopy, see `keep`).
+    pub fn copied(algorithm: Option<Algorithm>) -> UploadCheck {
         UploadCheck {
-            checksum: None,
+            checksum: algorithm.map(|alg| (alg, Hasher::new(alg), Declared::Nothing)),
             content_md5: None,
             copied: true,
         }

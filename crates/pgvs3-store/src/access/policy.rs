@@ -356,6 +356,11 @@ impl Statement {
             not_resource: false,
             conditions: Vec::new(),
         };
+        // IAM takes NotPrincipal with Deny only: with Allow the statement is invalid (400), not
+        // a part of the language pgvs3 leaves out (NotImplemented below).
+        if fields.contains_key("NotPrincipal") && fields.get("Effect").and_then(Value::as_str) == Some("Allow") {
+            return malformed("Invalid principal in policy");
+        }
         let mut seen = Seen::default();
         for (field, value) in fields {
             statement.parse_field(field, value, scope, &mut seen)?;

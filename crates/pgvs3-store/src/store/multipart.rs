@@ -113,14 +113,15 @@ impl MultipartSql {
 /// prefix).
 fn list_uploads_sql(ns: &str, below: &str) -> String {
     format!(
-        "SELECT key, upload_id, initiated, meta->>'in' AS initiator, meta->'ac'->>'o' AS owner FROM {ns}.uploads
+        "SELECT key, upload_id, initiated, meta->>'in' AS initiator, meta->'ac'->>'o' AS owner,
+                meta->'uc' AS checksum FROM {ns}.uploads
           WHERE bucket_id = $1 AND key >= $2 {below} AND (key, upload_id) > ($3, $4)
           ORDER BY key, upload_id LIMIT $5"
     )
 }
 
-/// A part stored, and whether its upload is encrypted with SSE-S3 (which S3's answer says; an
-/// SSE-C upload's answer names the key the request brought).
+/// A part stored (or an upload completed), and whether its upload is encrypted with SSE-S3
+/// (which S3's answer says; an SSE-C upload's answer names the key the request brought).
 pub struct PartOutcome {
     pub written: PutOutcome,
     pub sse_s3: bool,
@@ -164,6 +165,8 @@ pub struct MultipartUpload {
     pub upload_id: String,
     pub initiated: SystemTime,
     pub parties: UploadParties,
+    /// The checksum the upload keeps, if it keeps one (listings name its algorithm and type).
+    pub checksum: Option<UploadChecksum>,
 }
 
 /// Who started an upload and who will own its object, as upload listings name them.
@@ -246,8 +249,21 @@ fn check_part_number(part_number: u32) -> StoreResult<i32> {
     Ok(part_number as i32)
 }
 
-/// A page of part rows fetched one past `max_parts`, and where the next page starts if it was cut.
-fn parts_page(rows: &[tokio_postgres::Row], after_part: u32, max_parts: usize) -> (Vec<PartInfo>, Option<u32>) {
+fn is_sse_s3(sealed: &super::encryption::Sealed) -> bool {
+    sealed.mode == super::encryption::Mode::S3
+}
+
+/// The checksum an upload's row keeps (its meta's `uc`), if any.
+fn kept_checksum(row: &tokio_postgres::Row) -> Option<UploadChecksum> {
+    row.get::<_, Option<Json<UploadChecksum>>>("checksum")
+        .map(|Json(kept)| kept)
+}
+
+/// A page of part rows fetched one past `max_parts`, and where the next page starts if it was
+/// cut. `max-parts` 0 gets an empty page that is not truncated, as S3 answers ListObjects'
+/// `max-keys` 0: a truncated empty page could only name its own marker as the next one, and a
+/// paginator would ask for it forever.
+fn parts_page(rows: &[tokio_postgres::Row], max_parts: usize) -> (Vec<PartInfo>, Option<u32>) {
     let mut parts: Vec<PartInfo> = rows
         .iter()
         .map(|row| PartInfo {
@@ -258,10 +274,9 @@ fn parts_page(rows: &[tokio_postgres::Row], after_part: u32, max_parts: usize) -
             checksum: row.get("checksum"),
         })
         .collect();
-    let next_marker = (parts.len() > max_parts).then(|| {
-        parts.truncate(max_parts);
-        parts.last().map_or(after_part, |part| part.part_number)
-    });
+    let cut = parts.len() > max_parts;
+    parts.truncate(max_parts);
+    let next_marker = parts.last().filter(|_| cut).map(|part| part.part_number);
     (parts, next_marker)
 }
 
@@ -412,7 +427,7 @@ impl Store {
                 checksum,
                 version_id: None,
             },
-            sse_s3: sealed.is_some_and(|Json(sealed)| sealed.mode == super::encryption::Mode::S3),
+            sse_s3: sealed.is_some_and(|Json(sealed)| is_sse_s3(&sealed)),
         })
     }
 
@@ -463,7 +478,7 @@ impl Store {
         parts: &[CompletedPart],
         checksums: &dyn PartChecksums,
         condition: &WriteCondition,
-    ) -> StoreResult<PutOutcome> {
+    ) -> StoreResult<PartOutcome> {
         let upload_id = upload_number(upload_id)?;
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
@@ -551,12 +566,15 @@ impl Store {
         };
         let written = self.write_object_row(&tx, bucket, &row, condition).await?;
         tx.commit().await?;
-        Ok(PutOutcome {
-            etag,
-            size,
-            last_modified: written.last_modified,
-            checksum: meta.checksum,
-            version_id: written.version_id,
+        Ok(PartOutcome {
+            sse_s3: meta.encryption.as_ref().is_some_and(is_sse_s3),
+            written: PutOutcome {
+                etag,
+                size,
+                last_modified: written.last_modified,
+                checksum: meta.checksum,
+                version_id: written.version_id,
+            },
         })
     }
 
@@ -568,7 +586,7 @@ impl Store {
         bucket: &BucketInfo,
         key: &str,
         upload_id: i64,
-    ) -> StoreResult<PutOutcome> {
+    ) -> StoreResult<PartOutcome> {
         let statement = tx.prepare_cached(&bucket.sql.head).await?;
         let row = tx.query_opt(&statement, &[&bucket.id, &key]).await?;
         let row = match self.found(bucket, row) {
@@ -579,15 +597,16 @@ impl Store {
             return Err(StoreError::NoSuchUpload);
         }
         let head = ObjectHead::from_row(&row);
-        Ok(PutOutcome {
-            etag: head.etag,
-            size: head.size,
-            last_modified: head.last_modified,
-            checksum: head.meta.checksum,
-            version_id: bucket.versioning.map(|_| {
-                row.get::<_, Option<String>>("version_id")
-                    .unwrap_or_else(|| "null".into())
-            }),
+        Ok(PartOutcome {
+            sse_s3: head.meta.encryption.as_ref().is_some_and(is_sse_s3),
+            written: PutOutcome {
+                etag: head.etag,
+                size: head.size,
+                last_modified: head.last_modified,
+                checksum: head.meta.checksum,
+                // As the first answer: a null version has no version id to answer.
+                version_id: row.get("version_id"),
+            },
         })
     }
 
@@ -637,13 +656,11 @@ impl Store {
         let rows = client
             .query(&statement, &[&upload_id, &after, &(max_parts as i64 + 1)])
             .await?;
-        let (parts, next_marker) = parts_page(&rows, after_part, max_parts);
+        let (parts, next_marker) = parts_page(&rows, max_parts);
         Ok(PartsPage {
             parts,
             parties: UploadParties::of(&upload),
-            checksum: upload
-                .get::<_, Option<Json<UploadChecksum>>>("checksum")
-                .map(|Json(kept)| kept),
+            checksum: kept_checksum(&upload),
             next_marker,
         })
     }
@@ -676,7 +693,7 @@ impl Store {
                 ],
             )
             .await?;
-        let (parts, next_marker) = parts_page(&rows, after_part, max_parts);
+        let (parts, next_marker) = parts_page(&rows, max_parts);
         Ok(PartsPage {
             parts,
             next_marker,
@@ -767,6 +784,7 @@ impl Store {
                             upload_id: upload_id.to_string(),
                             initiated: row.get("initiated"),
                             parties: UploadParties::of(row),
+                            checksum: kept_checksum(row),
                         });
                     }
                 }

@@ -121,7 +121,8 @@ pub struct PutOutcome {
     pub size: u64,
     pub last_modified: SystemTime,
     pub checksum: Option<StoredChecksum>,
-    /// In a versioned bucket, the version written (`null` in a Suspended one); else `None`.
+    /// The version written when it has an id (versioning Enabled); `None` for the null version
+    /// (an unversioned or Suspended bucket), which S3 answers without `x-amz-version-id`.
     pub version_id: Option<String>,
 }
 
@@ -228,17 +229,17 @@ impl NamespaceSql {
         NamespaceSql {
             get: lookup_sql(&ns, "o.inline"),
             head: lookup_sql(&ns, "NULL::bytea"),
-            put: format!("{insert} RETURNING last_modified, version_id, version_seq IS NOT NULL AS versioned"),
+            put: format!("{insert} RETURNING last_modified, version_id"),
             // The conflict arbiter makes the check atomic: of concurrent creators one inserts,
             // the others find its row and (it being live) update nothing.
             put_if_absent: format!(
                 "{insert} WHERE o.expires_at IS NOT NULL AND o.expires_at <= now()
-                 RETURNING last_modified, version_id, version_seq IS NOT NULL AS versioned"
+                 RETURNING last_modified, version_id"
             ),
             // Inserted when absent; an existing live object is replaced unless it has the ETag.
             put_if_none_match: format!(
                 "{insert} WHERE (o.expires_at IS NOT NULL AND o.expires_at <= now()) OR o.etag <> $8
-                 RETURNING last_modified, version_id, version_seq IS NOT NULL AS versioned"
+                 RETURNING last_modified, version_id"
             ),
             // Under READ COMMITTED a concurrent update makes PostgreSQL re-check the WHERE on the
             // newest row version, so of writers that read the same ETag only the first wins.
@@ -248,7 +249,7 @@ impl NamespaceSql {
                    FROM pgvs3.buckets b
                   WHERE b.id = $1 AND o.bucket_id = $1 AND key = $2 AND ($8 = '*' OR etag = $8)
                     AND (expires_at IS NULL OR expires_at > now())
-                 RETURNING o.last_modified, o.version_id, o.version_seq IS NOT NULL AS versioned",
+                 RETURNING o.last_modified, o.version_id",
                 redrawn = version_drawn_under_lock(&ns, "b.versioning IS NOT NULL", "b.versioning = 'Enabled'"),
             ),
             set_tags: format!(
@@ -669,14 +670,11 @@ impl Store {
         };
         let statement = db.prepare_cached(sql).await?;
         if let Some(written) = db.query_opt(&statement, &params).await? {
-            let versioned: bool = written.get("versioned");
             return Ok(Written {
                 last_modified: written.get("last_modified"),
-                version_id: versioned.then(|| {
-                    written
-                        .get::<_, Option<String>>("version_id")
-                        .unwrap_or_else(|| "null".into())
-                }),
+                // A null version (unversioned or suspended bucket) is answered without a version
+                // id, as S3's PutObject reference shows for a versioning-suspended bucket.
+                version_id: written.get("version_id"),
             });
         }
         // Refused: tell a missing bucket or key from a precondition that did not hold.

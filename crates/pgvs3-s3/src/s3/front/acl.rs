@@ -293,7 +293,18 @@ pub(super) async fn new_object_acl(
     }
     let bucket_owner = owner_id(bucket, catalog);
     if !Ownership::acls_enabled(ownership) {
-        return match requested.is_none_or(|r| r.resolve(&bucket_owner, &bucket_owner).is_owner_only(&bucket_owner)) {
+        // S3 takes `bucket-owner-full-control` or no ACL on a PUT (its Object Ownership
+        // troubleshooting page); the bucket owner's own `private` grants the same and is taken,
+        // another key's `private` (or grants) is refused.
+        let writer = match principal.is_root || principal.access_key.is_empty() {
+            true => &bucket_owner,
+            false => &principal.access_key,
+        };
+        let taken = requested.is_none_or(|r| {
+            r == Requested::Canned(Canned::BucketOwnerFullControl)
+                || r.resolve(writer, &bucket_owner).is_owner_only(&bucket_owner)
+        });
+        return match taken {
             true => Ok(None),
             false => Err(acls_disabled()),
         };

@@ -8,7 +8,7 @@ use super::context::RequestContext;
 use super::tagging::header_tags;
 use super::wire::{fail, part_number, timestamp, to_etag_condition, to_system_time};
 use super::{acl, encryption};
-use crate::s3::checksum::UploadCheck;
+use crate::s3::checksum::{Algorithm, UploadCheck};
 use crate::store;
 
 /// The preconditions on a copy's source, from its `x-amz-copy-source-if-*` fields.
@@ -71,6 +71,16 @@ pub(super) async fn copy_object(
     };
     let lock = requested_lock!(input)?;
     let requested_acl = acl::requested(&req.headers)?;
+    // S3 gives the copy a checksum of the named algorithm, computed from its bytes.
+    let checksum = input
+        .checksum_algorithm
+        .as_ref()
+        .map(|named| {
+            Algorithm::from_name(named.as_str())
+                .ok_or_else(|| s3s::s3_error!(InvalidRequest, "Value for x-amz-checksum-algorithm header is invalid."))
+        })
+        .transpose()?
+        .map(|algorithm| Box::new(UploadCheck::copied(Some(algorithm))) as Box<dyn store::BodyObserver>);
     let source = cx.open_source(&req, source_bucket).await?;
     let bucket = &cx.bucket;
     let new_acl = acl::new_object_acl(requested_acl, bucket, &cx.principal, cx.front.buckets.catalog()).await?;
@@ -91,6 +101,7 @@ pub(super) async fn copy_object(
             lock,
             new_acl,
             copy_encryption,
+            checksum,
         )
         .await
         .map_err(|e| fail(&req, e))?;
@@ -146,7 +157,7 @@ pub(super) async fn upload_part_copy(
             &input.upload_id,
             part_number,
             part_key,
-            Box::new(UploadCheck::copied()),
+            Box::new(UploadCheck::copied(None)),
         )
         .await
         .map_err(|e| fail(&req, e))?;

@@ -146,7 +146,10 @@ pub(super) async fn complete_multipart_upload(
     };
     let condition = write_condition(&input.if_match, &input.if_none_match)?;
     let bucket = &cx.bucket;
-    let outcome = bucket
+    let store::PartOutcome {
+        written: outcome,
+        sse_s3,
+    } = bucket
         .complete_multipart_upload(&input.key, &input.upload_id, &parts, &completion, &condition)
         .await
         .map_err(|e| fail(&req, e))?;
@@ -159,6 +162,9 @@ pub(super) async fn complete_multipart_upload(
         ..Default::default()
     };
     output.checksum_type = set_checksum!(output, outcome.checksum);
+    // S3 answers the object's SSE-S3 (asked for on CreateMultipartUpload, or the bucket's
+    // default) on the completion too; it names no SSE-C key there.
+    output.server_side_encryption = sse_s3.then(|| ServerSideEncryption::from_static(ServerSideEncryption::AES256));
     Ok(S3Response::new(output))
 }
 
@@ -264,7 +270,11 @@ pub(super) async fn list_multipart_uploads(
                 owner: Some(owner),
                 initiator: Some(initiator),
                 storage_class: Some(StorageClass::from_static(StorageClass::STANDARD)),
-                ..Default::default()
+                checksum_algorithm: upload
+                    .checksum
+                    .as_ref()
+                    .map(|kept| ChecksumAlgorithm::from(kept.algorithm.clone())),
+                checksum_type: upload.checksum.map(|kept| checksum_type(kept.full_object)),
             }
         })
         .collect();
