@@ -1304,56 +1304,64 @@ async fn a_version_read_while_a_delete_promotes_it_finds_it() {
     );
 }
 
-/// Pages of ListObjectVersions or ListMultipartUploads rolled up by `/`, as (entry, is a common
-/// prefix) in listing order, each page at most `max` long.
-async fn rolled_up_pages(s3: &Client, bucket: &str, max: i32, uploads: bool) -> Vec<(String, bool)> {
-    let mut seen = Vec::new();
-    let (mut key_marker, mut id_marker): (Option<String>, Option<String>) = (None, None);
-    for _ in 0..200 {
-        let (mut page, prefixes, truncated, next): (
-            Vec<(String, bool)>,
-            Vec<String>,
-            bool,
-            (Option<String>, Option<String>),
-        );
-        if uploads {
-            let out = s3
-                .list_multipart_uploads()
-                .bucket(bucket)
-                .delimiter("/")
-                .max_uploads(max)
-                .set_key_marker(key_marker.clone())
-                .set_upload_id_marker(id_marker.clone())
-                .send()
-                .await
-                .unwrap();
-            page = out
+/// One page of a rolled-up listing: its entries, its common prefixes, and where the next starts.
+struct RolledUpPage {
+    entries: Vec<(String, bool)>,
+    prefixes: Vec<String>,
+    next: Option<(Option<String>, Option<String>)>,
+}
+
+/// A page of ListObjectVersions (`uploads` false) or ListMultipartUploads rolled up by `/`.
+async fn rolled_up_page(
+    s3: &Client,
+    bucket: &str,
+    max: i32,
+    uploads: bool,
+    from: (Option<String>, Option<String>),
+) -> RolledUpPage {
+    let (key_marker, id_marker) = from;
+    if uploads {
+        let out = s3
+            .list_multipart_uploads()
+            .bucket(bucket)
+            .delimiter("/")
+            .max_uploads(max)
+            .set_key_marker(key_marker)
+            .set_upload_id_marker(id_marker)
+            .send()
+            .await
+            .unwrap();
+        RolledUpPage {
+            entries: out
                 .uploads()
                 .iter()
                 .map(|u| (u.key().unwrap().to_owned(), false))
-                .collect();
-            prefixes = out
+                .collect(),
+            prefixes: out
                 .common_prefixes()
                 .iter()
                 .filter_map(|p| p.prefix().map(str::to_owned))
-                .collect();
-            truncated = out.is_truncated() == Some(true);
-            next = (
-                out.next_key_marker().map(str::to_owned),
-                out.next_upload_id_marker().map(str::to_owned),
-            );
-        } else {
-            let out = s3
-                .list_object_versions()
-                .bucket(bucket)
-                .delimiter("/")
-                .max_keys(max)
-                .set_key_marker(key_marker.clone())
-                .set_version_id_marker(id_marker.clone())
-                .send()
-                .await
-                .unwrap();
-            page = out
+                .collect(),
+            next: (out.is_truncated() == Some(true)).then(|| {
+                (
+                    out.next_key_marker().map(str::to_owned),
+                    out.next_upload_id_marker().map(str::to_owned),
+                )
+            }),
+        }
+    } else {
+        let out = s3
+            .list_object_versions()
+            .bucket(bucket)
+            .delimiter("/")
+            .max_keys(max)
+            .set_key_marker(key_marker)
+            .set_version_id_marker(id_marker)
+            .send()
+            .await
+            .unwrap();
+        RolledUpPage {
+            entries: out
                 .versions()
                 .iter()
                 .map(|v| (format!("{}@{}", v.key().unwrap(), v.version_id().unwrap()), false))
@@ -1363,30 +1371,48 @@ async fn rolled_up_pages(s3: &Client, bucket: &str, max: i32, uploads: bool) -> 
                         false,
                     )
                 }))
-                .collect();
-            prefixes = out
+                .collect(),
+            prefixes: out
                 .common_prefixes()
                 .iter()
                 .filter_map(|p| p.prefix().map(str::to_owned))
-                .collect();
-            truncated = out.is_truncated() == Some(true);
-            next = (
-                out.next_key_marker().map(str::to_owned),
-                out.next_version_id_marker().map(str::to_owned),
-            );
+                .collect(),
+            next: (out.is_truncated() == Some(true)).then(|| {
+                (
+                    out.next_key_marker().map(str::to_owned),
+                    out.next_version_id_marker().map(str::to_owned),
+                )
+            }),
         }
-        assert!(page.len() + prefixes.len() <= max as usize, "a page of {max} at most");
-        page.extend(prefixes.into_iter().map(|p| (p, true)));
+    }
+}
+
+/// Pages of ListObjectVersions or ListMultipartUploads rolled up by `/`, as (entry, is a common
+/// prefix) in listing order, each page at most `max` long.
+async fn rolled_up_pages(s3: &Client, bucket: &str, max: i32, uploads: bool) -> Vec<(String, bool)> {
+    let mut seen = Vec::new();
+    let mut from = (None, None);
+    for _ in 0..200 {
+        let RolledUpPage {
+            mut entries,
+            prefixes,
+            next,
+        } = rolled_up_page(s3, bucket, max, uploads, from).await;
+        assert!(
+            entries.len() + prefixes.len() <= max as usize,
+            "a page of {max} at most"
+        );
+        entries.extend(prefixes.into_iter().map(|p| (p, true)));
         // Within a page, entries and prefixes interleave in key order (ids newest first).
-        page.sort_by(|a, b| {
+        entries.sort_by(|a, b| {
             let key = |e: &(String, bool)| e.0.split('@').next().unwrap().to_owned();
             key(a).cmp(&key(b)).then(b.0.cmp(&a.0))
         });
-        seen.extend(page);
-        if !truncated {
-            return seen;
+        seen.extend(entries);
+        match next {
+            Some(next) => from = next,
+            None => return seen,
         }
-        (key_marker, id_marker) = next;
     }
     panic!("the listing did not end in 200 pages");
 }
