@@ -945,6 +945,18 @@ async fn pool_and_buckets(plane: std::sync::Arc<ControlPlane>) {
         },
     )
     .await;
+
+    // The admin port (/metrics, /readyz) only on a ClusterIP Service of its own (review
+    // finding 5), never on the clients' Service.
+    let port_names = |service: &Service| -> Vec<String> {
+        let ports = service.spec.as_ref().unwrap().ports.as_ref().unwrap();
+        ports.iter().map(|p| p.name.clone().unwrap()).collect()
+    };
+    let admin = services.get("objects-admin").await.unwrap();
+    assert_eq!(port_names(&admin), ["admin"]);
+    assert_eq!(admin.spec.as_ref().unwrap().type_.as_deref(), Some("ClusterIP"));
+    let clients = services.get("objects").await.unwrap();
+    assert!(!port_names(&clients).contains(&"admin".to_string()), "{clients:?}");
 }
 
 /// The `(status, reason, message)` of a pool's Ready condition.
