@@ -524,7 +524,9 @@ async fn a_retained_or_marked_bucket_is_adopted_with_its_objects() {
     let custodian = bucket_row(&sql, "shared-data").await.flatten().unwrap();
     assert!(custodian.starts_with("PGVS3R"), "retained for team/photos: {custodian}");
 
-    // A new resource of the same namespace and name (a new uid, so a new key) adopts it.
+    // The garbage collector takes the old resource's Secret (this fake API server has none);
+    // a new resource of the same namespace and name (a new uid, so a new key) adopts it.
+    fake.remove("/api/v1/namespaces/team/secrets/photos-credentials");
     fake.insert(json!({
         "apiVersion": "pgvs3.io/v1alpha1", "kind": "Bucket",
         "metadata": {"name": "photos", "namespace": "team"},
