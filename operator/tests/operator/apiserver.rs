@@ -770,7 +770,7 @@ async fn pool_and_buckets(plane: std::sync::Arc<ControlPlane>) {
             &secret_text(&limited, "AWS_SECRET_ACCESS_KEY"),
         )
         .put_object()
-        .bucket("team-limited")
+        .bucket(pgvs3_operator::crd::default_bucket_name("team", "limited"))
         .key("large")
         .body(ByteStream::from_static(&[b'x'; 20]))
         .send()
@@ -1503,7 +1503,11 @@ async fn namespace_teardown(plane: std::sync::Arc<ControlPlane>) {
         "the key {key} of a Bucket deleted with its namespace is still active"
     );
     // The bucket itself is left as it was: dropping or retaining it needs the pool.
-    assert!(bucket_owner(&catalog, "teardown-data").await.is_some());
+    assert!(
+        bucket_owner(&catalog, &pgvs3_operator::crd::default_bucket_name("teardown", "data"))
+            .await
+            .is_some()
+    );
 }
 
 /// Defect 3: a catalog that cannot be reached, or refuses, is reported with its cause: the
@@ -1604,6 +1608,7 @@ async fn events_of(client: &Client, ns: &str, name: &str) -> Vec<(String, String
 /// deleting the refused Bucket under `Delete` drops nothing. A Bucket of the same namespace and
 /// name adopts what its predecessor retained.
 async fn tenancy(plane: std::sync::Arc<ControlPlane>) {
+    let tenant_a_data = pgvs3_operator::crd::default_bucket_name("tenant-a", "data");
     let url = common::fresh_database().await;
     let catalog = sql(&url).await;
     // Two namespaces' pools on one database (one master key, as docs/operator.md asks).
@@ -1652,7 +1657,7 @@ async fn tenancy(plane: std::sync::Arc<ControlPlane>) {
         buckets_a.get_opt("data").await.unwrap().is_none().then_some(())
     })
     .await;
-    let custodian = bucket_owner(&catalog, "tenant-a-data").await.flatten().unwrap();
+    let custodian = bucket_owner(&catalog, tenant_a_data.as_str()).await.flatten().unwrap();
     assert!(custodian.starts_with("PGVS3R"), "{custodian}");
 
     // tenant-b reaches for all of them, under deletionPolicy Delete.
@@ -1660,7 +1665,7 @@ async fn tenancy(plane: std::sync::Arc<ControlPlane>) {
     let grabs = [
         ("grab-resp", "resp", "BucketNotAdoptable"),
         ("grab-root", "root-made", "BucketNotAdoptable"),
-        ("grab-a", "tenant-a-data", "BucketOwnedElsewhere"),
+        ("grab-a", tenant_a_data.as_str(), "BucketOwnedElsewhere"),
     ];
     for (name, target, _) in grabs {
         apply(
@@ -1697,7 +1702,7 @@ async fn tenancy(plane: std::sync::Arc<ControlPlane>) {
     );
     assert_eq!(bucket_owner(&catalog, "root-made").await, Some(None));
     assert_eq!(
-        bucket_owner(&catalog, "tenant-a-data").await,
+        bucket_owner(&catalog, tenant_a_data.as_str()).await,
         Some(Some(custodian.clone()))
     );
     // Deleting the refused Buckets drops nothing.
@@ -1714,7 +1719,7 @@ async fn tenancy(plane: std::sync::Arc<ControlPlane>) {
             .then_some(())
     })
     .await;
-    for target in ["resp", "root-made", "tenant-a-data"] {
+    for target in ["resp", "root-made", tenant_a_data.as_str()] {
         assert!(bucket_owner(&catalog, target).await.is_some(), "{target} still exists");
     }
 
@@ -1752,7 +1757,7 @@ async fn tenancy(plane: std::sync::Arc<ControlPlane>) {
     let again = secrets_a.get("data-credentials").await.unwrap();
     let key = secret_text(&again, "AWS_ACCESS_KEY_ID");
     assert_ne!(key, secret_text(&first, "AWS_ACCESS_KEY_ID"));
-    assert_eq!(bucket_owner(&catalog, "tenant-a-data").await, Some(Some(key)));
+    assert_eq!(bucket_owner(&catalog, tenant_a_data.as_str()).await, Some(Some(key)));
     let events = events_of(&client, a, "data").await;
     assert!(events.iter().any(|(_, reason, _)| reason == "Adopted"), "{events:?}");
     let custodians: i64 = catalog
@@ -1771,7 +1776,7 @@ async fn tenancy(plane: std::sync::Arc<ControlPlane>) {
     let kept = eventually(WAIT, "the retained object read with the new key", || async {
         let object = reader
             .get_object()
-            .bucket("tenant-a-data")
+            .bucket(tenant_a_data.as_str())
             .key("kept.txt")
             .send()
             .await

@@ -558,6 +558,7 @@ async fn a_retained_or_marked_bucket_is_adopted_with_its_objects() {
     // A bucket made by hand with the root key is the root's: refused, until an admin marks it
     // adoptable for the namespace.
     gateway.client.create_bucket().bucket("hand-made").send().await.unwrap();
+    fake.remove("/api/v1/namespaces/team/secrets/photos-credentials");
     fake.insert(json!({
         "apiVersion": "pgvs3.io/v1alpha1", "kind": "Bucket",
         "metadata": {"name": "photos", "namespace": "team"},
