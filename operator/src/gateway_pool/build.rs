@@ -401,7 +401,8 @@ mod tests {
             .into_iter()
             .map(|p| p.port)
             .collect();
-        assert_eq!(ports, vec![9000, 9090]);
+        // The admin port (9090) is on `<pool>-admin` only.
+        assert_eq!(ports, vec![9000]);
         assert!(objects.autoscaler.is_none() && objects.service_monitor.is_none());
         let owners = objects.deployment.metadata.owner_references.unwrap();
         assert_eq!(owners[0].kind, "GatewayPool");
