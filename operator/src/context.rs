@@ -164,6 +164,10 @@ pub enum Error {
     /// reached the origin. Retried with backoff until the uploads drain.
     #[error("{0}")]
     PendingWriteBack(String),
+    /// An object the resource would write exists and is somebody else's (see
+    /// `kube_ops::claim`): left alone, and reported until it is renamed or deleted.
+    #[error("{0}")]
+    Exists(String),
     /// The API server's service-account issuer could not be read (OIDC discovery, JWKS).
     #[error("service-account issuer: {0}")]
     Issuer(String),
@@ -186,9 +190,13 @@ impl Error {
             Error::NoNamespace => "NoNamespace",
             Error::PendingWriteBack(_) => "PendingWriteBack",
             Error::Issuer(_) => "Issuer",
+            Error::Exists(_) => RESOURCE_EXISTS,
         }
     }
 }
+
+/// The condition reason of a resource whose child's name is taken by an object it does not own.
+pub const RESOURCE_EXISTS: &str = "ResourceExists";
 
 /// What a PostgreSQL error says, with its cause: `tokio_postgres::Error`'s own text is only its
 /// kind ("db error", "error connecting to server"), so this adds the server's message (severity,

@@ -4,16 +4,16 @@
 use std::fmt::Debug;
 
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
 
-use crate::context::{Context, Result};
+use crate::context::{Context, Error, Result};
 use crate::crd::{Verdict, merge_conditions, transition};
 
 pub const FIELD_MANAGER: &str = "pgvs3-operator";
@@ -24,11 +24,18 @@ pub const FIELD_MANAGER: &str = "pgvs3-operator";
 /// manager's list entry while the apply adds the operator's back, two ports named `s3`: 422),
 /// the desired object replaces what is there with a JSON merge patch (lists replaced whole),
 /// and the apply runs again to own its fields.
+///
+/// An object of that name the resource does not control is left alone (see [`claim`]).
 pub async fn apply<K>(api: &Api<K>, object: &K) -> Result<K>
 where
-    K: Resource + Clone + DeserializeOwned + Serialize + Debug,
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + Debug,
 {
     let name = object.name_any();
+    claim(
+        api.get_opt(&name).await?.as_ref().map(|existing| existing.meta()),
+        object.meta(),
+        &K::kind(&()),
+    )?;
     let params = PatchParams::apply(FIELD_MANAGER).force();
     match api.patch(&name, &params, &Patch::Apply(object)).await {
         Err(kube::Error::Api(status)) if status.code == 422 => {
@@ -44,6 +51,88 @@ where
         applied => Ok(applied?),
     }
 }
+
+/// Whether the operator may write `desired` over `existing` (an object of the same name), as a
+/// Kubernetes controller does: only when the desired object's controller (its owner) controls
+/// it, or when nobody does and it carries every `pgvs3.io/` label and the `managed-by` label of
+/// the desired object (the operator's own child orphaned by a deletion with `propagationPolicy:
+/// Orphan`, adopted as a ReplicaSet adopts its orphaned pods). Anything else — an application's
+/// Secret named like a Bucket's, a Service of another resource — is somebody else's: writing
+/// over it would take it, and the garbage collector would delete it with the resource.
+pub fn claim(existing: Option<&ObjectMeta>, desired: &ObjectMeta, kind: &str) -> Result<()> {
+    let Some(existing) = existing else {
+        return Ok(());
+    };
+    let controller = |meta: &ObjectMeta| {
+        meta.owner_references
+            .iter()
+            .flatten()
+            .find(|reference| reference.controller == Some(true))
+            .cloned()
+    };
+    let name = existing.name.as_deref().unwrap_or_default();
+    let Some(owner) = controller(desired) else {
+        // Never stored (no uid): nothing to own it by; the write is the caller's to decide.
+        return Ok(());
+    };
+    let refusal = |holder: String| {
+        Error::Exists(format!(
+            "{kind} {name} already exists and is {holder}: rename or delete it"
+        ))
+    };
+    match controller(existing) {
+        Some(current) if current.uid == owner.uid => Ok(()),
+        Some(current) => Err(refusal(format!("controlled by {} {}", current.kind, current.name))),
+        None => {
+            let labels = existing.labels.clone().unwrap_or_default();
+            let ours = desired.labels.iter().flatten().all(|(key, value)| {
+                !(key.starts_with("pgvs3.io/") || key == MANAGED_BY) || labels.get(key) == Some(value)
+            }) && labels.get(MANAGED_BY).map(String::as_str) == Some(FIELD_MANAGER);
+            if ours {
+                Ok(())
+            } else {
+                Err(refusal(format!("not {} {}'s", owner.kind, owner.name)))
+            }
+        }
+    }
+}
+
+/// Deletes `name` if `owner` controls it (gone already is fine); an object of that name that
+/// is somebody else's stays.
+pub async fn delete_owned<K, O>(api: &Api<K>, name: &str, owner: &O) -> Result<()>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+    O: Resource<DynamicType = ()>,
+{
+    let Some(existing) = api.get_opt(name).await? else {
+        return Ok(());
+    };
+    let uid = owner.meta().uid.as_deref();
+    let controlled = existing
+        .owner_references()
+        .iter()
+        .any(|reference| reference.controller == Some(true) && Some(reference.uid.as_str()) == uid);
+    if !controlled {
+        tracing::info!(object = %name, "not deleting: not the resource's own");
+        return Ok(());
+    }
+    // The uid precondition: an object recreated in between by somebody else is not deleted.
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: existing.uid(),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// The label on everything the operator writes.
+pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 
 /// Patch parameters of the operator's non-apply writes: its field manager named, so that
 /// managedFields and the audit log tell its writes from a user's.

@@ -229,7 +229,7 @@ async fn owns_service_monitors(
                 Some(namespace) => Api::namespaced_with(client.clone(), namespace, &resource),
                 None => Api::all_with(client.clone(), &resource),
             };
-            pools.owns_with(monitors, resource, watcher::Config::default())
+            pools.owns_with(monitors, resource, own_objects())
         }
         _ => pools,
     }
@@ -245,19 +245,13 @@ fn pool_watches(
     caches_reader: &Store<OriginCache>,
 ) -> Controller<GatewayPool> {
     pools
-        .owns(api::<Deployment>(client, namespace), watcher::Config::default())
-        .owns(api::<Service>(client, namespace), watcher::Config::default())
-        .owns(api::<ConfigMap>(client, namespace), watcher::Config::default())
-        .owns(
-            api::<PodDisruptionBudget>(client, namespace),
-            watcher::Config::default(),
-        )
-        .owns(
-            api::<HorizontalPodAutoscaler>(client, namespace),
-            watcher::Config::default(),
-        )
+        .owns(api::<Deployment>(client, namespace), own_objects())
+        .owns(api::<Service>(client, namespace), own_objects())
+        .owns(api::<ConfigMap>(client, namespace), own_objects())
+        .owns(api::<PodDisruptionBudget>(client, namespace), own_objects())
+        .owns(api::<HorizontalPodAutoscaler>(client, namespace), own_objects())
         // The Secret holding the gateways' connection string.
-        .owns(api::<Secret>(client, namespace), own_secrets())
+        .owns(api::<Secret>(client, namespace), own_objects())
         .watches(api::<Secret>(client, namespace), reloaded_secrets(), {
             let named = referrers(pools_reader.clone(), |pool: &GatewayPool, secret| {
                 pool.spec.postgres.credentials_secret() == secret
@@ -300,9 +294,9 @@ fn bucket_controller(client: &Client, namespace: &Option<String>, config: Contro
     let buckets_reader = buckets.store();
     let bucket_controller = buckets
         .with_config(config)
-        .owns(api::<Secret>(client, namespace), own_secrets())
+        .owns(api::<Secret>(client, namespace), own_objects())
         // The ConfigMap of a Bucket's workload identity, put back when edited or deleted.
-        .owns(api::<ConfigMap>(client, namespace), own_secrets())
+        .owns(api::<ConfigMap>(client, namespace), own_objects())
         // A Bucket is Ready only while its pool is: a pool's change reaches its Buckets.
         .watches(
             api::<GatewayPool>(client, namespace),
@@ -345,7 +339,7 @@ fn cache_watches(
     caches_reader: Store<OriginCache>,
 ) -> Controller<OriginCache> {
     caches
-        .owns(api::<Secret>(client, namespace), own_secrets())
+        .owns(api::<Secret>(client, namespace), own_objects())
         .watches(
             api::<Secret>(client, namespace),
             reloaded_secrets(),
@@ -363,9 +357,10 @@ fn cache_watches(
         )
 }
 
-/// The watch of the credentials Secrets (and Bucket ConfigMaps) the operator writes: only those
-/// it labels, not every Secret of the cluster.
-fn own_secrets() -> watcher::Config {
+/// The watch of the objects the operator writes (the pools' children, the credentials Secrets,
+/// the Bucket ConfigMaps): only those it labels, not every Deployment, Service, ConfigMap or
+/// Secret of the cluster in this process's memory.
+fn own_objects() -> watcher::Config {
     watcher::Config::default().labels("app.kubernetes.io/managed-by=pgvs3-operator")
 }
 

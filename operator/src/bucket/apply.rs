@@ -33,8 +33,17 @@ pub async fn reconcile(bucket: Arc<Bucket>, ctx: Arc<Context>) -> Result<Action>
     let buckets: Api<Bucket> = Api::namespaced(ctx.client.clone(), &namespace);
     let action = finalizer(&buckets, FINALIZER, bucket.clone(), |event| async {
         match event {
-            Event::Apply(bucket) => provision(&bucket, &ctx, &namespace).await,
-            Event::Cleanup(bucket) => cleanup(&bucket, &ctx, &namespace).await,
+            Event::Apply(bucket) => match provision(&bucket, &ctx, &namespace).await {
+                Err(Error::Exists(message)) => taken(&bucket, &ctx, &namespace, &message).await,
+                provisioned => provisioned,
+            },
+            Event::Cleanup(bucket) => match cleanup(&bucket, &ctx, &namespace).await {
+                Err(err) => {
+                    cleanup_failed(&bucket, &ctx, &namespace, &err).await;
+                    Err(err)
+                }
+                cleaned => cleaned,
+            },
         }
     })
     .await
@@ -55,6 +64,38 @@ async fn write_status(ctx: &Context, bucket: &Bucket, namespace: &str, status: B
         serde_json::to_value(status).expect("status serializes"),
     )
     .await
+}
+
+/// A Terminating Bucket whose cleanup failed (retried with backoff) says so: `Ready=False
+/// CleanupFailed` with the error and a Warning Event, instead of the `Ready` of its last
+/// provisioning. Failing to say so must not hide the cleanup's own error.
+async fn cleanup_failed(bucket: &Bucket, ctx: &Context, namespace: &str, err: &Error) {
+    let previous = bucket.status.clone().unwrap_or_default();
+    let verdicts = waiting(CLEANUP_FAILED, &err.to_string());
+    let status = BucketStatus {
+        conditions: kube_ops::conditions(ctx, bucket, &previous.conditions, &verdicts).await,
+        ..previous
+    };
+    if let Err(error) = write_status(ctx, bucket, namespace, status).await {
+        tracing::warn!(%error, "writing the failed cleanup's status");
+    }
+}
+
+/// The condition reason of a Terminating Bucket whose cleanup failed.
+pub const CLEANUP_FAILED: &str = "CleanupFailed";
+
+/// A name the Bucket would write (its Secret, its ConfigMap) is another object's: said in its
+/// status, checked again later (nothing watched tells when that object goes).
+async fn taken(bucket: &Bucket, ctx: &Context, namespace: &str, message: &str) -> Result<Action> {
+    let previous = bucket.status.clone().unwrap_or_default();
+    let verdicts = waiting(context::RESOURCE_EXISTS, message);
+    let status = BucketStatus {
+        observed_generation: bucket.meta().generation,
+        conditions: kube_ops::conditions(ctx, bucket, &previous.conditions, &verdicts).await,
+        ..previous
+    };
+    write_status(ctx, bucket, namespace, status).await?;
+    Ok(Action::requeue(WAIT_FOR_DEPENDENCY))
 }
 
 async fn provision(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Action> {
@@ -407,7 +448,7 @@ pub(crate) async fn write_credentials<K>(
     lake: Option<&LakeCatalog>,
 ) -> Result<String>
 where
-    K: Resource<DynamicType = ()>,
+    K: build::KeyHolder,
 {
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
     let secret_key = match secrets.get_opt(&build::secret_name(owner)).await? {

@@ -14,7 +14,7 @@ use pgvs3_catalog::lake::{self, LakeTarget};
 use pgvs3_catalog::notifications::{NotificationRule, Notifications, RuleError};
 use serde_json::json;
 
-use crate::crd::{Bucket, GatewayPool, Notification, PoolRole};
+use crate::crd::{Bucket, GatewayPool, Notification, OriginCache, PoolRole};
 
 pub const FINALIZER: &str = "pgvs3.io/bucket-cleanup";
 
@@ -36,9 +36,34 @@ pub struct Target {
 /// a pod that mounts it gets a file `ca.crt` (`AWS_CA_BUNDLE` is a path).
 pub const CA_CERT_KEY: &str = "ca.crt";
 
-/// `<name>-credentials`, the Secret of the resource that owns the key.
-pub fn secret_name<K: Resource>(owner: &K) -> String {
-    format!("{}-credentials", owner.meta().name.as_deref().unwrap_or_default())
+/// A resource that holds an access key, given to its users in a credentials Secret.
+pub trait KeyHolder: Resource<DynamicType = ()> {
+    /// The name of its credentials Secret: distinct per kind, so a Bucket and an OriginCache
+    /// of the same name do not write (and own) one Secret.
+    fn secret_name(&self) -> String;
+}
+
+/// `<name>-credentials`.
+impl KeyHolder for Bucket {
+    fn secret_name(&self) -> String {
+        format!("{}-credentials", self.meta().name.as_deref().unwrap_or_default())
+    }
+}
+
+/// `<name>-cache-credentials`; a cache whose status already names its Secret keeps that one
+/// (caches made before the name changed have `<name>-credentials`, which their users read).
+impl KeyHolder for OriginCache {
+    fn secret_name(&self) -> String {
+        self.status
+            .as_ref()
+            .and_then(|status| status.secret_name.clone())
+            .unwrap_or_else(|| format!("{}-cache-credentials", self.meta().name.as_deref().unwrap_or_default()))
+    }
+}
+
+/// The credentials Secret's name of the resource that owns the key.
+pub fn secret_name<K: KeyHolder>(owner: &K) -> String {
+    owner.secret_name()
 }
 
 /// The access key id of a Bucket.
@@ -220,7 +245,7 @@ pub fn label_value(name: &str) -> String {
 /// The credentials Secret of `owner` (a Bucket or an OriginCache), owned by it: the AWS SDKs'
 /// variables, plain `BUCKET_*` ones and COSI's; with `lake`, `DUCKLAKE_ATTACH` and
 /// `DUCKLAKE_CATALOG_SECRET` (the pool's database Secret, by name: never its password).
-pub fn credentials_secret<K: Resource<DynamicType = ()>>(
+pub fn credentials_secret<K: KeyHolder>(
     owner: &K,
     target: &Target,
     access_key_id: &str,
@@ -350,8 +375,28 @@ mod tests {
     }
 
     #[test]
-    fn generated_bucket_names_include_the_namespace() {
-        assert_eq!(bucket("a").bucket_name(), "team-photos");
+    fn generated_bucket_names_include_the_namespace_and_a_hash() {
+        let photos = bucket("a").bucket_name();
+        assert!(
+            photos.starts_with("team-photos-") && photos.len() == "team-photos-".len() + 8,
+            "{photos}"
+        );
+        // The dash alone would make these one name.
+        assert_ne!(
+            crate::crd::default_bucket_name("team-a", "logs"),
+            crate::crd::default_bucket_name("team", "a-logs")
+        );
+        assert!(crate::crd::default_bucket_name("team-a", "logs").starts_with("team-a-logs-"));
+        // A name already recorded in the status is kept (Buckets made before the hash).
+        let mut existing = bucket("a");
+        existing.status = Some(crate::crd::BucketStatus {
+            bucket_name: Some("team-photos".into()),
+            ..Default::default()
+        });
+        assert_eq!(existing.bucket_name(), "team-photos");
+        // An explicit name wins.
+        existing.spec.bucket_name = Some("chosen".into());
+        assert_eq!(existing.bucket_name(), "chosen");
     }
 
     #[test]

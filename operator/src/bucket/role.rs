@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, DeleteParams, ListParams};
+use kube::api::{Api, ListParams};
 use kube::core::Selector;
 use kube::{Resource, ResourceExt};
 use pgvs3_catalog::sts;
@@ -323,8 +323,8 @@ pub async fn apply_config_map(ctx: &Context, bucket: &Bucket, target: &Target, r
 }
 
 /// Deletes the object `name` the operator wrote in the Bucket's namespace (its ConfigMap once
-/// `workloadIdentity` is unset, its credentials Secret once `staticKey` is off); gone already
-/// is fine.
+/// `workloadIdentity` is unset, its credentials Secret once `staticKey` is off), if the Bucket
+/// still controls it; gone already is fine.
 pub async fn delete_written<K>(ctx: &Context, bucket: &Bucket, name: &str) -> Result<()>
 where
     K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
@@ -333,12 +333,7 @@ where
         + std::fmt::Debug,
 {
     let namespace = bucket.namespace().unwrap_or_default();
-    let api: Api<K> = Api::namespaced(ctx.client.clone(), &namespace);
-    match api.delete(name, &DeleteParams::default()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-        Err(err) => Err(err.into()),
-    }
+    kube_ops::delete_owned(&Api::<K>::namespaced(ctx.client.clone(), &namespace), name, bucket).await
 }
 
 #[cfg(test)]

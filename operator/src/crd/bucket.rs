@@ -28,8 +28,9 @@ use sha2::{Digest, Sha256};
 #[x_kube(validation = Rule::new("has(self.bucketName) == has(oldSelf.bucketName)").message("bucketName cannot be added or removed"))]
 #[serde(rename_all = "camelCase")]
 pub struct BucketSpec {
-    /// S3 bucket name (default: `<namespace>-<name>`, or when that is no valid bucket name, its
-    /// first 54 characters and a hash of the namespace and name). Immutable.
+    /// S3 bucket name (default: `<namespace>-<name>-<hash>`, the hash of namespace and name
+    /// telling apart `team-a`/`logs` and `team`/`a-logs`, cut to 63 characters; Buckets
+    /// created before the hash keep the `<namespace>-<name>` in their status). Immutable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 3, max = 63), regex(pattern = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"))]
     #[x_kube(
@@ -245,29 +246,40 @@ pub struct BucketStatus {
 }
 
 impl Bucket {
-    /// The S3 name: explicit, or `<namespace>-<name>` so two namespaces cannot collide. A
-    /// default that is no valid bucket name (longer than 63 characters: object names go up to
-    /// 253) keeps its first 54 characters and gets a hash of namespace and name, so it is valid,
-    /// stable and still distinct per resource.
+    /// The S3 name: explicit; or the one its status records (a bucket keeps the name it was
+    /// created with); or, for a new Bucket, `<namespace>-<name>-<hash>`, the hash (8 hex digits
+    /// of SHA-256 of `<namespace>/<name>`) telling apart what the dash alone would not
+    /// (`team-a`/`logs` and `team`/`a-logs`), the stem cut to keep it within 63 characters.
+    /// Buckets created before the hash was added have `<namespace>-<name>` in their status.
     pub fn bucket_name(&self) -> String {
         if let Some(name) = &self.spec.bucket_name {
             return name.clone();
         }
-        let namespace = self.metadata.namespace.as_deref().unwrap_or("default");
-        let name = self.metadata.name.as_deref().unwrap_or_default();
-        let plain = format!("{namespace}-{name}");
-        if valid_bucket_name(&plain) {
-            return plain;
+        if let Some(name) = self.status.as_ref().and_then(|status| status.bucket_name.clone()) {
+            return name;
         }
-        let digest = Sha256::digest(format!("{namespace}/{name}").as_bytes());
-        let hash = hex::encode(&digest[..4]);
-        let stem: String = plain.replace('.', "-").chars().take(54).collect();
-        let derived = format!("{}-{hash}", stem.trim_end_matches('-'));
-        if valid_bucket_name(&derived) {
-            derived
-        } else {
-            format!("bucket-{hash}")
-        }
+        default_bucket_name(
+            self.metadata.namespace.as_deref().unwrap_or("default"),
+            self.metadata.name.as_deref().unwrap_or_default(),
+        )
+    }
+}
+
+/// The S3 name a new Bucket `name` of `namespace` without `bucketName` gets (see
+/// [`Bucket::bucket_name`]).
+pub fn default_bucket_name(namespace: &str, name: &str) -> String {
+    let digest = Sha256::digest(format!("{namespace}/{name}").as_bytes());
+    let hash = hex::encode(&digest[..4]);
+    let stem: String = format!("{namespace}-{name}")
+        .replace('.', "-")
+        .chars()
+        .take(54)
+        .collect();
+    let derived = format!("{}-{hash}", stem.trim_end_matches('-'));
+    if valid_bucket_name(&derived) {
+        derived
+    } else {
+        format!("bucket-{hash}")
     }
 }
 

@@ -6,6 +6,24 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+/// The rule on a GatewayPool's own name (the API server allows any object name, dots and 253
+/// characters included; its Deployment and Service take the name, and a Service's name is a
+/// DNS label): [`valid_pool_name`] is the same check in the reconciler, for pools admitted
+/// before the rule.
+const POOL_NAME_RULE: &str =
+    "self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')";
+
+/// Whether `name` may name a GatewayPool ([`POOL_NAME_RULE`]).
+pub fn valid_pool_name(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    (1..=63).contains(&bytes.len())
+        && bytes[0].is_ascii_lowercase()
+        && (bytes[bytes.len() - 1].is_ascii_lowercase() || bytes[bytes.len() - 1].is_ascii_digit())
+        && bytes
+            .iter()
+            .all(|&b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
 /// A fleet of pgvs3 gateways bound to one PostgreSQL: a Primary pool serves reads and writes
 /// through the read-write Service, a Standby pool serves reads from hot standbys.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -26,7 +44,8 @@ use serde::{Deserialize, Serialize};
     printcolumn(name = "Role", type_ = "string", json_path = ".spec.role"),
     printcolumn(name = "Replicas", type_ = "integer", json_path = ".status.readyReplicas"),
     printcolumn(name = "Database", type_ = "string", json_path = ".status.database", priority = 1),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    validation = Rule::new(POOL_NAME_RULE).message("a GatewayPool's name names its Services: a DNS label (lower case letters, digits and '-', starting with a letter) of at most 63 characters")
 )]
 #[x_kube(validation = Rule::new("!(has(self.replicas) && has(self.autoscaling))").message("set either replicas or autoscaling, not both"))]
 #[x_kube(validation = Rule::new(CONSOLE_PORT_RULE).message("console.port must differ from adminPort and the enabled protocols' ports"))]
@@ -51,6 +70,7 @@ pub struct GatewayPoolSpec {
 
     /// Gateway image.
     #[serde(default = "default_image")]
+    #[schemars(length(min = 1, max = 1024))]
     pub image: String,
 
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -80,6 +100,7 @@ pub struct GatewayPoolSpec {
 
     /// Region the S3 endpoint reports and signs with.
     #[serde(default = "default_region")]
+    #[schemars(length(min = 1, max = 63))]
     pub region: String,
 
     /// The object ownership of an S3 bucket created without `x-amz-object-ownership`

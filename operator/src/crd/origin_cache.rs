@@ -84,7 +84,10 @@ pub struct Origin {
     #[x_kube(validation = Rule::new("self.startsWith('http://') || self.startsWith('https://')").message("an http(s) URL"))]
     pub endpoint: String,
     #[serde(default = "default_region")]
+    #[schemars(length(min = 1, max = 63))]
     pub region: String,
+    /// The origin's bucket (S3 allowed legacy names up to 255 characters).
+    #[schemars(length(min = 1, max = 255))]
     pub bucket: String,
     #[serde(default)]
     pub style: AddressingStyle,

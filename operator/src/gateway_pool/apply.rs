@@ -91,12 +91,19 @@ async fn reconcile_in(pool: &GatewayPool, ctx: &Context, namespace: &str) -> Res
         // Refused by the API server (a quota, an admission plugin, a webhook, a value the
         // schema let through): the pool says which children and why, then retries with
         // backoff. The others were applied all the same.
+        // A name taken by an object the pool does not own is the user's to resolve: said
+        // as such, and the object left alone.
+        let taken = refused.iter().any(|(_, err)| matches!(err, Error::Exists(_)));
         let message = refused
             .iter()
-            .map(|(kind, err)| format!("{kind} {}: {}", pool.name_any(), refusal(err)))
+            .map(|(kind, err)| match err {
+                Error::Exists(message) => message.clone(),
+                err => format!("{kind} {}: {}", pool.name_any(), refusal(err)),
+            })
             .collect::<Vec<_>>()
             .join("; ");
-        report(ctx, pool, &pools, database, "ApplyFailed", &message).await?;
+        let reason = if taken { context::RESOURCE_EXISTS } else { "ApplyFailed" };
+        report(ctx, pool, &pools, database, reason, &message).await?;
         return Err(refused.swap_remove(0).1);
     }
     let deployment = deployment.expect("applied when nothing was refused");
@@ -394,8 +401,11 @@ async fn apply_children(
     .await;
     note(&mut refused, "Secret", secret.map(drop));
     let read_first = refused.is_empty();
-    let service = kube_ops::apply(&Api::<Service>::namespaced(client.clone(), namespace), &objects.service).await;
+    let services = Api::<Service>::namespaced(client.clone(), namespace);
+    let service = kube_ops::apply(&services, &objects.service).await;
     note(&mut refused, "Service", service.map(drop));
+    let admin_service = kube_ops::apply(&services, &objects.admin_service).await;
+    note(&mut refused, "Service", admin_service.map(drop));
     let deployment = if read_first {
         let deployments = Api::<Deployment>::namespaced(client.clone(), namespace);
         match apply_deployment(&deployments, &objects.deployment).await {
@@ -416,14 +426,18 @@ async fn apply_children(
     if let Some(monitor) = &objects.service_monitor {
         let monitors: Api<DynamicObject> =
             Api::namespaced_with(client.clone(), namespace, &build::service_monitor_resource());
-        let outcome = monitors
-            .patch(
-                &pool.name_any(),
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(monitor),
-            )
-            .await;
-        note(&mut refused, "ServiceMonitor", outcome.map(drop).map_err(Error::from));
+        let outcome = async {
+            let existing = monitors.get_opt(&pool.name_any()).await?;
+            let existing = existing.as_ref().map(|monitor| &monitor.metadata);
+            kube_ops::claim(existing, &monitor.metadata, "ServiceMonitor")?;
+            let params = PatchParams::apply(FIELD_MANAGER).force();
+            monitors
+                .patch(&pool.name_any(), &params, &Patch::Apply(monitor))
+                .await?;
+            Ok(())
+        }
+        .await;
+        note(&mut refused, "ServiceMonitor", outcome);
     }
     (deployment, refused)
 }
@@ -445,7 +459,14 @@ pub const HANDOVER_MANAGER: &str = "pgvs3-operator-handover";
 async fn apply_deployment(deployments: &Api<Deployment>, deployment: &Deployment) -> Result<Deployment> {
     let name = deployment.name_any();
     let autoscaled = deployment.spec.as_ref().is_some_and(|spec| spec.replicas.is_none());
-    if autoscaled && let Some(current) = deployments.get_opt(&name).await? {
+    let existing = deployments.get_opt(&name).await?;
+    // Before the hand-over writes replicas: a Deployment that is somebody else's is not touched.
+    kube_ops::claim(
+        existing.as_ref().map(|d| &d.metadata),
+        &deployment.metadata,
+        "Deployment",
+    )?;
+    if autoscaled && let Some(current) = existing {
         let replicas = current.spec.as_ref().and_then(|spec| spec.replicas);
         if let Some(replicas) = replicas.filter(|_| owns_replicas(&current)) {
             let handover = serde_json::json!({

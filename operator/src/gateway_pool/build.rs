@@ -21,8 +21,9 @@ use self::config::settings;
 use self::database::database_secret;
 pub use self::database::{DATABASE_URL_KEY, database_secret_name, database_url};
 use self::deployment::deployment;
+pub use self::service::admin_service_name;
 pub use self::service::service_monitor_resource;
-use self::service::{autoscaler, pod_disruption_budget, service, service_monitor};
+use self::service::{admin_service, autoscaler, pod_disruption_budget, service, service_monitor};
 use self::volumes::origin_ca_file;
 use crate::crd::{Endpoints, GatewayPool, PoolRole};
 use crate::origin_cache::ca_bundle::Mounted;
@@ -71,6 +72,7 @@ pub struct Objects {
     pub database_secret: Secret,
     pub deployment: Deployment,
     pub service: Service,
+    pub admin_service: Service,
     pub pod_disruption_budget: PodDisruptionBudget,
     pub autoscaler: Option<HorizontalPodAutoscaler>,
     pub service_monitor: Option<DynamicObject>,
@@ -83,6 +85,7 @@ impl Objects {
             serde_json::to_value(&self.config_map),
             serde_json::to_value(&self.database_secret),
             serde_json::to_value(&self.service),
+            serde_json::to_value(&self.admin_service),
             serde_json::to_value(&self.deployment),
             serde_json::to_value(&self.pod_disruption_budget),
         ];
@@ -177,6 +180,12 @@ pub fn endpoints(pool: &GatewayPool) -> Endpoints {
 /// would have the gateways (or the operator's reads) wait forever for an object that cannot
 /// exist.
 pub fn spec_refusal(pool: &GatewayPool) -> Option<String> {
+    let name = pool_name(pool);
+    if !crate::crd::valid_pool_name(&name) {
+        return Some(format!(
+            "the pool's name {name:?} is no DNS label (lower case letters, digits and '-', starting with a letter, at most 63 characters): its Service could not take it"
+        ));
+    }
     let spec = &pool.spec;
     let postgres = &spec.postgres;
     let names = [
@@ -237,11 +246,15 @@ pub fn build(pool: &GatewayPool, inputs: &Inputs) -> Objects {
         database_secret: database_secret(pool, &inputs.login),
         deployment: deployment(pool, checksum, &inputs.origin_cas),
         service: service(pool),
+        admin_service: admin_service(pool),
         pod_disruption_budget: pod_disruption_budget(pool),
         autoscaler: autoscaler(pool),
         service_monitor: inputs.service_monitor_crd.then(|| service_monitor(pool)),
     }
 }
+
+/// The name of the port of `/healthz`, `/readyz` and `/metrics` (probes use it by name).
+pub const ADMIN_PORT: &str = "admin";
 
 fn ports(pool: &GatewayPool) -> Vec<(&'static str, i32)> {
     let protocols = &pool.spec.protocols;
@@ -254,7 +267,7 @@ fn ports(pool: &GatewayPool) -> Vec<(&'static str, i32)> {
     .filter(|(_, protocol)| protocol.enabled)
     .map(|(name, protocol)| (name, protocol.port))
     .collect();
-    ports.push(("admin", pool.spec.admin_port));
+    ports.push((ADMIN_PORT, pool.spec.admin_port));
     if let Some(console) = pool.spec.console.as_ref().filter(|console| console.enabled) {
         ports.push(("console", console.port));
     }
@@ -306,6 +319,14 @@ mod tests {
             ..PostgresSpec::default()
         };
         assert_eq!(spec_refusal(&pool).as_deref(), Some("postgres.host must not be empty"));
+        for name in ["gw.prod", "1st", "Pool", &"p".repeat(64)] {
+            let mut pool = primary();
+            pool.metadata.name = Some(name.to_string());
+            assert!(spec_refusal(&pool).unwrap().contains("no DNS label"), "{name}");
+        }
+        let mut pool = primary();
+        pool.metadata.name = Some("p".repeat(63));
+        assert_eq!(spec_refusal(&pool), None);
     }
 
     pub(super) fn env_value(deployment: &Deployment, name: &str) -> Option<EnvVar> {
@@ -380,7 +401,8 @@ mod tests {
             .into_iter()
             .map(|p| p.port)
             .collect();
-        assert_eq!(ports, vec![9000, 9090]);
+        // The admin port (9090) is on `<pool>-admin` only.
+        assert_eq!(ports, vec![9000]);
         assert!(objects.autoscaler.is_none() && objects.service_monitor.is_none());
         let owners = objects.deployment.metadata.owner_references.unwrap();
         assert_eq!(owners[0].kind, "GatewayPool");

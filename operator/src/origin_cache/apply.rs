@@ -121,7 +121,16 @@ async fn configure(
     // The cache bucket's own key, for the applications that use the cache.
     let target = bucket_apply::target(ctx, &binding.pool, namespace, row.bucket.clone()).await?;
     let key_id = build::access_key_id(cache);
-    let own_secret = bucket_apply::write_credentials(ctx, namespace, cache, &target, &key_id, None).await?;
+    let own_secret = match bucket_apply::write_credentials(ctx, namespace, cache, &target, &key_id, None).await {
+        Err(Error::Exists(message)) => {
+            return Ok(Outcome::waiting(
+                context::RESOURCE_EXISTS,
+                &message,
+                WAIT_FOR_DEPENDENCY,
+            ));
+        }
+        written => written?,
+    };
     status.secret_name = Some(bucket_build::secret_name(cache));
     status.access_key_id = Some(key_id.clone());
 

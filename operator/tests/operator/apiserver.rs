@@ -123,6 +123,180 @@ fn bucket_gateway_features() {
         });
 }
 
+/// Objects the operator did not make are never taken over (review finding 1), on a control plane
+/// of its own: `cargo test -p pgvs3-operator --test operator -- --ignored foreign_objects`.
+#[test]
+#[ignore = "the real-apiserver tier: needs PGVS3_KUBE_ASSETS (.ci/apiserver-tier.sh)"]
+fn foreign_objects() {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let plane = ControlPlane::start("foreign", "").await;
+            let operator = Operator::start(&plane, "foreign-operator", None, ("pgvs3-operator", 15));
+            let scenario = tokio::spawn(foreign_objects_untouched(std::sync::Arc::new(plane)));
+            match tokio::time::timeout(Duration::from_secs(240), scenario).await {
+                Ok(Ok(())) => {}
+                failed => {
+                    eprintln!("--- operator log ---\n{}", operator.process.log_text());
+                    panic!("foreign_objects_untouched: {failed:?}");
+                }
+            }
+        });
+}
+
+/// An application's Secret named like a Bucket's credentials, and a ConfigMap named like a
+/// pool's, are left exactly as they were (no keys merged in, no owner reference, so no garbage
+/// collection with the resource); the resource says `ResourceExists` naming the object, with a
+/// Warning Event. A Bucket and an OriginCache of one name each get their own Secret.
+async fn foreign_objects_untouched(plane: std::sync::Arc<ControlPlane>) {
+    let ns = "foreign";
+    let client = namespace(&plane, ns).await;
+    let (url, _gateway) = served_pool(&plane, &client, ns).await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let buckets: Api<Bucket> = Api::namespaced(client.clone(), ns);
+    let app_secret = apply(
+        &secrets,
+        "db-credentials",
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db-credentials"},
+               "stringData": {"password": "the app's"}}),
+    )
+    .await;
+    apply(
+        &buckets,
+        "db",
+        json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "Bucket", "metadata": {"name": "db"},
+               "spec": {"gatewayPoolRef": "objects"}}),
+    )
+    .await;
+    let message = eventually(WAIT, "Bucket db ResourceExists", || async {
+        let (status, reason, message) = condition(&buckets.get("db").await.ok()?, "Ready")?;
+        (status == "False" && reason == "ResourceExists").then_some(message)
+    })
+    .await;
+    assert!(message.contains("Secret db-credentials"), "{message}");
+    assert!(
+        events_of(&client, ns, "db")
+            .await
+            .iter()
+            .any(|(type_, reason, _)| type_ == "Warning" && reason == "ResourceExists")
+    );
+    let untouched = |secret: &Secret| {
+        secret.owner_references().is_empty() && secret.data.as_ref().unwrap().keys().collect::<Vec<_>>() == ["password"]
+    };
+    let secret = secrets.get("db-credentials").await.unwrap();
+    assert!(untouched(&secret), "{secret:?}");
+    assert_eq!(secret.resource_version(), app_secret.resource_version());
+    buckets.delete("db", &DeleteParams::default()).await.unwrap();
+    eventually(WAIT, "Bucket db gone", || async {
+        buckets.get_opt("db").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    assert!(untouched(&secrets.get("db-credentials").await.unwrap()));
+
+    // A pool named like the application's ConfigMap's stem.
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    apply(
+        &config_maps,
+        "app-config",
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "app-config"}, "data": {"k": "v"}}),
+    )
+    .await;
+    primary_pool(&client, ns, "app", &url).await;
+    let pools: Api<GatewayPool> = Api::namespaced(client.clone(), ns);
+    let message = eventually(WAIT, "pool app ResourceExists", || async {
+        let (status, reason, message) = pool_ready(&pools.get("app").await.ok()?)?;
+        (status == "False" && reason == "ResourceExists").then_some(message)
+    })
+    .await;
+    assert!(message.contains("ConfigMap app-config"), "{message}");
+    let config = config_maps.get("app-config").await.unwrap();
+    assert!(config.owner_references().is_empty(), "{config:?}");
+    assert_eq!(config.data.unwrap().keys().collect::<Vec<_>>(), ["k"]);
+    pools.delete("app", &DeleteParams::default()).await.unwrap();
+
+    // A Bucket and an OriginCache named alike: two Secrets, each owned by its resource.
+    apply(
+        &secrets,
+        "origin",
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "origin"},
+               "stringData": {"AWS_ACCESS_KEY_ID": "ORIGINKEY", "AWS_SECRET_ACCESS_KEY": "origin-secret"}}),
+    )
+    .await;
+    let bucket = apply(
+        &buckets,
+        "x",
+        json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "Bucket", "metadata": {"name": "x"},
+               "spec": {"gatewayPoolRef": "objects"}}),
+    )
+    .await;
+    let caches: Api<pgvs3_operator::crd::OriginCache> = Api::namespaced(client.clone(), ns);
+    let cache = apply(
+        &caches,
+        "x",
+        json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "OriginCache", "metadata": {"name": "x"},
+               "spec": {"gatewayPoolRef": "objects", "credentialsSecretRef": "origin", "bucket": "x-mirror",
+                        "mode": "WriteThrough",
+                        "origin": {"endpoint": "http://origin.example:9000", "bucket": "upstream"}}}),
+    )
+    .await;
+    bucket_ready(&buckets, "x").await;
+    let owned_by = |name: &'static str, uid: String| {
+        let secrets = secrets.clone();
+        async move {
+            eventually(WAIT, &format!("Secret {name} owned by {uid}"), || async {
+                let secret = secrets.get_opt(name).await.ok()??;
+                secret
+                    .owner_references()
+                    .iter()
+                    .any(|r| r.uid == uid && r.controller == Some(true))
+                    .then_some(())
+            })
+            .await
+        }
+    };
+    owned_by("x-credentials", bucket.uid().unwrap()).await;
+    owned_by("x-cache-credentials", cache.uid().unwrap()).await;
+    let cache = eventually(WAIT, "OriginCache x Ready", || async {
+        let cache = caches.get("x").await.ok()?;
+        let ready = cache
+            .status
+            .clone()?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "Ready")?;
+        (ready.status == "True").then_some(cache)
+    })
+    .await;
+    assert_eq!(
+        cache.status.unwrap().secret_name.as_deref(),
+        Some("x-cache-credentials")
+    );
+
+    // A Terminating Bucket whose cleanup fails (the pool's login names no role) says so.
+    apply(
+        &secrets,
+        "login",
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "login"},
+               "stringData": {"username": "no-such-role", "password": "unused-with-trust-auth"}}),
+    )
+    .await;
+    buckets.delete("x", &DeleteParams::default()).await.unwrap();
+    let message = eventually(WAIT, "Bucket x CleanupFailed", || async {
+        let (status, reason, message) = condition(&buckets.get("x").await.ok()?, "Ready")?;
+        (status == "False" && reason == "CleanupFailed").then_some(message)
+    })
+    .await;
+    assert!(message.contains("no-such-role"), "{message}");
+    assert!(
+        events_of(&client, ns, "x")
+            .await
+            .iter()
+            .any(|(type_, reason, _)| type_ == "Warning" && reason == "CleanupFailed")
+    );
+}
+
 async fn bucket_features(plane: std::sync::Arc<ControlPlane>) {
     let ns = "lakes";
     let client = namespace(&plane, ns).await;
@@ -429,6 +603,21 @@ async fn requests_in_the_audit_log(plane: std::sync::Arc<ControlPlane>) {
         .filter(|uri| !uri.contains("labelSelector="))
         .collect();
     assert!(secret_lists.is_empty(), "unselected Secret lists: {secret_lists:#?}");
+    // Nor of every Deployment, PodDisruptionBudget, HPA or ServiceMonitor: only the pools'
+    // children, by the `managed-by` label (review finding 6).
+    let unselected: Vec<&str> = requests
+        .iter()
+        .filter(|e| {
+            matches!(e["verb"].as_str(), Some("watch" | "list"))
+                && matches!(
+                    e["objectRef"]["resource"].as_str(),
+                    Some("deployments" | "poddisruptionbudgets" | "horizontalpodautoscalers" | "servicemonitors")
+                )
+        })
+        .map(|e| e["requestURI"].as_str().unwrap_or_default())
+        .filter(|uri| !uri.contains("labelSelector=app.kubernetes.io%2Fmanaged-by%3Dpgvs3-operator"))
+        .collect();
+    assert!(unselected.is_empty(), "unselected watches of children: {unselected:#?}");
     let hpa_deletes = requests
         .iter()
         .filter(|e| {
@@ -547,14 +736,17 @@ async fn pool_and_buckets(plane: std::sync::Arc<ControlPlane>) {
     // Read-write with deletion policy Delete.
     let photos = bucket_ready(&buckets, "photos").await;
     let status = photos.status.clone().unwrap();
-    assert_eq!(status.bucket_name.as_deref(), Some("team-photos"));
+    // A default name: namespace, name and a hash of both.
+    let photos_name = pgvs3_operator::crd::default_bucket_name("team", "photos");
+    assert!(photos_name.starts_with("team-photos-"), "{photos_name}");
+    assert_eq!(status.bucket_name.as_ref(), Some(&photos_name));
     assert_eq!(status.endpoint.as_deref(), Some("http://objects.team.svc:9000"));
     let credentials = secrets.get("photos-credentials").await.unwrap();
     assert_eq!(credentials.owner_references()[0].uid, photos.uid().unwrap());
     let key_id = secret_text(&credentials, "AWS_ACCESS_KEY_ID");
     assert_eq!(status.access_key_id.as_deref(), Some(key_id.as_str()));
     put(&gateway, &credentials, "a.txt").await.unwrap();
-    assert_eq!(bucket_owner(&catalog, "team-photos").await, Some(Some(key_id.clone())));
+    assert_eq!(bucket_owner(&catalog, &photos_name).await, Some(Some(key_id.clone())));
 
     // Read-only: the key reads the bucket but cannot write it.
     bucket_ready(&buckets, "archive").await;
@@ -578,7 +770,7 @@ async fn pool_and_buckets(plane: std::sync::Arc<ControlPlane>) {
             &secret_text(&limited, "AWS_SECRET_ACCESS_KEY"),
         )
         .put_object()
-        .bucket("team-limited")
+        .bucket(pgvs3_operator::crd::default_bucket_name("team", "limited"))
         .key("large")
         .body(ByteStream::from_static(&[b'x'; 20]))
         .send()
@@ -693,7 +885,7 @@ async fn pool_and_buckets(plane: std::sync::Arc<ControlPlane>) {
         .then_some(())
     })
     .await;
-    assert_eq!(bucket_owner(&catalog, "team-photos").await, None, "Delete dropped it");
+    assert_eq!(bucket_owner(&catalog, &photos_name).await, None, "Delete dropped it");
     let custodian = bucket_owner(&catalog, "team-archive").await.flatten();
     assert!(
         custodian.as_deref().is_some_and(|key| key.starts_with("PGVS3R")),
@@ -753,6 +945,18 @@ async fn pool_and_buckets(plane: std::sync::Arc<ControlPlane>) {
         },
     )
     .await;
+
+    // The admin port (/metrics, /readyz) only on a ClusterIP Service of its own (review
+    // finding 5), never on the clients' Service.
+    let port_names = |service: &Service| -> Vec<String> {
+        let ports = service.spec.as_ref().unwrap().ports.as_ref().unwrap();
+        ports.iter().map(|p| p.name.clone().unwrap()).collect()
+    };
+    let admin = services.get("objects-admin").await.unwrap();
+    assert_eq!(port_names(&admin), ["admin"]);
+    assert_eq!(admin.spec.as_ref().unwrap().type_.as_deref(), Some("ClusterIP"));
+    let clients = services.get("objects").await.unwrap();
+    assert!(!port_names(&clients).contains(&"admin".to_string()), "{clients:?}");
 }
 
 /// The `(status, reason, message)` of a pool's Ready condition.
@@ -1146,6 +1350,28 @@ async fn cel_rejections(plane: std::sync::Arc<ControlPlane>) {
         pool(json!({"postgres": {"clusterName": "db"}, "protocols": {"ojs": {"enabled": true, "port": 8080}}})),
         "an enabled OJS endpoint needs ojsTokenSecretRef",
     );
+    // A pool's own name becomes its Service's: a DNS label (review finding 3).
+    for name in ["gw.prod".to_string(), "p".repeat(64)] {
+        refused(
+            json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "GatewayPool", "metadata": {"name": name},
+                   "spec": {"postgres": {"clusterName": "db"}}}),
+            "a GatewayPool's name names its Services",
+        );
+    }
+    refused(
+        pool(json!({"postgres": {"clusterName": "db"}, "region": "r".repeat(64)})),
+        "spec.region",
+    );
+    refused(
+        pool(json!({"postgres": {"clusterName": "db"}, "image": "i".repeat(1025)})),
+        "spec.image",
+    );
+    refused(
+        json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "OriginCache", "metadata": {"name": "c"},
+               "spec": {"gatewayPoolRef": "p", "credentialsSecretRef": "creds", "bucket": "cache",
+                        "origin": {"endpoint": "http://origin.example", "bucket": "o".repeat(256)}}}),
+        "spec.origin.bucket",
+    );
     // Immutability is checked against the stored object.
     plane.kubectl_stdin(
         &["apply", "--server-side", "-n", ns, "-f", "-"],
@@ -1277,7 +1503,11 @@ async fn namespace_teardown(plane: std::sync::Arc<ControlPlane>) {
         "the key {key} of a Bucket deleted with its namespace is still active"
     );
     // The bucket itself is left as it was: dropping or retaining it needs the pool.
-    assert!(bucket_owner(&catalog, "teardown-data").await.is_some());
+    assert!(
+        bucket_owner(&catalog, &pgvs3_operator::crd::default_bucket_name("teardown", "data"))
+            .await
+            .is_some()
+    );
 }
 
 /// Defect 3: a catalog that cannot be reached, or refuses, is reported with its cause: the
@@ -1378,6 +1608,7 @@ async fn events_of(client: &Client, ns: &str, name: &str) -> Vec<(String, String
 /// deleting the refused Bucket under `Delete` drops nothing. A Bucket of the same namespace and
 /// name adopts what its predecessor retained.
 async fn tenancy(plane: std::sync::Arc<ControlPlane>) {
+    let tenant_a_data = pgvs3_operator::crd::default_bucket_name("tenant-a", "data");
     let url = common::fresh_database().await;
     let catalog = sql(&url).await;
     // Two namespaces' pools on one database (one master key, as docs/operator.md asks).
@@ -1426,7 +1657,7 @@ async fn tenancy(plane: std::sync::Arc<ControlPlane>) {
         buckets_a.get_opt("data").await.unwrap().is_none().then_some(())
     })
     .await;
-    let custodian = bucket_owner(&catalog, "tenant-a-data").await.flatten().unwrap();
+    let custodian = bucket_owner(&catalog, tenant_a_data.as_str()).await.flatten().unwrap();
     assert!(custodian.starts_with("PGVS3R"), "{custodian}");
 
     // tenant-b reaches for all of them, under deletionPolicy Delete.
@@ -1434,7 +1665,7 @@ async fn tenancy(plane: std::sync::Arc<ControlPlane>) {
     let grabs = [
         ("grab-resp", "resp", "BucketNotAdoptable"),
         ("grab-root", "root-made", "BucketNotAdoptable"),
-        ("grab-a", "tenant-a-data", "BucketOwnedElsewhere"),
+        ("grab-a", tenant_a_data.as_str(), "BucketOwnedElsewhere"),
     ];
     for (name, target, _) in grabs {
         apply(
@@ -1471,7 +1702,7 @@ async fn tenancy(plane: std::sync::Arc<ControlPlane>) {
     );
     assert_eq!(bucket_owner(&catalog, "root-made").await, Some(None));
     assert_eq!(
-        bucket_owner(&catalog, "tenant-a-data").await,
+        bucket_owner(&catalog, tenant_a_data.as_str()).await,
         Some(Some(custodian.clone()))
     );
     // Deleting the refused Buckets drops nothing.
@@ -1488,7 +1719,7 @@ async fn tenancy(plane: std::sync::Arc<ControlPlane>) {
             .then_some(())
     })
     .await;
-    for target in ["resp", "root-made", "tenant-a-data"] {
+    for target in ["resp", "root-made", tenant_a_data.as_str()] {
         assert!(bucket_owner(&catalog, target).await.is_some(), "{target} still exists");
     }
 
@@ -1526,7 +1757,7 @@ async fn tenancy(plane: std::sync::Arc<ControlPlane>) {
     let again = secrets_a.get("data-credentials").await.unwrap();
     let key = secret_text(&again, "AWS_ACCESS_KEY_ID");
     assert_ne!(key, secret_text(&first, "AWS_ACCESS_KEY_ID"));
-    assert_eq!(bucket_owner(&catalog, "tenant-a-data").await, Some(Some(key)));
+    assert_eq!(bucket_owner(&catalog, tenant_a_data.as_str()).await, Some(Some(key)));
     let events = events_of(&client, a, "data").await;
     assert!(events.iter().any(|(_, reason, _)| reason == "Adopted"), "{events:?}");
     let custodians: i64 = catalog
@@ -1545,7 +1776,7 @@ async fn tenancy(plane: std::sync::Arc<ControlPlane>) {
     let kept = eventually(WAIT, "the retained object read with the new key", || async {
         let object = reader
             .get_object()
-            .bucket("tenant-a-data")
+            .bucket(tenant_a_data.as_str())
             .key("kept.txt")
             .send()
             .await

@@ -323,8 +323,11 @@ async fn scenario(plane: Arc<ControlPlane>) {
     );
     assert_eq!(written.max_session_seconds, 3600);
     let policy = written.policy.to_string();
+    let bucket_name = pgvs3_operator::crd::default_bucket_name("apps", "photos");
     assert!(
-        policy.contains("arn:aws:s3:::apps-photos/*") && !policy.contains("s3:*") && !policy.contains("\"*\""),
+        policy.contains(&format!("arn:aws:s3:::{bucket_name}/*"))
+            && !policy.contains("s3:*")
+            && !policy.contains("\"*\""),
         "{policy}"
     );
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
@@ -341,7 +344,7 @@ async fn scenario(plane: Arc<ControlPlane>) {
     assert_eq!(data(&config_map, "AWS_ENDPOINT_URL_S3"), "http://objects.apps.svc:9000");
     assert_eq!(data(&config_map, "AWS_REGION"), "us-east-1");
     assert_eq!(data(&config_map, "AWS_DEFAULT_REGION"), "us-east-1");
-    assert_eq!(data(&config_map, "BUCKET_NAME"), "apps-photos");
+    assert_eq!(data(&config_map, "BUCKET_NAME"), bucket_name);
     assert_eq!(
         data(&config_map, "AWS_WEB_IDENTITY_TOKEN_FILE"),
         "/var/run/secrets/pgvs3.io/serviceaccount/token"

@@ -31,6 +31,11 @@ fn secret_text(fake: &FakeApi, key: &str) -> String {
 }
 
 /// The Primary pool on the test database, a Standby pool elsewhere, and the Bucket.
+/// The S3 name of Bucket `photos` of namespace `team` (no `bucketName`).
+fn photos() -> String {
+    pgvs3_operator::crd::default_bucket_name("team", "photos")
+}
+
 fn setup(database_url: &str, bucket_spec: Value) -> (Arc<Context>, FakeApi) {
     let (client, fake) = FakeApi::start();
     fake.insert_primary_pool(database_url, HARNESS_MASTER_KEY);
@@ -142,11 +147,11 @@ async fn provisioned_credentials_work_against_a_real_gateway_and_delete_drops_th
 
     assert_eq!(condition(&fake, "Ready"), ("True".into(), "Provisioned".into()));
     let status = fake.get(BUCKET).unwrap()["status"].clone();
-    assert_eq!(status["bucketName"], "team-photos");
+    assert_eq!(status["bucketName"], photos().as_str());
     assert!(status["bucketID"].as_i64().unwrap() > 0);
     assert_eq!(status["secretName"], "photos-credentials");
     assert_eq!(status["endpoint"], "http://objects.team.svc:9000");
-    assert_eq!(secret_text(&fake, "BUCKET_NAME"), "team-photos");
+    assert_eq!(secret_text(&fake, "BUCKET_NAME"), photos());
     assert_eq!(
         secret_text(&fake, "COSI_S3_ACCESS_SECRET_KEY"),
         secret_text(&fake, "AWS_SECRET_ACCESS_KEY")
@@ -160,10 +165,10 @@ async fn provisioned_credentials_work_against_a_real_gateway_and_delete_drops_th
     assert_eq!(secret["metadata"]["ownerReferences"][0]["kind"], "Bucket");
 
     // The sealed secret opens under the gateway's master key: the S3 key works.
-    put_with_secret(&gateway, &fake, "team-photos", "a.txt").await.unwrap();
+    put_with_secret(&gateway, &fake, &photos(), "a.txt").await.unwrap();
     let sql = gateway.sql().await;
     let key_id = secret_text(&fake, "AWS_ACCESS_KEY_ID");
-    assert_eq!(bucket_row(&sql, "team-photos").await, Some(Some(key_id.clone())));
+    assert_eq!(bucket_row(&sql, &photos()).await, Some(Some(key_id.clone())));
 
     // Reconciling again keeps the same key and secret (no rotation on resync), and writes no
     // catalog row: a changed row would make every gateway reload its catalog on each resync.
@@ -181,7 +186,7 @@ async fn provisioned_credentials_work_against_a_real_gateway_and_delete_drops_th
 
     delete(&ctx, &fake).await;
     assert_eq!(
-        bucket_row(&sql, "team-photos").await,
+        bucket_row(&sql, &photos()).await,
         None,
         "Delete drops the bucket and its objects"
     );
@@ -257,7 +262,7 @@ async fn a_bucket_deleted_after_its_pool_still_has_its_key_revoked() {
         .get("count");
     assert_eq!(keys, 0, "the access key is revoked through the pool's last connection");
     // Dropping needs the pool: the bucket is left as it was.
-    assert!(bucket_row(&sql, "team-photos").await.is_some());
+    assert!(bucket_row(&sql, &photos()).await.is_some());
     gateway.stop().await;
 }
 
@@ -281,9 +286,7 @@ async fn a_bucket_deleted_without_its_pool_keeps_the_secret_of_its_unrevoked_key
     assert!(secret["metadata"]["ownerReferences"].is_null(), "{secret}");
     assert!(secret["metadata"]["annotations"]["pgvs3.io/key-not-revoked"].is_string());
     assert_eq!(secret_text(&fake, "AWS_ACCESS_KEY_ID"), key_id);
-    put_with_secret(&gateway, &fake, "team-photos", "still.txt")
-        .await
-        .unwrap();
+    put_with_secret(&gateway, &fake, &photos(), "still.txt").await.unwrap();
     let patches = fake.requests_to(Method::PATCH, "/secrets/photos-credentials");
     assert!(
         patches.last().unwrap().query.contains("fieldManager=pgvs3-operator"),
@@ -448,8 +451,8 @@ async fn the_quota_is_enforced_by_the_gateway_and_follows_the_spec() {
     let quota_row = |sql: tokio_postgres::Client| async move {
         sql.query_opt(
             "SELECT q.max_bytes, q.max_objects FROM pgvs3.bucket_quotas q
-               JOIN pgvs3.buckets b ON b.id = q.bucket_id WHERE b.name = 'team-photos'",
-            &[],
+               JOIN pgvs3.buckets b ON b.id = q.bucket_id WHERE b.name = $1",
+            &[&photos()],
         )
         .await
         .unwrap()
@@ -462,8 +465,8 @@ async fn the_quota_is_enforced_by_the_gateway_and_follows_the_spec() {
     };
     assert_eq!(quota_row(gateway.sql().await).await, Some((Some(1_000_000), Some(1))));
 
-    put_with_secret(&gateway, &fake, "team-photos", "first").await.unwrap();
-    let refused = put_until_accepted(&gateway, &fake, "team-photos", "second", |err| {
+    put_with_secret(&gateway, &fake, &photos(), "first").await.unwrap();
+    let refused = put_until_accepted(&gateway, &fake, &photos(), "second", |err| {
         !err.contains("XMinioAdminBucketQuotaExceeded")
     })
     .await
@@ -476,7 +479,7 @@ async fn the_quota_is_enforced_by_the_gateway_and_follows_the_spec() {
     });
     reconcile(&ctx, &fake).await.unwrap();
     assert_eq!(quota_row(gateway.sql().await).await, None);
-    put_with_secret(&gateway, &fake, "team-photos", "second").await.unwrap();
+    put_with_secret(&gateway, &fake, &photos(), "second").await.unwrap();
     let conditions = fake.get(BUCKET).unwrap()["status"]["conditions"].clone();
     assert!(
         !conditions
@@ -501,7 +504,7 @@ async fn a_quota_the_catalog_refuses_is_a_condition_and_nothing_is_written() {
     reconcile(&ctx, &fake).await.unwrap();
     reconcile(&ctx, &fake).await.unwrap();
     assert_eq!(condition(&fake, "Ready"), ("False".into(), "QuotaRejected".into()));
-    assert_eq!(bucket_row(&gateway.sql().await, "team-photos").await, None);
+    assert_eq!(bucket_row(&gateway.sql().await, &photos()).await, None);
     gateway.stop().await;
 }
 
@@ -521,7 +524,9 @@ async fn a_retained_or_marked_bucket_is_adopted_with_its_objects() {
     let custodian = bucket_row(&sql, "shared-data").await.flatten().unwrap();
     assert!(custodian.starts_with("PGVS3R"), "retained for team/photos: {custodian}");
 
-    // A new resource of the same namespace and name (a new uid, so a new key) adopts it.
+    // The garbage collector takes the old resource's Secret (this fake API server has none);
+    // a new resource of the same namespace and name (a new uid, so a new key) adopts it.
+    fake.remove("/api/v1/namespaces/team/secrets/photos-credentials");
     fake.insert(json!({
         "apiVersion": "pgvs3.io/v1alpha1", "kind": "Bucket",
         "metadata": {"name": "photos", "namespace": "team"},
@@ -553,6 +558,7 @@ async fn a_retained_or_marked_bucket_is_adopted_with_its_objects() {
     // A bucket made by hand with the root key is the root's: refused, until an admin marks it
     // adoptable for the namespace.
     gateway.client.create_bucket().bucket("hand-made").send().await.unwrap();
+    fake.remove("/api/v1/namespaces/team/secrets/photos-credentials");
     fake.insert(json!({
         "apiVersion": "pgvs3.io/v1alpha1", "kind": "Bucket",
         "metadata": {"name": "photos", "namespace": "team"},

@@ -100,6 +100,7 @@ async fn create_applies_children_with_one_field_manager_and_generates_the_master
             "/api/v1/namespaces/team/configmaps/objects-config",
             "/api/v1/namespaces/team/secrets/objects-pgvs3-database",
             "/api/v1/namespaces/team/services/objects",
+            "/api/v1/namespaces/team/services/objects-admin",
             DEPLOYMENT,
             "/apis/policy/v1/namespaces/team/poddisruptionbudgets/objects",
             "/apis/pgvs3.io/v1alpha1/namespaces/team/gatewaypools/objects/status",

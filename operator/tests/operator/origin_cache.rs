@@ -24,7 +24,7 @@ const HARNESS_MASTER_KEY: &str = "integration-test-master-key";
 const CACHE: &str = "/apis/pgvs3.io/v1alpha1/namespaces/team/origincaches/datasets";
 const SECRET: &str = "/api/v1/namespaces/team/secrets/origin";
 /// The cache bucket's own credentials, written by the operator.
-const CACHE_SECRET: &str = "/api/v1/namespaces/team/secrets/datasets-credentials";
+const CACHE_SECRET: &str = "/api/v1/namespaces/team/secrets/datasets-cache-credentials";
 const CACHE_BUCKET: &str = "datasets-cache";
 const ORIGIN_BUCKET: &str = "datasets";
 
@@ -459,7 +459,7 @@ async fn the_row_is_written_served_and_follows_spec_and_secret_changes_until_del
     assert!(secret_version.is_string());
     let (key_id, secret_key) = cache_credentials(&setup.fake);
     assert_eq!(configured["accessKeyId"], key_id.as_str());
-    assert_eq!(configured["secretName"], "datasets-credentials");
+    assert_eq!(configured["secretName"], "datasets-cache-credentials");
     let owner = &setup.fake.get(CACHE_SECRET).unwrap()["metadata"]["ownerReferences"][0];
     assert_eq!(
         (owner["kind"].as_str(), owner["name"].as_str()),

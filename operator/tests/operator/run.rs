@@ -446,7 +446,7 @@ async fn the_chart_grants_exactly_the_verbs_the_operator_uses() {
         })
         .await;
     }
-    for credentials in ["photos-credentials", "datasets-credentials"] {
+    for credentials in ["photos-credentials", "datasets-cache-credentials"] {
         let path = format!("/api/v1/namespaces/team/secrets/{credentials}");
         eventually(&path, async || fake.get(&path).is_some()).await;
     }

@@ -7,23 +7,51 @@ use k8s_openapi::api::autoscaling::v2::{
 };
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 
-use super::{meta, pool_name, ports, selector_labels};
+use super::{ADMIN_PORT, meta, pool_name, ports, selector_labels};
 use crate::crd::GatewayPool;
 
+/// The clients' Service `<pool>`, of `service.type` (a LoadBalancer, often): the protocols'
+/// ports (and the console's), never the admin port's `/metrics` and `/readyz`.
 pub(super) fn service(pool: &GatewayPool) -> Service {
     let mut metadata = meta(pool, pool_name(pool));
     metadata.annotations = pool.spec.service.annotations.clone();
+    let ports = ports(pool)
+        .into_iter()
+        .filter(|(name, _)| *name != ADMIN_PORT)
+        .collect();
+    with_ports(pool, metadata, format!("{:?}", pool.spec.service.type_), ports)
+}
+
+/// The admin port's own ClusterIP Service, for the ServiceMonitor and in-cluster checks.
+pub(super) fn admin_service(pool: &GatewayPool) -> Service {
+    let metadata = meta(pool, admin_service_name(pool));
+    with_ports(
+        pool,
+        metadata,
+        "ClusterIP".into(),
+        vec![(ADMIN_PORT, pool.spec.admin_port)],
+    )
+}
+
+/// `<pool>-admin`; for a pool named longer than 57 characters (a Service name is at most 63)
+/// its first 57 characters, then `-admin`.
+pub fn admin_service_name(pool: &GatewayPool) -> String {
+    let name: String = pool_name(pool).chars().take(57).collect();
+    format!("{name}-{ADMIN_PORT}")
+}
+
+fn with_ports(pool: &GatewayPool, metadata: ObjectMeta, type_: String, ports: Vec<(&str, i32)>) -> Service {
     Service {
         metadata,
         spec: Some(ServiceSpec {
-            type_: Some(format!("{:?}", pool.spec.service.type_)),
+            type_: Some(type_),
             selector: Some(selector_labels(pool)),
             ports: Some(
-                ports(pool)
+                ports
                     .into_iter()
                     .map(|(name, port)| ServicePort {
                         name: Some(name.into()),
@@ -99,7 +127,8 @@ pub(super) fn service_monitor(pool: &GatewayPool) -> DynamicObject {
     object.data = serde_json::json!({
         "spec": {
             "selector": { "matchLabels": selector_labels(pool) },
-            "endpoints": [{ "port": "admin", "path": "/metrics", "interval": "30s" }],
+            // Only the admin Service has this port.
+            "endpoints": [{ "port": ADMIN_PORT, "path": "/metrics", "interval": "30s" }],
         }
     });
     object
@@ -139,5 +168,21 @@ mod tests {
         let monitor = build(&primary(), &inputs).service_monitor.unwrap();
         assert_eq!(monitor.types.unwrap().kind, "ServiceMonitor");
         assert_eq!(monitor.data["spec"]["endpoints"][0]["port"], "admin");
+    }
+
+    #[test]
+    fn the_admin_port_has_a_cluster_ip_service_of_its_own() {
+        let objects = build(&primary(), &Inputs::default());
+        let names = |service: &k8s_openapi::api::core::v1::Service| -> Vec<String> {
+            let ports = service.spec.as_ref().unwrap().ports.as_ref().unwrap();
+            ports.iter().map(|port| port.name.clone().unwrap()).collect()
+        };
+        assert!(!names(&objects.service).contains(&"admin".to_string()));
+        assert_eq!(names(&objects.admin_service), ["admin"]);
+        assert_eq!(objects.admin_service.metadata.name.as_deref(), Some("p-admin"));
+        assert_eq!(objects.admin_service.spec.unwrap().type_.as_deref(), Some("ClusterIP"));
+        let mut long = primary();
+        long.metadata.name = Some("p".repeat(63));
+        assert_eq!(super::admin_service_name(&long), format!("{}-admin", "p".repeat(57)));
     }
 }
