@@ -154,7 +154,7 @@ UAK=$(secret upstream-credentials AWS_ACCESS_KEY_ID) USK=$(secret upstream-crede
 [ "$(AK=$UAK SK=$USK pod put "$P/demo-upstream/data.txt" "from the origin")" = 200 ] || die "S3 PUT into the origin bucket"
 eventually 20 "the origin (demo-standby) serving the object" \
     '[ "$(AK=$UAK SK=$USK pod get "$S/demo-upstream/data.txt")" = "200 from the origin" ]'
-got=$(AK=$(secret mirror-credentials AWS_ACCESS_KEY_ID) SK=$(secret mirror-credentials AWS_SECRET_ACCESS_KEY) \
+got=$(AK=$(secret mirror-cache-credentials AWS_ACCESS_KEY_ID) SK=$(secret mirror-cache-credentials AWS_SECRET_ACCESS_KEY) \
     pod get "$P/demo-mirror/data.txt")
 [ "$got" = "200 from the origin" ] || die "GET through the OriginCache's bucket: '$got'"
 step "S3: primary write (HTTPS), standby read + 403, host→ClusterIP, OriginCache"

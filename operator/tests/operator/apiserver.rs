@@ -299,6 +299,8 @@ async fn foreign_objects_untouched(plane: std::sync::Arc<ControlPlane>) {
 
 async fn bucket_features(plane: std::sync::Arc<ControlPlane>) {
     let ns = "lakes";
+    // New Buckets get `<namespace>-<name>-<hash>` (crd::default_bucket_name).
+    let named = |name: &str| pgvs3_operator::crd::default_bucket_name(ns, name);
     let client = namespace(&plane, ns).await;
     let (url, gateway) = served_pool(&plane, &client, ns).await;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
@@ -334,7 +336,7 @@ async fn bucket_features(plane: std::sync::Arc<ControlPlane>) {
     assert_eq!(jobs[0].0, "s3.object.created");
     let record = jobs[0].1["args"].to_string();
     assert!(
-        record.contains("in/a.csv") && record.contains("lakes-uploads"),
+        record.contains("in/a.csv") && record.contains(&named("uploads")),
         "{record}"
     );
 
@@ -358,7 +360,7 @@ async fn bucket_features(plane: std::sync::Arc<ControlPlane>) {
     .await;
     assert!(message.contains("arn:pgvs3:webhook:::audit"), "{message}");
     assert_eq!(
-        bucket_owner(&catalog, "lakes-hooked").await,
+        bucket_owner(&catalog, &named("hooked")).await,
         None,
         "nothing half written"
     );
@@ -369,8 +371,8 @@ async fn bucket_features(plane: std::sync::Arc<ControlPlane>) {
     bucket_ready(&buckets, "hooked").await;
     let stored: serde_json::Value = catalog
         .query_one(
-            "SELECT notifications FROM pgvs3.buckets WHERE name = 'lakes-hooked'",
-            &[],
+            "SELECT notifications FROM pgvs3.buckets WHERE name = $1",
+            &[&named("hooked")],
         )
         .await
         .unwrap()
@@ -398,17 +400,17 @@ async fn bucket_features(plane: std::sync::Arc<ControlPlane>) {
         &secret_text(&scoped, "AWS_ACCESS_KEY_ID"),
         &secret_text(&scoped, "AWS_SECRET_ACCESS_KEY"),
     );
-    let read = s3.get_object().bucket("lakes-scoped").key("team/a").send().await;
+    let read = s3.get_object().bucket(named("scoped")).key("team/a").send().await;
     assert!(read.is_ok(), "{read:?}");
     let listed = s3
         .list_objects_v2()
-        .bucket("lakes-scoped")
+        .bucket(named("scoped"))
         .prefix("team/")
         .send()
         .await
         .unwrap();
     assert_eq!(listed.key_count(), Some(1));
-    let everything = s3.list_objects_v2().bucket("lakes-scoped").send().await.unwrap_err();
+    let everything = s3.list_objects_v2().bucket(named("scoped")).send().await.unwrap_err();
     assert_eq!(everything.into_service_error().meta().code(), Some("AccessDenied"));
     // Dropping the prefixes detaches the policy: the key owns its whole bucket again.
     apply(
@@ -438,7 +440,7 @@ async fn bucket_features(plane: std::sync::Arc<ControlPlane>) {
     let attach = secret_text(&lake, "DUCKLAKE_ATTACH");
     let (host, port, database, _) = database_parts(&url);
     for expected in [
-        "DATA_PATH 's3://lakes-lake/'".to_string(),
+        format!("DATA_PATH 's3://{}/'", named("lake")),
         "ENDPOINT 'objects.lakes.svc:9000'".to_string(),
         format!("KEY_ID '{}'", secret_text(&lake, "AWS_ACCESS_KEY_ID")),
         format!("SECRET '{}'", secret_text(&lake, "AWS_SECRET_ACCESS_KEY")),
