@@ -328,7 +328,20 @@ impl<'a> BucketHandle<'a> {
         self.info
             .lifecycle
             .as_ref()?
-            .expiry(key, head.size, head.last_modified, &head.meta)
+            .expiry(key, head.size, head.last_modified, &head.meta.tags)
+    }
+
+    /// When the version a write made expires, and by which rule (the `x-amz-expiration` of
+    /// PutObject, CopyObject and CompleteMultipartUpload).
+    pub fn expiry_of_written(
+        &self,
+        key: &str,
+        written: &crate::store::PutOutcome,
+    ) -> Option<(std::time::SystemTime, &str)> {
+        self.info
+            .lifecycle
+            .as_ref()?
+            .expiry(key, written.size, written.last_modified, &written.tags)
     }
 
     /// Stores an object if `condition` holds when it commits. Its lock is the one its

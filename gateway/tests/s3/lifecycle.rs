@@ -12,9 +12,9 @@ use std::time::{Duration, SystemTime};
 use aws_sdk_s3::Client;
 use aws_sdk_s3::primitives::DateTime;
 use aws_sdk_s3::types::{
-    AbortIncompleteMultipartUpload, BucketLifecycleConfiguration, BucketVersioningStatus, ExpirationStatus,
-    LifecycleExpiration, LifecycleRule, LifecycleRuleFilter, NoncurrentVersionExpiration, ObjectLockMode, Transition,
-    TransitionStorageClass,
+    AbortIncompleteMultipartUpload, BucketLifecycleConfiguration, BucketVersioningStatus, CompletedMultipartUpload,
+    CompletedPart, ExpirationStatus, LifecycleExpiration, LifecycleRule, LifecycleRuleFilter,
+    NoncurrentVersionExpiration, ObjectLockMode, Tag, Transition, TransitionStorageClass,
 };
 use common::TestGateway;
 use common::s3::{error_code, head_object, http_status, put_object, put_request, set_versioning};
@@ -204,6 +204,116 @@ async fn configurations_are_kept_and_checked() {
         .await
         .unwrap_err();
     assert_eq!(error_code(&gone), "NoSuchLifecycleConfiguration");
+}
+
+/// PutObject, CopyObject and CompleteMultipartUpload answer `x-amz-expiration` as GET and HEAD
+/// do when a rule will expire what they wrote, tag filters matched against the written tags.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn writes_answer_when_a_rule_will_expire_them() {
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    s3.create_bucket().bucket("exp").send().await.unwrap();
+    set_rules(
+        s3,
+        "exp",
+        vec![
+            rule("logs", "logs/").expiration(expire_after(7)).build().unwrap(),
+            LifecycleRule::builder()
+                .id("tagged")
+                .status(ExpirationStatus::Enabled)
+                .filter(
+                    LifecycleRuleFilter::builder()
+                        .tag(Tag::builder().key("tier").value("scratch").build().unwrap())
+                        .build(),
+                )
+                .expiration(expire_after(1))
+                .build()
+                .unwrap(),
+        ],
+    )
+    .await;
+
+    let written = put_object(s3, "exp", "logs/a", b"data").await;
+    let written = written.expiration.expect("PutObject's x-amz-expiration");
+    assert!(written.contains("rule-id=\"logs\""), "{written}");
+    assert_eq!(head_object(s3, "exp", "logs/a").await.expiration, Some(written));
+
+    let untouched = put_object(s3, "exp", "data/a", b"data").await;
+    assert_eq!(untouched.expiration, None);
+    let tagged = put_request(s3, "exp", "data/b", b"data")
+        .tagging("tier=scratch")
+        .send()
+        .await
+        .unwrap();
+    let tagged = tagged.expiration.expect("a tag filter matches the written tags");
+    assert!(tagged.contains("rule-id=\"tagged\""), "{tagged}");
+
+    let copied = s3
+        .copy_object()
+        .bucket("exp")
+        .key("logs/copy")
+        .copy_source("exp/data/a")
+        .send()
+        .await
+        .unwrap();
+    let copied = copied.expiration.expect("CopyObject's x-amz-expiration");
+    assert!(copied.contains("rule-id=\"logs\""), "{copied}");
+    assert_eq!(head_object(s3, "exp", "logs/copy").await.expiration, Some(copied));
+    // A copy keeps its source's tags unless told otherwise: the tag rule still applies.
+    let copy_of_tagged = s3
+        .copy_object()
+        .bucket("exp")
+        .key("data/c")
+        .copy_source("exp/data/b")
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        copy_of_tagged
+            .expiration
+            .is_some_and(|e| e.contains("rule-id=\"tagged\""))
+    );
+
+    let upload = s3
+        .create_multipart_upload()
+        .bucket("exp")
+        .key("logs/big")
+        .send()
+        .await
+        .unwrap();
+    let upload_id = upload.upload_id.unwrap();
+    let part = s3
+        .upload_part()
+        .bucket("exp")
+        .key("logs/big")
+        .upload_id(&upload_id)
+        .part_number(1)
+        .body(b"part".to_vec().into())
+        .send()
+        .await
+        .unwrap();
+    let completed = s3
+        .complete_multipart_upload()
+        .bucket("exp")
+        .key("logs/big")
+        .upload_id(&upload_id)
+        .multipart_upload(
+            CompletedMultipartUpload::builder()
+                .parts(
+                    CompletedPart::builder()
+                        .part_number(1)
+                        .e_tag(part.e_tag.unwrap())
+                        .build(),
+                )
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let completed = completed
+        .expiration
+        .expect("CompleteMultipartUpload's x-amz-expiration");
+    assert_eq!(head_object(s3, "exp", "logs/big").await.expiration, Some(completed));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -803,6 +803,7 @@ impl CacheTier {
             last_modified: head.last_modified,
             checksum: head.meta.checksum,
             version_id: None,
+            tags: head.meta.tags,
         })
     }
 

@@ -95,6 +95,7 @@ impl Store {
             last_modified: written.last_modified,
             checksum: meta.checksum,
             version_id: written.version_id,
+            tags: meta.tags,
         }))
     }
 }

@@ -11,7 +11,6 @@ use serde::{Deserialize, Serialize};
 use tokio_postgres::types::Json;
 
 use super::conditions::DeleteCondition;
-use super::objects::ObjectMeta;
 use super::{BucketInfo, Store, StoreError, StoreResult, Versioning};
 
 /// A bucket's lifecycle configuration.
@@ -105,12 +104,19 @@ impl RuleFilter {
 }
 
 impl Lifecycle {
-    /// When the current version `meta` of `key` expires and by which rule: the
-    /// `x-amz-expiration` of GET and HEAD (the earliest of the rules that apply).
-    pub fn expiry(&self, key: &str, size: u64, written: SystemTime, meta: &ObjectMeta) -> Option<(SystemTime, &str)> {
+    /// When the current version of `key` (`size` bytes, written at `written`, tagged `tags`)
+    /// expires and by which rule: the `x-amz-expiration` of writes and reads (the earliest of
+    /// the rules that apply).
+    pub fn expiry(
+        &self,
+        key: &str,
+        size: u64,
+        written: SystemTime,
+        tags: &BTreeMap<String, String>,
+    ) -> Option<(SystemTime, &str)> {
         self.rules
             .iter()
-            .filter(|rule| rule.enabled && rule.filter.matches(key, size, &meta.tags))
+            .filter(|rule| rule.enabled && rule.filter.matches(key, size, tags))
             .filter_map(|rule| {
                 let expiration = rule.expiration.as_ref()?;
                 let at = match (expiration.days, expiration.date) {
@@ -456,12 +462,12 @@ mod tests {
                 ..LifecycleRule::default()
             }],
         };
-        let meta = ObjectMeta::default();
-        let (at, rule) = lifecycle.expiry("logs/a", 1, written, &meta).unwrap();
+        let untagged = BTreeMap::new();
+        let (at, rule) = lifecycle.expiry("logs/a", 1, written, &untagged).unwrap();
         assert_eq!(rule, "logs");
         assert_eq!(at, SystemTime::UNIX_EPOCH + Duration::from_secs(1_796_256_000));
         assert!(at > written + day);
-        assert!(lifecycle.expiry("data/a", 1, written, &meta).is_none());
+        assert!(lifecycle.expiry("data/a", 1, written, &untagged).is_none());
         // An object counts as `days` old once midnight after written + days has passed.
         assert!(written <= written_by(at, 1));
         assert!(written > written_by(at - Duration::from_secs(1), 1));

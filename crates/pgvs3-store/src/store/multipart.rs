@@ -2,6 +2,7 @@
 //! object whose body is a manifest of its parts (see migrations/0002_multipart.sql), in
 //! O(parts) statements' work and without touching a byte.
 
+use std::collections::BTreeMap;
 use std::time::SystemTime;
 
 use bytes::BytesMut;
@@ -426,6 +427,7 @@ impl Store {
                 last_modified: row.get("last_modified"),
                 checksum,
                 version_id: None,
+                tags: BTreeMap::new(),
             },
             sse_s3: sealed.is_some_and(|Json(sealed)| is_sse_s3(&sealed)),
         })
@@ -574,6 +576,7 @@ impl Store {
                 last_modified: written.last_modified,
                 checksum: meta.checksum,
                 version_id: written.version_id,
+                tags: meta.tags,
             },
         })
     }
@@ -606,6 +609,7 @@ impl Store {
                 checksum: head.meta.checksum,
                 // As the first answer: a null version has no version id to answer.
                 version_id: row.get("version_id"),
+                tags: head.meta.tags,
             },
         })
     }

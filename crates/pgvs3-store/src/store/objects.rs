@@ -124,6 +124,9 @@ pub struct PutOutcome {
     /// The version written when it has an id (versioning Enabled); `None` for the null version
     /// (an unversioned or Suspended bucket), which S3 answers without `x-amz-version-id`.
     pub version_id: Option<String>,
+    /// The tags the written version carries: what a lifecycle rule's tag filter is matched
+    /// against for the write's `x-amz-expiration`.
+    pub tags: BTreeMap<String, String>,
 }
 
 /// A byte range as HTTP states it.
@@ -587,7 +590,7 @@ impl Store {
             body_id: None,
         };
         let written = self.write_object_row(&client, bucket, &row, condition).await?;
-        Ok(written.outcome(etag, size, meta.checksum))
+        Ok(written.outcome(etag, size, meta))
     }
 
     /// [`Store::put_object`] of a larger body (`head`, then the rest of the upload's): read
@@ -640,7 +643,7 @@ impl Store {
         let written = self.write_object_row(&tx, bucket, &row, condition).await?;
         tx.commit().await?;
         staged.committed();
-        Ok(written.outcome(etag, size, meta.checksum))
+        Ok(written.outcome(etag, size, meta))
     }
 
     /// Writes (or replaces) an object row if `condition` holds; the one place that decides
@@ -773,13 +776,14 @@ pub(super) struct Written {
 
 impl Written {
     /// The answer to a write of `size` bytes with `etag` and `checksum` that made this row.
-    fn outcome(self, etag: String, size: u64, checksum: Option<StoredChecksum>) -> PutOutcome {
+    fn outcome(self, etag: String, size: u64, meta: ObjectMeta) -> PutOutcome {
         PutOutcome {
             etag,
             size,
             last_modified: self.last_modified,
-            checksum,
+            checksum: meta.checksum,
             version_id: self.version_id,
+            tags: meta.tags,
         }
     }
 }

@@ -5,6 +5,7 @@ use s3s::{S3Request, S3Response, S3Result};
 
 use super::checks::{self, Request};
 use super::context::RequestContext;
+use super::lifecycle::expiration_header;
 use super::tagging::header_tags;
 use super::wire::{fail, part_number, timestamp, to_etag_condition, to_system_time};
 use super::{acl, encryption};
@@ -105,6 +106,7 @@ pub(super) async fn copy_object(
         )
         .await
         .map_err(|e| fail(&req, e))?;
+    let expiration = bucket.expiry_of_written(&input.key, &outcome).map(expiration_header);
     let mut result = CopyObjectResult {
         e_tag: Some(ETag::Strong(outcome.etag)),
         last_modified: Some(timestamp(outcome.last_modified)),
@@ -112,6 +114,7 @@ pub(super) async fn copy_object(
     };
     result.checksum_type = set_checksum!(result, outcome.checksum);
     let mut output = CopyObjectOutput {
+        expiration,
         copy_object_result: Some(result),
         copy_source_version_id: source_version
             .filter(|_| source.versioning().is_some())

@@ -6,6 +6,7 @@ use s3s::{S3Request, S3Response, S3Result};
 
 use super::checks::{self, Request};
 use super::context::RequestContext;
+use super::lifecycle::expiration_header;
 use super::tagging::header_tags;
 use super::wire::{fail, part_number, timestamp, write_condition};
 use super::{acl, encryption};
@@ -157,6 +158,7 @@ pub(super) async fn complete_multipart_upload(
         bucket: Some(input.bucket.clone()),
         key: Some(input.key.clone()),
         location: Some(format!("/{}/{}", input.bucket, input.key)),
+        expiration: bucket.expiry_of_written(&input.key, &outcome).map(expiration_header),
         e_tag: Some(ETag::Strong(outcome.etag)),
         version_id: outcome.version_id,
         ..Default::default()

@@ -6,6 +6,7 @@ use s3s::{S3Request, S3Response, S3Result};
 
 use super::checks::{self, Request};
 use super::context::RequestContext;
+use super::lifecycle::expiration_header;
 use super::tagging::header_tags;
 use super::wire::{fail, write_condition};
 use super::{acl, encryption, post};
@@ -48,9 +49,11 @@ pub(super) async fn put_object(
         .put(&input.key, upload, &condition)
         .await
         .map_err(|e| fail(&req, e))?;
+    let expiration = bucket.expiry_of_written(&input.key, &outcome).map(expiration_header);
     let etag = ETag::Strong(outcome.etag);
     let mut output = PutObjectOutput {
         e_tag: Some(etag.clone()),
+        expiration,
         version_id: outcome.version_id,
         ..Default::default()
     };
