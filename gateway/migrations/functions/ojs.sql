@@ -137,9 +137,11 @@ CREATE OR REPLACE FUNCTION ojs.workflow_json(w ojs.workflows) RETURNS jsonb LANG
     FROM summary s
 $$;
 
+-- Workers and rate-limit keys are per tenant (layout v52): a name means the request's tenant's.
 CREATE OR REPLACE FUNCTION ojs.worker_json(w ojs.workers) RETURNS jsonb LANGUAGE sql STABLE AS $$
     SELECT jsonb_strip_nulls(jsonb_build_object(
-        'id', w.id, 'worker_id', w.id, 'state', w.state, 'directive', coalesce(w.directive, 'continue'),
+        'id', w.id, 'worker_id', w.id, 'tenant_id', w.tenant, 'state', w.state,
+        'directive', coalesce(w.directive, 'continue'),
         'active_jobs', w.active_jobs, 'last_heartbeat_at', ojs.ts(w.last_beat)))
 $$;
 
@@ -155,13 +157,14 @@ $$;
 
 CREATE OR REPLACE FUNCTION ojs.rate_limit_released() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    UPDATE ojs.rate_limits SET active = greatest(active - 1, 0) WHERE key = old.rate_key;
+    UPDATE ojs.rate_limits SET active = greatest(active - 1, 0) WHERE tenant = old.tenant AND key = old.rate_key;
     RETURN NULL;
 END $$;
 
 CREATE OR REPLACE FUNCTION ojs.rate_limit_json(r ojs.rate_limits) RETURNS jsonb LANGUAGE sql STABLE AS $$
     SELECT jsonb_strip_nulls(jsonb_build_object(
         'key', r.key,
+        'tenant_id', r.tenant,
         'concurrency', CASE WHEN r.concurrency IS NOT NULL THEN jsonb_build_object(
             'limit', r.concurrency, 'active', r.active, 'available', greatest(r.concurrency - r.active, 0)) END,
         'rate', CASE WHEN r.rate IS NOT NULL THEN jsonb_build_object(
@@ -175,7 +178,8 @@ CREATE OR REPLACE FUNCTION ojs.rate_limit_json(r ojs.rate_limits) RETURNS jsonb 
         'throttle', CASE WHEN r.throttle_ms IS NOT NULL THEN jsonb_build_object(
             'interval_ms', r.throttle_ms, 'next_allowed_at', ojs.ts(greatest(r.next_start, now()))) END,
         'room', ojs.rate_room(r),
-        'waiting_count', (SELECT count(*) FROM ojs.jobs j WHERE j.rate_key = r.key AND j.state = 'available')))
+        'waiting_count', (SELECT count(*) FROM ojs.jobs j
+                          WHERE j.rate_key = r.key AND j.tenant = r.tenant AND j.state = 'available')))
 $$;
 
 -- An event as clients see it, CloudEvents-shaped: the polled and streamed event APIs

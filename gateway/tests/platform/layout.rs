@@ -157,9 +157,13 @@ const NEW_SINCE_V10: &[&str] = &[
 /// v10 functions a later layout changed on purpose: v12 (versioning) keeps bodies that moved to
 /// `versions`, counts versions as content, and gives new namespaces their versions table; v13
 /// (object lock) refuses to force-drop a bucket holding locked versions;
-/// v23 raises the event a superseded cache write still owed; v24 counts every version in bucket quotas.
+/// v23 raises the event a superseded cache write still owed; v24 counts every version in bucket quotas;
+/// v52 keys OJS workers and rate-limit keys by tenant.
 const CHANGED_SINCE_V10: &[&str] = &[
     "ojs.cron_json(ojs.cron)",
+    "ojs.rate_limit_json(ojs.rate_limits)",
+    "ojs.rate_limit_released()",
+    "ojs.worker_json(ojs.workers)",
     "pgvs3.count_bucket_usage()",
     "pgvs3.drop_bucket(text,boolean)",
     "pgvs3.enqueue_write_back()",
