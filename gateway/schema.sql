@@ -233,7 +233,8 @@ CREATE TABLE ojs.rate_limits (
     window_start timestamp with time zone DEFAULT '-infinity'::timestamp with time zone NOT NULL,
     window_count integer DEFAULT 0 NOT NULL,
     next_start timestamp with time zone DEFAULT '-infinity'::timestamp with time zone NOT NULL,
-    granted integer DEFAULT 0 NOT NULL
+    granted integer DEFAULT 0 NOT NULL,
+    tenant text DEFAULT 'default'::text NOT NULL
 );
 
 --
@@ -245,6 +246,7 @@ CREATE FUNCTION ojs.rate_limit_json(r ojs.rate_limits) RETURNS jsonb
     AS $$
     SELECT jsonb_strip_nulls(jsonb_build_object(
         'key', r.key,
+        'tenant_id', r.tenant,
         'concurrency', CASE WHEN r.concurrency IS NOT NULL THEN jsonb_build_object(
             'limit', r.concurrency, 'active', r.active, 'available', greatest(r.concurrency - r.active, 0)) END,
         'rate', CASE WHEN r.rate IS NOT NULL THEN jsonb_build_object(
@@ -258,7 +260,8 @@ CREATE FUNCTION ojs.rate_limit_json(r ojs.rate_limits) RETURNS jsonb
         'throttle', CASE WHEN r.throttle_ms IS NOT NULL THEN jsonb_build_object(
             'interval_ms', r.throttle_ms, 'next_allowed_at', ojs.ts(greatest(r.next_start, now()))) END,
         'room', ojs.rate_room(r),
-        'waiting_count', (SELECT count(*) FROM ojs.jobs j WHERE j.rate_key = r.key AND j.state = 'available')))
+        'waiting_count', (SELECT count(*) FROM ojs.jobs j
+                          WHERE j.rate_key = r.key AND j.tenant = r.tenant AND j.state = 'available')))
 $$;
 
 --
@@ -269,7 +272,7 @@ CREATE FUNCTION ojs.rate_limit_released() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
 BEGIN
-    UPDATE ojs.rate_limits SET active = greatest(active - 1, 0) WHERE key = old.rate_key;
+    UPDATE ojs.rate_limits SET active = greatest(active - 1, 0) WHERE tenant = old.tenant AND key = old.rate_key;
     RETURN NULL;
 END $$;
 
@@ -394,6 +397,7 @@ CREATE TABLE ojs.workers (
     directive text,
     active_jobs integer,
     last_beat timestamp with time zone DEFAULT now() NOT NULL,
+    tenant text DEFAULT 'default'::text NOT NULL,
     CONSTRAINT workers_directive_check CHECK ((directive = ANY (ARRAY['quiet'::text, 'terminate'::text]))),
     CONSTRAINT workers_state_check CHECK ((state = ANY (ARRAY['running'::text, 'quiet'::text, 'drain'::text, 'terminate'::text])))
 );
@@ -406,7 +410,8 @@ CREATE FUNCTION ojs.worker_json(w ojs.workers) RETURNS jsonb
     LANGUAGE sql STABLE
     AS $$
     SELECT jsonb_strip_nulls(jsonb_build_object(
-        'id', w.id, 'worker_id', w.id, 'state', w.state, 'directive', coalesce(w.directive, 'continue'),
+        'id', w.id, 'worker_id', w.id, 'tenant_id', w.tenant, 'state', w.state,
+        'directive', coalesce(w.directive, 'continue'),
         'active_jobs', w.active_jobs, 'last_heartbeat_at', ojs.ts(w.last_beat)))
 $$;
 
@@ -5239,7 +5244,7 @@ ALTER TABLE ONLY ojs.queues
 --
 
 ALTER TABLE ONLY ojs.rate_limits
-    ADD CONSTRAINT rate_limits_pkey PRIMARY KEY (key);
+    ADD CONSTRAINT rate_limits_pkey PRIMARY KEY (tenant, key);
 
 --
 -- Name: schemas schemas_pkey; Type: CONSTRAINT; Schema: ojs; Owner: -
@@ -5260,7 +5265,7 @@ ALTER TABLE ONLY ojs.webhooks
 --
 
 ALTER TABLE ONLY ojs.workers
-    ADD CONSTRAINT workers_pkey PRIMARY KEY (id);
+    ADD CONSTRAINT workers_pkey PRIMARY KEY (tenant, id);
 
 --
 -- Name: workflows workflows_pkey; Type: CONSTRAINT; Schema: ojs; Owner: -
@@ -5724,7 +5729,7 @@ CREATE INDEX jobs_queue_state ON ojs.jobs USING btree (queue, state);
 -- Name: jobs_rate_key; Type: INDEX; Schema: ojs; Owner: -
 --
 
-CREATE INDEX jobs_rate_key ON ojs.jobs USING btree (rate_key, state) WHERE (rate_key IS NOT NULL);
+CREATE INDEX jobs_rate_key ON ojs.jobs USING btree (rate_key, tenant, state) WHERE (rate_key IS NOT NULL);
 
 --
 -- Name: jobs_unique; Type: INDEX; Schema: ojs; Owner: -

@@ -826,3 +826,120 @@ async fn a_versioned_overwrite_keeps_the_replaced_version_before_its_body_is_ret
     );
     tx.rollback().await.unwrap();
 }
+
+/// The numbered migrations before the one named `name` (`NNNN_name.sql`), in order, read from
+/// disk: a database at the layout just before it, whatever number it is given.
+fn migrations_before(name: &str) -> Vec<(i32, String, String)> {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/migrations");
+    let mut files: Vec<(i32, String, String)> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|entry| {
+            let path = entry.unwrap().path();
+            let stem = path.file_stem()?.to_str()?.to_string();
+            let (number, name) = stem.split_once('_')?;
+            let number = number.parse().ok()?;
+            Some((number, name.to_string(), std::fs::read_to_string(&path).unwrap()))
+        })
+        .collect();
+    files.sort_by_key(|(number, ..)| *number);
+    let at = files
+        .iter()
+        .position(|(_, file, _)| file == name)
+        .expect("the migration exists");
+    files.truncate(at);
+    files
+}
+
+/// Layout v52 keys OJS workers and rate-limit keys by tenant: rows made before it go to the
+/// tenants whose jobs use them, keeping an operator's directives and a key's limits and window
+/// there, with each tenant's active count its own; rows no job uses stay `default`'s. The
+/// trigger that gives a slot back then releases the finishing job's tenant's slot only.
+#[tokio::test]
+async fn ojs_workers_and_rate_limits_made_before_tenants_go_to_the_tenants_that_use_them() {
+    let url = common::fresh_database().await;
+    let sql = connect(&url).await;
+    sql.batch_execute(
+        "CREATE SCHEMA pgvs3;
+         CREATE TABLE pgvs3.layout (version int PRIMARY KEY, name text NOT NULL,
+                                    applied_at timestamptz NOT NULL DEFAULT now());",
+    )
+    .await
+    .unwrap();
+    for (version, name, migration) in migrations_before("ojs_tenant_workers_rate_limits") {
+        let tx = format!(
+            "BEGIN; {migration}\n; INSERT INTO pgvs3.layout (version, name) VALUES ({version}, '{name}'); COMMIT;"
+        );
+        sql.batch_execute(&tx).await.unwrap();
+    }
+    sql.batch_execute(
+        "INSERT INTO ojs.workers (id, state, directive) VALUES
+             ('w-acme', 'running', 'terminate'), ('w-shared', 'running', 'quiet'), ('w-idle', 'quiet', NULL);
+         INSERT INTO ojs.rate_limits (key, concurrency, rate, rate_period_ms, active, window_start, window_count) VALUES
+             ('k', 3, 10, 60000, 2, now(), 4), ('lonely', 1, NULL, NULL, 0, '-infinity', 0);
+         INSERT INTO ojs.jobs (id, queue, type, state, max_attempts, envelope, run_at, visibility_ms, worker_id,
+                               tenant, rate_key) VALUES
+             ('j1', 'q', 't', 'active', 3, '{}', now(), 1000, 'w-acme', 'acme', 'k'),
+             ('j2', 'q', 't', 'active', 3, '{}', now(), 1000, 'w-shared', 'globex', 'k'),
+             ('j3', 'q', 't', 'completed', 3, '{}', now(), 1000, 'w-shared', 'acme', NULL),
+             ('j4', 'q', 't', 'available', 3, '{}', now(), 1000, NULL, 'globex', 'k');",
+    )
+    .await
+    .unwrap();
+
+    run_migrate(&url).await;
+    let workers: Vec<(String, String, Option<String>)> = sql
+        .query("SELECT tenant, id, directive FROM ojs.workers ORDER BY id, tenant", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| (row.get("tenant"), row.get("id"), row.get("directive")))
+        .collect();
+    let worker = |tenant: &str, id: &str, directive: Option<&str>| {
+        (tenant.to_string(), id.to_string(), directive.map(String::from))
+    };
+    assert_eq!(
+        workers,
+        [
+            worker("acme", "w-acme", Some("terminate")),
+            worker("default", "w-idle", None),
+            worker("acme", "w-shared", Some("quiet")),
+            worker("globex", "w-shared", Some("quiet")),
+        ]
+    );
+    let limits = async || -> Vec<(String, String, i32, i32)> {
+        sql.query(
+            "SELECT tenant, key, coalesce(concurrency, 0) AS concurrency, active FROM ojs.rate_limits
+             ORDER BY key, tenant",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| (row.get("tenant"), row.get("key"), row.get("concurrency"), row.get("active")))
+        .collect()
+    };
+    let limit = |tenant: &str, key: &str, concurrency: i32, active: i32| {
+        (tenant.to_string(), key.to_string(), concurrency, active)
+    };
+    assert_eq!(
+        limits().await,
+        [limit("acme", "k", 3, 1), limit("globex", "k", 3, 1), limit("default", "lonely", 1, 0)]
+    );
+    let windows: Vec<i32> = sql
+        .query("SELECT window_count FROM ojs.rate_limits WHERE key = 'k'", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get("window_count"))
+        .collect();
+    assert_eq!(windows, [4, 4], "each tenant's window starts as full as the shared one was");
+
+    sql.execute("UPDATE ojs.jobs SET state = 'completed' WHERE id = 'j2'", &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        limits().await,
+        [limit("acme", "k", 3, 1), limit("globex", "k", 3, 0), limit("default", "lonely", 1, 0)],
+        "globex's finished job gave back globex's slot"
+    );
+}
