@@ -220,6 +220,26 @@ BEGIN
 END $$;
 
 --
+-- Name: key_name(text); Type: FUNCTION; Schema: ojs; Owner: -
+--
+
+CREATE FUNCTION ojs.key_name(key text) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT substr(key, strpos(key, ' ') + 1)
+$$;
+
+--
+-- Name: key_tenant(text); Type: FUNCTION; Schema: ojs; Owner: -
+--
+
+CREATE FUNCTION ojs.key_tenant(key text) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT CASE WHEN strpos(key, ' ') = 0 THEN 'default' ELSE split_part(key, ' ', 1) END
+$$;
+
+--
 -- Name: rate_limits; Type: TABLE; Schema: ojs; Owner: -
 --
 
@@ -233,8 +253,7 @@ CREATE TABLE ojs.rate_limits (
     window_start timestamp with time zone DEFAULT '-infinity'::timestamp with time zone NOT NULL,
     window_count integer DEFAULT 0 NOT NULL,
     next_start timestamp with time zone DEFAULT '-infinity'::timestamp with time zone NOT NULL,
-    granted integer DEFAULT 0 NOT NULL,
-    tenant text DEFAULT 'default'::text NOT NULL
+    granted integer DEFAULT 0 NOT NULL
 );
 
 --
@@ -245,8 +264,8 @@ CREATE FUNCTION ojs.rate_limit_json(r ojs.rate_limits) RETURNS jsonb
     LANGUAGE sql STABLE
     AS $$
     SELECT jsonb_strip_nulls(jsonb_build_object(
-        'key', r.key,
-        'tenant_id', r.tenant,
+        'key', ojs.key_name(r.key),
+        'tenant_id', ojs.key_tenant(r.key),
         'concurrency', CASE WHEN r.concurrency IS NOT NULL THEN jsonb_build_object(
             'limit', r.concurrency, 'active', r.active, 'available', greatest(r.concurrency - r.active, 0)) END,
         'rate', CASE WHEN r.rate IS NOT NULL THEN jsonb_build_object(
@@ -260,8 +279,7 @@ CREATE FUNCTION ojs.rate_limit_json(r ojs.rate_limits) RETURNS jsonb
         'throttle', CASE WHEN r.throttle_ms IS NOT NULL THEN jsonb_build_object(
             'interval_ms', r.throttle_ms, 'next_allowed_at', ojs.ts(greatest(r.next_start, now()))) END,
         'room', ojs.rate_room(r),
-        'waiting_count', (SELECT count(*) FROM ojs.jobs j
-                          WHERE j.rate_key = r.key AND j.tenant = r.tenant AND j.state = 'available')))
+        'waiting_count', (SELECT count(*) FROM ojs.jobs j WHERE j.rate_key = r.key AND j.state = 'available')))
 $$;
 
 --
@@ -272,7 +290,7 @@ CREATE FUNCTION ojs.rate_limit_released() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
 BEGIN
-    UPDATE ojs.rate_limits SET active = greatest(active - 1, 0) WHERE tenant = old.tenant AND key = old.rate_key;
+    UPDATE ojs.rate_limits SET active = greatest(active - 1, 0) WHERE key = old.rate_key;
     RETURN NULL;
 END $$;
 
@@ -332,6 +350,16 @@ BEGIN
            || ojs.trace_of(envelope)
       FROM released;
 END $$;
+
+--
+-- Name: tenant_key(text, text); Type: FUNCTION; Schema: ojs; Owner: -
+--
+
+CREATE FUNCTION ojs.tenant_key(tenant text, name text) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT CASE WHEN tenant = 'default' AND strpos(name, ' ') = 0 THEN name ELSE tenant || ' ' || name END
+$$;
 
 --
 -- Name: trace_of(jsonb); Type: FUNCTION; Schema: ojs; Owner: -
@@ -397,7 +425,6 @@ CREATE TABLE ojs.workers (
     directive text,
     active_jobs integer,
     last_beat timestamp with time zone DEFAULT now() NOT NULL,
-    tenant text DEFAULT 'default'::text NOT NULL,
     CONSTRAINT workers_directive_check CHECK ((directive = ANY (ARRAY['quiet'::text, 'terminate'::text]))),
     CONSTRAINT workers_state_check CHECK ((state = ANY (ARRAY['running'::text, 'quiet'::text, 'drain'::text, 'terminate'::text])))
 );
@@ -410,8 +437,8 @@ CREATE FUNCTION ojs.worker_json(w ojs.workers) RETURNS jsonb
     LANGUAGE sql STABLE
     AS $$
     SELECT jsonb_strip_nulls(jsonb_build_object(
-        'id', w.id, 'worker_id', w.id, 'tenant_id', w.tenant, 'state', w.state,
-        'directive', coalesce(w.directive, 'continue'),
+        'id', ojs.key_name(w.id), 'worker_id', ojs.key_name(w.id), 'tenant_id', ojs.key_tenant(w.id),
+        'state', w.state, 'directive', coalesce(w.directive, 'continue'),
         'active_jobs', w.active_jobs, 'last_heartbeat_at', ojs.ts(w.last_beat)))
 $$;
 
@@ -5244,7 +5271,7 @@ ALTER TABLE ONLY ojs.queues
 --
 
 ALTER TABLE ONLY ojs.rate_limits
-    ADD CONSTRAINT rate_limits_pkey PRIMARY KEY (tenant, key);
+    ADD CONSTRAINT rate_limits_pkey PRIMARY KEY (key);
 
 --
 -- Name: schemas schemas_pkey; Type: CONSTRAINT; Schema: ojs; Owner: -
@@ -5265,7 +5292,7 @@ ALTER TABLE ONLY ojs.webhooks
 --
 
 ALTER TABLE ONLY ojs.workers
-    ADD CONSTRAINT workers_pkey PRIMARY KEY (tenant, id);
+    ADD CONSTRAINT workers_pkey PRIMARY KEY (id);
 
 --
 -- Name: workflows workflows_pkey; Type: CONSTRAINT; Schema: ojs; Owner: -
@@ -5729,7 +5756,7 @@ CREATE INDEX jobs_queue_state ON ojs.jobs USING btree (queue, state);
 -- Name: jobs_rate_key; Type: INDEX; Schema: ojs; Owner: -
 --
 
-CREATE INDEX jobs_rate_key ON ojs.jobs USING btree (rate_key, tenant, state) WHERE (rate_key IS NOT NULL);
+CREATE INDEX jobs_rate_key ON ojs.jobs USING btree (rate_key, state) WHERE (rate_key IS NOT NULL);
 
 --
 -- Name: jobs_unique; Type: INDEX; Schema: ojs; Owner: -

@@ -137,11 +137,28 @@ CREATE OR REPLACE FUNCTION ojs.workflow_json(w ojs.workflows) RETURNS jsonb LANG
     FROM summary s
 $$;
 
--- Workers and rate-limit keys are per tenant (layout v52): a name means the request's tenant's.
+-- Workers and rate-limit keys are per tenant (layout v52): the row of a tenant's worker or key
+-- is keyed `tenant name`, and `default`'s by the bare name unless it holds a space. Tenant names
+-- hold no spaces, so a key splits at its first space, and no bare name takes another tenant's
+-- form. Keyed so, rather than by (tenant, name), because the previous layout's gateways name
+-- ON CONFLICT (id) and (key) in their heartbeats and in every enqueue: during a rolling upgrade
+-- they keep working, on `default`'s rows as before.
+CREATE OR REPLACE FUNCTION ojs.tenant_key(tenant text, name text) RETURNS text LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN tenant = 'default' AND strpos(name, ' ') = 0 THEN name ELSE tenant || ' ' || name END
+$$;
+
+CREATE OR REPLACE FUNCTION ojs.key_tenant(key text) RETURNS text LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN strpos(key, ' ') = 0 THEN 'default' ELSE split_part(key, ' ', 1) END
+$$;
+
+CREATE OR REPLACE FUNCTION ojs.key_name(key text) RETURNS text LANGUAGE sql IMMUTABLE AS $$
+    SELECT substr(key, strpos(key, ' ') + 1)
+$$;
+
 CREATE OR REPLACE FUNCTION ojs.worker_json(w ojs.workers) RETURNS jsonb LANGUAGE sql STABLE AS $$
     SELECT jsonb_strip_nulls(jsonb_build_object(
-        'id', w.id, 'worker_id', w.id, 'tenant_id', w.tenant, 'state', w.state,
-        'directive', coalesce(w.directive, 'continue'),
+        'id', ojs.key_name(w.id), 'worker_id', ojs.key_name(w.id), 'tenant_id', ojs.key_tenant(w.id),
+        'state', w.state, 'directive', coalesce(w.directive, 'continue'),
         'active_jobs', w.active_jobs, 'last_heartbeat_at', ojs.ts(w.last_beat)))
 $$;
 
@@ -157,14 +174,14 @@ $$;
 
 CREATE OR REPLACE FUNCTION ojs.rate_limit_released() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    UPDATE ojs.rate_limits SET active = greatest(active - 1, 0) WHERE tenant = old.tenant AND key = old.rate_key;
+    UPDATE ojs.rate_limits SET active = greatest(active - 1, 0) WHERE key = old.rate_key;
     RETURN NULL;
 END $$;
 
 CREATE OR REPLACE FUNCTION ojs.rate_limit_json(r ojs.rate_limits) RETURNS jsonb LANGUAGE sql STABLE AS $$
     SELECT jsonb_strip_nulls(jsonb_build_object(
-        'key', r.key,
-        'tenant_id', r.tenant,
+        'key', ojs.key_name(r.key),
+        'tenant_id', ojs.key_tenant(r.key),
         'concurrency', CASE WHEN r.concurrency IS NOT NULL THEN jsonb_build_object(
             'limit', r.concurrency, 'active', r.active, 'available', greatest(r.concurrency - r.active, 0)) END,
         'rate', CASE WHEN r.rate IS NOT NULL THEN jsonb_build_object(
@@ -178,8 +195,7 @@ CREATE OR REPLACE FUNCTION ojs.rate_limit_json(r ojs.rate_limits) RETURNS jsonb 
         'throttle', CASE WHEN r.throttle_ms IS NOT NULL THEN jsonb_build_object(
             'interval_ms', r.throttle_ms, 'next_allowed_at', ojs.ts(greatest(r.next_start, now()))) END,
         'room', ojs.rate_room(r),
-        'waiting_count', (SELECT count(*) FROM ojs.jobs j
-                          WHERE j.rate_key = r.key AND j.tenant = r.tenant AND j.state = 'available')))
+        'waiting_count', (SELECT count(*) FROM ojs.jobs j WHERE j.rate_key = r.key AND j.state = 'available')))
 $$;
 
 -- An event as clients see it, CloudEvents-shaped: the polled and streamed event APIs

@@ -65,7 +65,10 @@ const NEW_SINCE_V10: &[&str] = &[
     "ojs.event_json(text,bigint,text,timestamp with time zone,text,text,jsonb)",
     "ojs.event_matches(text[],text)",
     "ojs.event_webhooks()",
+    "ojs.key_name(text)",
+    "ojs.key_tenant(text)",
     "ojs.resolve_dependencies(text)",
+    "ojs.tenant_key(text,text)",
     "ojs.webhook_json(ojs.webhooks)",
     "pgvs3.access_key_secret(text)",
     "pgvs3.bucket_owner(text)",
@@ -162,7 +165,6 @@ const NEW_SINCE_V10: &[&str] = &[
 const CHANGED_SINCE_V10: &[&str] = &[
     "ojs.cron_json(ojs.cron)",
     "ojs.rate_limit_json(ojs.rate_limits)",
-    "ojs.rate_limit_released()",
     "ojs.worker_json(ojs.workers)",
     "pgvs3.count_bucket_usage()",
     "pgvs3.drop_bucket(text,boolean)",
@@ -851,9 +853,10 @@ fn migrations_before(name: &str) -> Vec<(i32, String, String)> {
 }
 
 /// Layout v52 keys OJS workers and rate-limit keys by tenant: rows made before it go to the
-/// tenants whose jobs use them, keeping an operator's directives and a key's limits and window
-/// there, with each tenant's active count its own; rows no job uses stay `default`'s. The
-/// trigger that gives a slot back then releases the finishing job's tenant's slot only.
+/// tenants whose jobs use them (keyed `tenant name`), keeping an operator's directives and a key's
+/// limits and window there, with each tenant's active count its own; rows no job uses stay
+/// `default`'s, whose names with a space take the `default name` form. A job's rate key becomes
+/// its tenant's, so the trigger that gives a slot back releases that tenant's slot only.
 #[tokio::test]
 async fn ojs_workers_and_rate_limits_made_before_tenants_go_to_the_tenants_that_use_them() {
     let url = common::fresh_database().await;
@@ -873,7 +876,8 @@ async fn ojs_workers_and_rate_limits_made_before_tenants_go_to_the_tenants_that_
     }
     sql.batch_execute(
         "INSERT INTO ojs.workers (id, state, directive) VALUES
-             ('w-acme', 'running', 'terminate'), ('w-shared', 'running', 'quiet'), ('w-idle', 'quiet', NULL);
+             ('w-acme', 'running', 'terminate'), ('w-shared', 'running', 'quiet'), ('w-idle', 'quiet', NULL),
+             ('my worker', 'running', 'quiet'), ('idle worker', 'running', NULL);
          INSERT INTO ojs.rate_limits (key, concurrency, rate, rate_period_ms, active, window_start, window_count) VALUES
              ('k', 3, 10, 60000, 2, now(), 4), ('lonely', 1, NULL, NULL, 0, '-infinity', 0);
          INSERT INTO ojs.jobs (id, queue, type, state, max_attempts, envelope, run_at, visibility_ms, worker_id,
@@ -881,65 +885,80 @@ async fn ojs_workers_and_rate_limits_made_before_tenants_go_to_the_tenants_that_
              ('j1', 'q', 't', 'active', 3, '{}', now(), 1000, 'w-acme', 'acme', 'k'),
              ('j2', 'q', 't', 'active', 3, '{}', now(), 1000, 'w-shared', 'globex', 'k'),
              ('j3', 'q', 't', 'completed', 3, '{}', now(), 1000, 'w-shared', 'acme', NULL),
-             ('j4', 'q', 't', 'available', 3, '{}', now(), 1000, NULL, 'globex', 'k');",
+             ('j4', 'q', 't', 'available', 3, '{}', now(), 1000, 'my worker', 'globex', 'k');",
     )
     .await
     .unwrap();
 
     run_migrate(&url).await;
     let workers: Vec<(String, String, Option<String>)> = sql
-        .query("SELECT tenant, id, directive FROM ojs.workers ORDER BY id, tenant", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|row| (row.get("tenant"), row.get("id"), row.get("directive")))
-        .collect();
-    let worker = |tenant: &str, id: &str, directive: Option<&str>| {
-        (tenant.to_string(), id.to_string(), directive.map(String::from))
-    };
-    assert_eq!(
-        workers,
-        [
-            worker("acme", "w-acme", Some("terminate")),
-            worker("default", "w-idle", None),
-            worker("acme", "w-shared", Some("quiet")),
-            worker("globex", "w-shared", Some("quiet")),
-        ]
-    );
-    let limits = async || -> Vec<(String, String, i32, i32)> {
-        sql.query(
-            "SELECT tenant, key, coalesce(concurrency, 0) AS concurrency, active FROM ojs.rate_limits
-             ORDER BY key, tenant",
+        .query(
+            "SELECT id, ojs.worker_json(w) ->> 'tenant_id' AS tenant, directive FROM ojs.workers w ORDER BY id COLLATE \"C\"",
             &[],
         )
         .await
         .unwrap()
         .iter()
-        .map(|row| (row.get("tenant"), row.get("key"), row.get("concurrency"), row.get("active")))
-        .collect()
-    };
-    let limit = |tenant: &str, key: &str, concurrency: i32, active: i32| {
-        (tenant.to_string(), key.to_string(), concurrency, active)
+        .map(|row| (row.get("id"), row.get("tenant"), row.get("directive")))
+        .collect();
+    let worker = |id: &str, tenant: &str, directive: Option<&str>| {
+        (id.to_string(), tenant.to_string(), directive.map(String::from))
     };
     assert_eq!(
-        limits().await,
-        [limit("acme", "k", 3, 1), limit("globex", "k", 3, 1), limit("default", "lonely", 1, 0)]
+        workers,
+        [
+            worker("acme w-acme", "acme", Some("terminate")),
+            worker("acme w-shared", "acme", Some("quiet")),
+            worker("default idle worker", "default", None),
+            worker("globex my worker", "globex", Some("quiet")),
+            worker("globex w-shared", "globex", Some("quiet")),
+            worker("w-idle", "default", None),
+        ]
     );
-    let windows: Vec<i32> = sql
-        .query("SELECT window_count FROM ojs.rate_limits WHERE key = 'k'", &[])
+    let limits = async || -> Vec<(String, i32, i32, i32)> {
+        sql.query(
+            "SELECT key, coalesce(concurrency, 0) AS concurrency, active, window_count FROM ojs.rate_limits
+             ORDER BY key COLLATE \"C\"",
+            &[],
+        )
         .await
         .unwrap()
         .iter()
-        .map(|row| row.get("window_count"))
+        .map(|row| {
+            (
+                row.get("key"),
+                row.get("concurrency"),
+                row.get("active"),
+                row.get("window_count"),
+            )
+        })
+        .collect()
+    };
+    let limit =
+        |key: &str, active: i32, window: i32| (key.to_string(), if key == "lonely" { 1 } else { 3 }, active, window);
+    // Each tenant's window starts as full as the shared one was.
+    assert_eq!(
+        limits().await,
+        [limit("acme k", 1, 4), limit("globex k", 1, 4), limit("lonely", 0, 0)]
+    );
+    let keys: Vec<String> = sql
+        .query(
+            "SELECT rate_key FROM ojs.jobs WHERE rate_key IS NOT NULL ORDER BY id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get("rate_key"))
         .collect();
-    assert_eq!(windows, [4, 4], "each tenant's window starts as full as the shared one was");
+    assert_eq!(keys, ["acme k", "globex k", "globex k"]);
 
     sql.execute("UPDATE ojs.jobs SET state = 'completed' WHERE id = 'j2'", &[])
         .await
         .unwrap();
     assert_eq!(
         limits().await,
-        [limit("acme", "k", 3, 1), limit("globex", "k", 3, 0), limit("default", "lonely", 1, 0)],
+        [limit("acme k", 1, 4), limit("globex k", 0, 4), limit("lonely", 0, 0)],
         "globex's finished job gave back globex's slot"
     );
 }

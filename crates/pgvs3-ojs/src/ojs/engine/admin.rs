@@ -136,7 +136,7 @@ impl Queue {
         let client = self.client().await?;
         let row = client
             .query_opt(
-                "SELECT ojs.rate_limit_json(r) AS rate_limit FROM ojs.rate_limits r WHERE r.tenant = $1 AND r.key = $2",
+                "SELECT ojs.rate_limit_json(r) AS rate_limit FROM ojs.rate_limits r WHERE r.key = ojs.tenant_key($1, $2)",
                 &[&tenant, &key],
             )
             .await
@@ -150,7 +150,7 @@ impl Queue {
         let client = self.client().await?;
         let rows = client
             .query(
-                "SELECT ojs.rate_limit_json(r) AS rate_limit FROM ojs.rate_limits r WHERE r.tenant = $1
+                "SELECT ojs.rate_limit_json(r) AS rate_limit FROM ojs.rate_limits r WHERE ojs.key_tenant(r.key) = $1
                  ORDER BY key LIMIT 1000",
                 &[&tenant],
             )
@@ -356,8 +356,8 @@ impl Queue {
                  FROM ojs.workers w
                  FULL JOIN (SELECT tenant, worker_id, count(*) AS claims FROM ojs.jobs
                             WHERE state = 'active' AND worker_id IS NOT NULL GROUP BY tenant, worker_id) a
-                   ON a.tenant = w.tenant AND a.worker_id = w.id
-                 ORDER BY coalesce(w.id, a.worker_id), coalesce(w.tenant, a.tenant)",
+                   ON ojs.tenant_key(a.tenant, a.worker_id) = w.id
+                 ORDER BY coalesce(w.id, ojs.tenant_key(a.tenant, a.worker_id))",
                 &[],
             )
             .await
@@ -403,8 +403,8 @@ impl Queue {
             .map_err(EngineError::sql)?;
         client
             .execute(
-                "DELETE FROM ojs.workers WHERE (tenant, id) IN (
-                     SELECT tenant, id FROM ojs.workers WHERE last_beat < now() - $1 * interval '1 s'
+                "DELETE FROM ojs.workers WHERE id IN (
+                     SELECT id FROM ojs.workers WHERE last_beat < now() - $1 * interval '1 s'
                      ORDER BY last_beat LIMIT $2 FOR UPDATE SKIP LOCKED)",
                 &[&seconds, &limit],
             )

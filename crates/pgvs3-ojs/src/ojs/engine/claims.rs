@@ -191,8 +191,8 @@ WITH due AS (
 SELECT 1"
 );
 
-/// Claims up to $2 jobs of tenant $5 for worker $3 (which, like the rate-limit keys, is the
-/// tenant's: another tenant's worker or key of the same name is another one): queues in the order given (or, for a fair strategy, in
+/// Claims up to $2 jobs of tenant $5 for worker $3 (the tenant's worker of that name: its row
+/// is keyed `ojs.tenant_key($5, $3)`): queues in the order given (or, for a fair strategy, in
 /// the turns its weights $6 and phases $7 make), then priority, then FIFO, each queue read along
 /// the `jobs_claim` index (whose (queue, tenant) prefix is one range).
 /// Rate-limited jobs whose key has no room are passed over; those picked then take their starts
@@ -215,8 +215,7 @@ WITH claimed AS (
           -- Expired but not yet moved to discarded by a promotion: not to be run.
           AND (j.expires_at IS NULL OR j.expires_at > now())
           AND (j.rate_key IS NULL
-               OR EXISTS (SELECT 1 FROM ojs.rate_limits r
-                       WHERE r.tenant = $5 AND r.key = j.rate_key AND ojs.rate_room(r) > 0))
+               OR EXISTS (SELECT 1 FROM ojs.rate_limits r WHERE r.key = j.rate_key AND ojs.rate_room(r) > 0))
           AND (j.workflow_id IS NULL
                OR NOT EXISTS (SELECT 1 FROM ojs.workflows w WHERE w.id = j.workflow_id AND w.state = 'cancelled'))
         ORDER BY j.priority DESC, j.seq
@@ -224,8 +223,8 @@ WITH claimed AS (
         FOR UPDATE SKIP LOCKED
     ) c
     WHERE NOT EXISTS (SELECT 1 FROM ojs.queues p WHERE p.name = q.name AND p.paused)
-      AND NOT EXISTS (SELECT 1 FROM ojs.workers w
-                      WHERE w.tenant = $5 AND w.id = $3 AND (w.state <> 'running' OR w.directive IS NOT NULL))
+      AND NOT EXISTS (SELECT 1 FROM ojs.workers w WHERE w.id = ojs.tenant_key($5, $3)
+                      AND (w.state <> 'running' OR w.directive IS NOT NULL))
     ORDER BY fair_turn, q.ord, c.priority DESC, c.seq
     LIMIT $2
 ), budgeted AS (
@@ -249,8 +248,7 @@ WITH claimed AS (
     SELECT rate_key, count(*)::int AS n FROM budgeted WHERE rate_key IS NOT NULL GROUP BY rate_key
 ), locked AS (
     -- Keys are locked in key order, so two claims that span the same keys cannot deadlock.
-    SELECT r.key FROM ojs.rate_limits r WHERE r.tenant = $5 AND r.key IN (SELECT rate_key FROM wanted)
-    ORDER BY r.key FOR UPDATE
+    SELECT r.key FROM ojs.rate_limits r WHERE r.key IN (SELECT rate_key FROM wanted) ORDER BY r.key FOR UPDATE
 ), admitted AS (
     UPDATE ojs.rate_limits r
     SET granted = least(w.n, ojs.rate_room(r)),
@@ -262,7 +260,7 @@ WITH claimed AS (
         next_start = CASE WHEN r.throttle_ms IS NOT NULL AND least(w.n, ojs.rate_room(r)) > 0
                           THEN now() + r.throttle_ms * interval '1 ms' ELSE r.next_start END
     FROM wanted w JOIN locked l ON l.key = w.rate_key
-    WHERE r.tenant = $5 AND r.key = w.rate_key
+    WHERE r.key = w.rate_key
     RETURNING r.key, r.granted
 ), started AS (
     SELECT c.id, c.ord, c.fair_turn FROM (
@@ -375,16 +373,16 @@ WITH extended AS (
 )
 SELECT id, envelope #>> '{options,metadata,test_directive}' AS test_directive FROM extended";
 
-/// Records a heartbeat of worker $1 of tenant $4 and logs the worker events of ojs-events §3.4 with it:
+/// Records a heartbeat of worker $1 of tenant $4 and logs the worker events of ojs-events §3.4:
 /// `worker.started` at its first heartbeat, `worker.quiet` when it reports quiet (or drain),
 /// `worker.stopped` when it reports terminate, and `worker.heartbeat` every time. (The CTEs
 /// share one snapshot, so `previous` is the row before this heartbeat.)
 const RECORD_WORKER: &str = "
 WITH previous AS (
-    SELECT state FROM ojs.workers WHERE tenant = $4 AND id = $1
+    SELECT state FROM ojs.workers WHERE id = ojs.tenant_key($4, $1)
 ), recorded AS (
-    INSERT INTO ojs.workers AS w (tenant, id, state, active_jobs) VALUES ($4, $1, coalesce($2, 'running'), $3)
-    ON CONFLICT (tenant, id) DO UPDATE SET state = coalesce($2, w.state), active_jobs = coalesce($3, w.active_jobs), last_beat = now()
+    INSERT INTO ojs.workers AS w (id, state, active_jobs) VALUES (ojs.tenant_key($4, $1), coalesce($2, 'running'), $3)
+    ON CONFLICT (id) DO UPDATE SET state = coalesce($2, w.state), active_jobs = coalesce($3, w.active_jobs), last_beat = now()
     RETURNING w.state, w.directive, w.active_jobs
 ), event AS (
     INSERT INTO ojs.events (id, type, data)
@@ -596,8 +594,8 @@ impl Queue {
         let client = self.client().await?;
         let row = client
             .query_one(
-                "INSERT INTO ojs.workers AS w (tenant, id, state, directive) VALUES ($1, $2, 'running', $3)
-                 ON CONFLICT (tenant, id) DO UPDATE SET directive = $3
+                "INSERT INTO ojs.workers AS w (id, state, directive) VALUES (ojs.tenant_key($1, $2), 'running', $3)
+                 ON CONFLICT (id) DO UPDATE SET directive = $3
                  RETURNING ojs.worker_json(w) AS worker",
                 &[&tenant, &worker_id, &directive],
             )
@@ -611,7 +609,7 @@ impl Queue {
         let client = self.client().await?;
         let row = client
             .query_opt(
-                "SELECT ojs.worker_json(w) AS worker FROM ojs.workers w WHERE w.tenant = $1 AND w.id = $2",
+                "SELECT ojs.worker_json(w) AS worker FROM ojs.workers w WHERE w.id = ojs.tenant_key($1, $2)",
                 &[&tenant, &worker_id],
             )
             .await

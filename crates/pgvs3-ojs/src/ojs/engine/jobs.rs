@@ -40,13 +40,13 @@ WITH input AS (
            jsonb_build_object('queue', name, 'depth', depth, 'bound', bound)
     FROM full_queue
 ), rate_policy AS (
-    -- A key's limits are the ones its tenant's latest job named.
-    INSERT INTO ojs.rate_limits AS r (tenant, key, concurrency, rate, rate_period_ms, throttle_ms)
-    SELECT DISTINCT ON (rate_key) $20::text, rate_key, (rate_policy ->> 'concurrency')::int, (rate_policy ->> 'rate')::int,
+    -- A key's limits are the ones its latest job named. Keys are the tenant's ($20).
+    INSERT INTO ojs.rate_limits AS r (key, concurrency, rate, rate_period_ms, throttle_ms)
+    SELECT DISTINCT ON (rate_key) ojs.tenant_key($20, rate_key), (rate_policy ->> 'concurrency')::int, (rate_policy ->> 'rate')::int,
            (rate_policy ->> 'rate_period_ms')::bigint, (rate_policy ->> 'throttle_ms')::bigint
     FROM input WHERE rate_key IS NOT NULL
     ORDER BY rate_key
-    ON CONFLICT (tenant, key) DO UPDATE SET concurrency = excluded.concurrency, rate = excluded.rate,
+    ON CONFLICT (key) DO UPDATE SET concurrency = excluded.concurrency, rate = excluded.rate,
         rate_period_ms = excluded.rate_period_ms, throttle_ms = excluded.throttle_ms
     WHERE (r.concurrency, r.rate, r.rate_period_ms, r.throttle_ms)
           IS DISTINCT FROM (excluded.concurrency, excluded.rate, excluded.rate_period_ms, excluded.throttle_ms)
@@ -57,7 +57,7 @@ WITH input AS (
     SELECT id, queue, type,
            CASE WHEN held THEN 'pending' WHEN run_at > now() THEN 'scheduled' ELSE 'available' END, priority,
            max_attempts, envelope, run_at, expires, visibility_ms, unique_key, $13, workflow_step, workflow_callback,
-           rate_key, $20
+           ojs.tenant_key($20, rate_key), $20
     FROM timed WHERE NOT EXISTS (SELECT 1 FROM full_queue)
     RETURNING j.*
 ), event AS (
