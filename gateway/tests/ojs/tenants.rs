@@ -518,6 +518,8 @@ async fn a_worker_id_is_its_tenants_own() {
     let (acme, globex) = (ojs.as_tenant("acme"), ojs.as_tenant("globex"));
     heartbeat(&acme, "w1", None).await;
     heartbeat(&globex, "w1", Some("terminate")).await;
+    // The default tenant's worker whose id reads as acme's w1 is not it either.
+    heartbeat(&ojs, "acme w1", Some("terminate")).await;
     let id = enqueue(&acme, "reports").await;
     let claimed = acme.fetch("reports", "w1").await;
     assert_eq!(
@@ -564,8 +566,14 @@ async fn a_worker_id_is_its_tenants_own() {
     assert_eq!(
         listed,
         // Globex's w2 holds a claim without having sent a heartbeat.
-        [("w1", "acme"), ("w1", "globex"), ("w2", "acme"), ("w2", "globex")]
-            .map(|(id, tenant)| (id.to_string(), tenant.to_string()))
+        [
+            ("acme w1", "default"),
+            ("w1", "acme"),
+            ("w1", "globex"),
+            ("w2", "acme"),
+            ("w2", "globex")
+        ]
+        .map(|(id, tenant)| (id.to_string(), tenant.to_string()))
     );
     gateway.stop().await;
 }
