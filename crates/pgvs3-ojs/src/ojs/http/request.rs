@@ -13,7 +13,7 @@
 //! 4 MiB body takes one of them for milliseconds at a time. At most [`parse_slots`] such passes
 //! run at once; more wait their turn without holding a thread.
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use bytes::{Bytes, BytesMut};
 use http_body_util::BodyExt;
@@ -35,8 +35,8 @@ pub const FREE_BYTES: u64 = 1 << 20;
 const UNMEASURED_BYTES: usize = 4 << 10;
 
 /// Bodies past this are measured and parsed on the blocking pool. A pass over this much JSON
-/// takes about a tenth of a millisecond, the cost of sending it to another thread and back a few
-/// microseconds: below it, the hop would cost more than it frees.
+/// takes well under a millisecond, sending it to another thread and back some microseconds:
+/// below it, the hop would cost about what it frees.
 const BLOCKING_BYTES: usize = 64 << 10;
 
 /// How many passes over large bodies run at once: half the cores (at least one), so that a flood
@@ -45,19 +45,26 @@ fn parse_slots() -> usize {
     std::thread::available_parallelism().map_or(1, |cores| (cores.get() / 2).max(1))
 }
 
-static PARSE_SLOTS: LazyLock<Semaphore> = LazyLock::new(|| Semaphore::new(parse_slots()));
+static PARSE_SLOTS: LazyLock<Arc<Semaphore>> = LazyLock::new(|| Arc::new(Semaphore::new(parse_slots())));
 
 /// Runs `pass` over `text`: in place when the text is small, else on the blocking pool once a
-/// slot is free.
+/// slot is free. The pass holds its slot to its end, even when the request is dropped meanwhile
+/// (a client that hangs up does not free a slot its pass still uses).
 async fn pass_over<T: Send + 'static>(text: &Bytes, pass: impl FnOnce(&[u8]) -> T + Send + 'static) -> T {
     if text.len() <= BLOCKING_BYTES {
         return pass(text);
     }
-    let _slot = PARSE_SLOTS.acquire().await.expect("the parse slots are never closed");
-    let text = text.clone();
-    tokio::task::spawn_blocking(move || pass(&text))
+    let slot = Arc::clone(&PARSE_SLOTS)
+        .acquire_owned()
         .await
-        .unwrap_or_else(|error| std::panic::resume_unwind(error.into_panic()))
+        .expect("the parse slots are never closed");
+    let text = text.clone();
+    tokio::task::spawn_blocking(move || {
+        let _slot = slot;
+        pass(&text)
+    })
+    .await
+    .unwrap_or_else(|error| std::panic::resume_unwind(error.into_panic()))
 }
 
 /// A request's body, and the memory reserved for it (held until the request is answered).
