@@ -232,7 +232,10 @@ async fn a_tenant_token_acts_as_its_tenant_only() {
     let (status, body) = acme.get("/ojs/v1/dead-letter").await;
     assert_eq!(status, 200, "the dead letter is scoped by tenant: {body}");
     let (status, body) = acme.get("/ojs/v1/workers/nobody/health").await;
-    assert_eq!(status, 404, "a worker is the tenant's, so its health is a job route: {body}");
+    assert_eq!(
+        status, 404,
+        "a worker is the tenant's, so its health is a job route: {body}"
+    );
 
     let mut operator = Ojs::of(&gateway);
     operator.token = Some("operator".into());

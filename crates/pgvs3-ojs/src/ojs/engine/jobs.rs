@@ -109,10 +109,14 @@ impl Queue {
         let unique = job.unique.as_ref().expect("unique options");
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(EngineError::sql)?;
-        // One enqueuer per key at a time, so two duplicates cannot both see "no duplicate".
-        tx.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", &[&unique.key])
-            .await
-            .map_err(EngineError::sql)?;
+        // One enqueuer per key of the tenant at a time, so two duplicates cannot both see "no
+        // duplicate" (and one tenant's enqueues never wait for another's of the same key).
+        tx.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended(ojs.tenant_key($1, $2), 0))",
+            &[&tenant, &unique.key],
+        )
+        .await
+        .map_err(EngineError::sql)?;
         let existing = tx
             .query_opt(
                 concat!(
