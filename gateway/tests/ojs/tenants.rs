@@ -221,6 +221,10 @@ async fn a_tenant_token_acts_as_its_tenant_only() {
         "/ojs/v1/admin/tenants",
         "/ojs/v1/admin/tenants/acme/stats",
         "/ojs/v1/cron",
+        "/ojs/v1/workflows/0190a000-0000-7000-8000-000000000000",
+        "/ojs/v1/webhooks/subscriptions",
+        "/ojs/v1/schemas",
+        "/ojs/v1/admin/workers",
     ] {
         let (status, body) = acme.get(path).await;
         assert_eq!(
@@ -236,6 +240,8 @@ async fn a_tenant_token_acts_as_its_tenant_only() {
         status, 404,
         "a worker is the tenant's, so its health is a job route: {body}"
     );
+    let (status, body) = acme.get("/ojs/v1/rate-limits").await;
+    assert_eq!(status, 200, "rate-limit keys are the tenant's: {body}");
 
     let mut operator = Ojs::of(&gateway);
     operator.token = Some("operator".into());

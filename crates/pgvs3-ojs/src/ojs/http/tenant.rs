@@ -117,6 +117,7 @@ pub fn is_scoped(segments: &[&str]) -> bool {
             | ["workers", "fetch" | "ack" | "nack" | "progress" | "heartbeat" | "beat"]
             | ["workers", _, "health"]
             | ["dead-letter", ..]
+            | ["rate-limits", ..]
     )
 }
 
