@@ -220,6 +220,26 @@ BEGIN
 END $$;
 
 --
+-- Name: key_name(text); Type: FUNCTION; Schema: ojs; Owner: -
+--
+
+CREATE FUNCTION ojs.key_name(key text) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT substr(key, strpos(key, ' ') + 1)
+$$;
+
+--
+-- Name: key_tenant(text); Type: FUNCTION; Schema: ojs; Owner: -
+--
+
+CREATE FUNCTION ojs.key_tenant(key text) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT CASE WHEN strpos(key, ' ') = 0 THEN 'default' ELSE split_part(key, ' ', 1) END
+$$;
+
+--
 -- Name: rate_limits; Type: TABLE; Schema: ojs; Owner: -
 --
 
@@ -244,7 +264,8 @@ CREATE FUNCTION ojs.rate_limit_json(r ojs.rate_limits) RETURNS jsonb
     LANGUAGE sql STABLE
     AS $$
     SELECT jsonb_strip_nulls(jsonb_build_object(
-        'key', r.key,
+        'key', ojs.key_name(r.key),
+        'tenant_id', ojs.key_tenant(r.key),
         'concurrency', CASE WHEN r.concurrency IS NOT NULL THEN jsonb_build_object(
             'limit', r.concurrency, 'active', r.active, 'available', greatest(r.concurrency - r.active, 0)) END,
         'rate', CASE WHEN r.rate IS NOT NULL THEN jsonb_build_object(
@@ -331,6 +352,16 @@ BEGIN
 END $$;
 
 --
+-- Name: tenant_key(text, text); Type: FUNCTION; Schema: ojs; Owner: -
+--
+
+CREATE FUNCTION ojs.tenant_key(tenant text, name text) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT CASE WHEN tenant = 'default' AND strpos(name, ' ') = 0 THEN name ELSE tenant || ' ' || name END
+$$;
+
+--
 -- Name: trace_of(jsonb); Type: FUNCTION; Schema: ojs; Owner: -
 --
 
@@ -406,7 +437,8 @@ CREATE FUNCTION ojs.worker_json(w ojs.workers) RETURNS jsonb
     LANGUAGE sql STABLE
     AS $$
     SELECT jsonb_strip_nulls(jsonb_build_object(
-        'id', w.id, 'worker_id', w.id, 'state', w.state, 'directive', coalesce(w.directive, 'continue'),
+        'id', ojs.key_name(w.id), 'worker_id', ojs.key_name(w.id), 'tenant_id', ojs.key_tenant(w.id),
+        'state', w.state, 'directive', coalesce(w.directive, 'continue'),
         'active_jobs', w.active_jobs, 'last_heartbeat_at', ojs.ts(w.last_beat)))
 $$;
 

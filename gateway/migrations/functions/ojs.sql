@@ -137,9 +137,28 @@ CREATE OR REPLACE FUNCTION ojs.workflow_json(w ojs.workflows) RETURNS jsonb LANG
     FROM summary s
 $$;
 
+-- Workers and rate-limit keys are per tenant (layout v52): the row of a tenant's worker or key
+-- is keyed `tenant name`, and `default`'s by the bare name unless it holds a space. Tenant names
+-- hold no spaces, so a key splits at its first space, and no bare name takes another tenant's
+-- form. Keyed so, rather than by (tenant, name), because the previous layout's gateways name
+-- ON CONFLICT (id) and (key) in their heartbeats and in every enqueue: during a rolling upgrade
+-- they keep working, on `default`'s rows as before.
+CREATE OR REPLACE FUNCTION ojs.tenant_key(tenant text, name text) RETURNS text LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN tenant = 'default' AND strpos(name, ' ') = 0 THEN name ELSE tenant || ' ' || name END
+$$;
+
+CREATE OR REPLACE FUNCTION ojs.key_tenant(key text) RETURNS text LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN strpos(key, ' ') = 0 THEN 'default' ELSE split_part(key, ' ', 1) END
+$$;
+
+CREATE OR REPLACE FUNCTION ojs.key_name(key text) RETURNS text LANGUAGE sql IMMUTABLE AS $$
+    SELECT substr(key, strpos(key, ' ') + 1)
+$$;
+
 CREATE OR REPLACE FUNCTION ojs.worker_json(w ojs.workers) RETURNS jsonb LANGUAGE sql STABLE AS $$
     SELECT jsonb_strip_nulls(jsonb_build_object(
-        'id', w.id, 'worker_id', w.id, 'state', w.state, 'directive', coalesce(w.directive, 'continue'),
+        'id', ojs.key_name(w.id), 'worker_id', ojs.key_name(w.id), 'tenant_id', ojs.key_tenant(w.id),
+        'state', w.state, 'directive', coalesce(w.directive, 'continue'),
         'active_jobs', w.active_jobs, 'last_heartbeat_at', ojs.ts(w.last_beat)))
 $$;
 
@@ -161,7 +180,8 @@ END $$;
 
 CREATE OR REPLACE FUNCTION ojs.rate_limit_json(r ojs.rate_limits) RETURNS jsonb LANGUAGE sql STABLE AS $$
     SELECT jsonb_strip_nulls(jsonb_build_object(
-        'key', r.key,
+        'key', ojs.key_name(r.key),
+        'tenant_id', ojs.key_tenant(r.key),
         'concurrency', CASE WHEN r.concurrency IS NOT NULL THEN jsonb_build_object(
             'limit', r.concurrency, 'active', r.active, 'available', greatest(r.concurrency - r.active, 0)) END,
         'rate', CASE WHEN r.rate IS NOT NULL THEN jsonb_build_object(

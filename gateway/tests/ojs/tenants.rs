@@ -221,6 +221,10 @@ async fn a_tenant_token_acts_as_its_tenant_only() {
         "/ojs/v1/admin/tenants",
         "/ojs/v1/admin/tenants/acme/stats",
         "/ojs/v1/cron",
+        "/ojs/v1/workflows/0190a000-0000-7000-8000-000000000000",
+        "/ojs/v1/webhooks/subscriptions",
+        "/ojs/v1/schemas",
+        "/ojs/v1/admin/workers",
     ] {
         let (status, body) = acme.get(path).await;
         assert_eq!(
@@ -231,6 +235,13 @@ async fn a_tenant_token_acts_as_its_tenant_only() {
     }
     let (status, body) = acme.get("/ojs/v1/dead-letter").await;
     assert_eq!(status, 200, "the dead letter is scoped by tenant: {body}");
+    let (status, body) = acme.get("/ojs/v1/workers/nobody/health").await;
+    assert_eq!(
+        status, 404,
+        "a worker is the tenant's, so its health is a job route: {body}"
+    );
+    let (status, body) = acme.get("/ojs/v1/rate-limits").await;
+    assert_eq!(status, 200, "rate-limit keys are the tenant's: {body}");
 
     let mut operator = Ojs::of(&gateway);
     operator.token = Some("operator".into());
@@ -495,5 +506,150 @@ async fn metrics_need_the_root_token_not_a_tenants() {
     client.token = Some("operator".into());
     let (status, headers, _) = client.exchange("GET", "/metrics", None).await;
     assert_eq!((status, headers["content-type"].to_str().unwrap()), (200, "text/plain"));
+    gateway.stop().await;
+}
+
+async fn heartbeat(ojs: &Ojs, worker: &str, state: Option<&str>) -> Value {
+    let mut beat = json!({ "worker_id": worker });
+    if let Some(state) = state {
+        beat["state"] = json!(state);
+    }
+    let (status, body) = ojs.post("/ojs/v1/workers/heartbeat", beat).await;
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+/// A worker id is its tenant's: another tenant's worker of the same id reporting terminate, or
+/// an operator quieting it, leaves this tenant's worker running and fetching, and neither sees
+/// the other's state or directive.
+#[tokio::test]
+async fn a_worker_id_is_its_tenants_own() {
+    let gateway = TestGateway::start().await;
+    let ojs = Ojs::of(&gateway);
+    let (acme, globex) = (ojs.as_tenant("acme"), ojs.as_tenant("globex"));
+    heartbeat(&acme, "w1", None).await;
+    heartbeat(&globex, "w1", Some("terminate")).await;
+    // The default tenant's worker whose id reads as acme's w1 is not it either.
+    heartbeat(&ojs, "acme w1", Some("terminate")).await;
+    let id = enqueue(&acme, "reports").await;
+    let claimed = acme.fetch("reports", "w1").await;
+    assert_eq!(
+        claimed.expect("globex's terminate does not stop acme's w1")["id"],
+        id.as_str()
+    );
+    let (status, worker) = acme.get("/ojs/v1/workers/w1/health").await;
+    assert_eq!(
+        (status, worker["state"].as_str(), worker["tenant_id"].as_str()),
+        (200, Some("running"), Some("acme")),
+        "{worker}"
+    );
+
+    // The operator directs one tenant's worker (the header names the tenant).
+    let (status, body) = globex.post("/ojs/v1/admin/workers/w1/quiet", json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(heartbeat(&acme, "w1", None).await["directive"], "continue");
+    assert_eq!(heartbeat(&globex, "w1", None).await["directive"], "quiet");
+    let (status, body) = acme.post("/ojs/v1/admin/workers/w2/terminate", json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    let id = enqueue(&globex, "reports").await;
+    let claimed = globex.fetch("reports", "w2").await;
+    assert_eq!(
+        claimed.expect("acme's w2 terminated, globex's w2 fetches")["id"],
+        id.as_str()
+    );
+    let (status, body) = globex.get("/ojs/v1/workers/w2/health").await;
+    assert_eq!(status, 404, "acme's w2 is not globex's: {body}");
+
+    let (status, body) = ojs.get("/ojs/v1/admin/workers").await;
+    assert_eq!(status, 200, "{body}");
+    let mut listed: Vec<(String, String)> = body["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| {
+            (
+                w["id"].as_str().unwrap().into(),
+                w["tenant_id"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    listed.sort();
+    assert_eq!(
+        listed,
+        // Globex's w2 holds a claim without having sent a heartbeat.
+        [
+            ("acme w1", "default"),
+            ("w1", "acme"),
+            ("w1", "globex"),
+            ("w2", "acme"),
+            ("w2", "globex")
+        ]
+        .map(|(id, tenant)| (id.to_string(), tenant.to_string()))
+    );
+    gateway.stop().await;
+}
+
+async fn enqueue_limited(ojs: &Ojs, key: &str, concurrency: i64) -> String {
+    let (status, body) = ojs
+        .post(
+            "/ojs/v1/jobs",
+            json!({ "type": "tenant.limited", "args": [],
+                    "options": { "queue": "limited", "rate_limit": { "key": key, "concurrency": concurrency } } }),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    body["job"]["id"].as_str().unwrap().to_string()
+}
+
+async fn fetch_ids(ojs: &Ojs, count: i64) -> Vec<String> {
+    let (status, body) = ojs
+        .post(
+            "/ojs/v1/workers/fetch",
+            json!({ "queues": ["limited"], "count": count, "worker_id": "limited-worker" }),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    body["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|job| job["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// A rate-limit key is its tenant's: another tenant's jobs naming the same key neither spend
+/// its starts nor redefine its limits, and its state reads as its tenant's.
+#[tokio::test]
+async fn a_rate_limit_key_is_its_tenants_own() {
+    let gateway = TestGateway::start().await;
+    let ojs = Ojs::of(&gateway);
+    let (acme, globex) = (ojs.as_tenant("acme"), ojs.as_tenant("globex"));
+    let acme_jobs = [
+        enqueue_limited(&acme, "k", 1).await,
+        enqueue_limited(&acme, "k", 1).await,
+    ];
+    // Globex's job names the same key with a looser limit, after acme's.
+    let globex_job = enqueue_limited(&globex, "k", 5).await;
+    assert_eq!(
+        fetch_ids(&acme, 10).await,
+        [acme_jobs[0].clone()],
+        "acme's key keeps acme's concurrency of 1"
+    );
+    assert_eq!(
+        fetch_ids(&globex, 10).await,
+        [globex_job],
+        "acme's active job spends none of globex's key"
+    );
+    for (tenant, concurrency) in [(&acme, 1), (&globex, 5)] {
+        let (status, state) = tenant.get("/ojs/v1/rate-limits/k").await;
+        assert_eq!(status, 200, "{state}");
+        assert_eq!(state["tenant_id"], tenant.tenant.as_deref().unwrap(), "{state}");
+        assert_eq!(state["concurrency"]["limit"], concurrency, "{state}");
+        assert_eq!(state["concurrency"]["active"], 1, "{state}");
+    }
+    let (_, acme_state) = acme.get("/ojs/v1/rate-limits/k").await;
+    assert_eq!(acme_state["waiting_count"], 1, "{acme_state}");
+    let (status, body) = ojs.get("/ojs/v1/rate-limits/k").await;
+    assert_eq!(status, 404, "the default tenant named no key k: {body}");
     gateway.stop().await;
 }

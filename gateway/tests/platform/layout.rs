@@ -65,7 +65,10 @@ const NEW_SINCE_V10: &[&str] = &[
     "ojs.event_json(text,bigint,text,timestamp with time zone,text,text,jsonb)",
     "ojs.event_matches(text[],text)",
     "ojs.event_webhooks()",
+    "ojs.key_name(text)",
+    "ojs.key_tenant(text)",
     "ojs.resolve_dependencies(text)",
+    "ojs.tenant_key(text,text)",
     "ojs.webhook_json(ojs.webhooks)",
     "pgvs3.access_key_secret(text)",
     "pgvs3.bucket_owner(text)",
@@ -157,9 +160,12 @@ const NEW_SINCE_V10: &[&str] = &[
 /// v10 functions a later layout changed on purpose: v12 (versioning) keeps bodies that moved to
 /// `versions`, counts versions as content, and gives new namespaces their versions table; v13
 /// (object lock) refuses to force-drop a bucket holding locked versions;
-/// v23 raises the event a superseded cache write still owed; v24 counts every version in bucket quotas.
+/// v23 raises the event a superseded cache write still owed; v24 counts every version in bucket quotas;
+/// v52 keys OJS workers and rate-limit keys by tenant.
 const CHANGED_SINCE_V10: &[&str] = &[
     "ojs.cron_json(ojs.cron)",
+    "ojs.rate_limit_json(ojs.rate_limits)",
+    "ojs.worker_json(ojs.workers)",
     "pgvs3.count_bucket_usage()",
     "pgvs3.drop_bucket(text,boolean)",
     "pgvs3.enqueue_write_back()",
@@ -821,4 +827,138 @@ async fn a_versioned_overwrite_keeps_the_replaced_version_before_its_body_is_ret
         ["s3p.objects: objects_retire_body fires before objects_version_kept"]
     );
     tx.rollback().await.unwrap();
+}
+
+/// The numbered migrations before the one named `name` (`NNNN_name.sql`), in order, read from
+/// disk: a database at the layout just before it, whatever number it is given.
+fn migrations_before(name: &str) -> Vec<(i32, String, String)> {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/migrations");
+    let mut files: Vec<(i32, String, String)> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|entry| {
+            let path = entry.unwrap().path();
+            let stem = path.file_stem()?.to_str()?.to_string();
+            let (number, name) = stem.split_once('_')?;
+            let number = number.parse().ok()?;
+            Some((number, name.to_string(), std::fs::read_to_string(&path).unwrap()))
+        })
+        .collect();
+    files.sort_by_key(|(number, ..)| *number);
+    let at = files
+        .iter()
+        .position(|(_, file, _)| file == name)
+        .expect("the migration exists");
+    files.truncate(at);
+    files
+}
+
+/// Layout v52 keys OJS workers and rate-limit keys by tenant: rows made before it go to the
+/// tenants whose jobs use them (keyed `tenant name`), keeping an operator's directives and a key's
+/// limits and window there, with each tenant's active count its own; rows no job uses stay
+/// `default`'s, whose names with a space take the `default name` form. A job's rate key becomes
+/// its tenant's, so the trigger that gives a slot back releases that tenant's slot only.
+#[tokio::test]
+async fn ojs_workers_and_rate_limits_made_before_tenants_go_to_the_tenants_that_use_them() {
+    let url = common::fresh_database().await;
+    let sql = connect(&url).await;
+    sql.batch_execute(
+        "CREATE SCHEMA pgvs3;
+         CREATE TABLE pgvs3.layout (version int PRIMARY KEY, name text NOT NULL,
+                                    applied_at timestamptz NOT NULL DEFAULT now());",
+    )
+    .await
+    .unwrap();
+    for (version, name, migration) in migrations_before("ojs_tenant_workers_rate_limits") {
+        let tx = format!(
+            "BEGIN; {migration}\n; INSERT INTO pgvs3.layout (version, name) VALUES ({version}, '{name}'); COMMIT;"
+        );
+        sql.batch_execute(&tx).await.unwrap();
+    }
+    sql.batch_execute(
+        "INSERT INTO ojs.workers (id, state, directive) VALUES
+             ('w-acme', 'running', 'terminate'), ('w-shared', 'running', 'quiet'), ('w-idle', 'quiet', NULL),
+             ('my worker', 'running', 'quiet'), ('idle worker', 'running', NULL);
+         INSERT INTO ojs.rate_limits (key, concurrency, rate, rate_period_ms, active, window_start, window_count) VALUES
+             ('k', 3, 10, 60000, 2, now(), 4), ('lonely', 1, NULL, NULL, 0, '-infinity', 0);
+         INSERT INTO ojs.jobs (id, queue, type, state, max_attempts, envelope, run_at, visibility_ms, worker_id,
+                               tenant, rate_key) VALUES
+             ('j1', 'q', 't', 'active', 3, '{}', now(), 1000, 'w-acme', 'acme', 'k'),
+             ('j2', 'q', 't', 'active', 3, '{}', now(), 1000, 'w-shared', 'globex', 'k'),
+             ('j3', 'q', 't', 'completed', 3, '{}', now(), 1000, 'w-shared', 'acme', NULL),
+             ('j4', 'q', 't', 'available', 3, '{}', now(), 1000, 'my worker', 'globex', 'k');",
+    )
+    .await
+    .unwrap();
+
+    run_migrate(&url).await;
+    let workers: Vec<(String, String, Option<String>)> = sql
+        .query(
+            "SELECT id, ojs.worker_json(w) ->> 'tenant_id' AS tenant, directive FROM ojs.workers w ORDER BY id COLLATE \"C\"",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| (row.get("id"), row.get("tenant"), row.get("directive")))
+        .collect();
+    let worker = |id: &str, tenant: &str, directive: Option<&str>| {
+        (id.to_string(), tenant.to_string(), directive.map(String::from))
+    };
+    assert_eq!(
+        workers,
+        [
+            worker("acme w-acme", "acme", Some("terminate")),
+            worker("acme w-shared", "acme", Some("quiet")),
+            worker("default idle worker", "default", None),
+            worker("globex my worker", "globex", Some("quiet")),
+            worker("globex w-shared", "globex", Some("quiet")),
+            worker("w-idle", "default", None),
+        ]
+    );
+    let limits = async || -> Vec<(String, i32, i32, i32)> {
+        sql.query(
+            "SELECT key, coalesce(concurrency, 0) AS concurrency, active, window_count FROM ojs.rate_limits
+             ORDER BY key COLLATE \"C\"",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| {
+            (
+                row.get("key"),
+                row.get("concurrency"),
+                row.get("active"),
+                row.get("window_count"),
+            )
+        })
+        .collect()
+    };
+    let limit =
+        |key: &str, active: i32, window: i32| (key.to_string(), if key == "lonely" { 1 } else { 3 }, active, window);
+    // Each tenant's window starts as full as the shared one was.
+    assert_eq!(
+        limits().await,
+        [limit("acme k", 1, 4), limit("globex k", 1, 4), limit("lonely", 0, 0)]
+    );
+    let keys: Vec<String> = sql
+        .query(
+            "SELECT rate_key FROM ojs.jobs WHERE rate_key IS NOT NULL ORDER BY id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get("rate_key"))
+        .collect();
+    assert_eq!(keys, ["acme k", "globex k", "globex k"]);
+
+    sql.execute("UPDATE ojs.jobs SET state = 'completed' WHERE id = 'j2'", &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        limits().await,
+        [limit("acme k", 1, 4), limit("globex k", 0, 4), limit("lonely", 0, 0)],
+        "globex's finished job gave back globex's slot"
+    );
 }

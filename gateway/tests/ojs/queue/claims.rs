@@ -114,6 +114,19 @@ async fn a_stale_workers_ack_and_nack_are_refused() {
         assert_eq!(status, 409, "{path}: {reply}");
         assert_eq!(reply["error"]["code"], "conflict");
     }
+    // A progress report is fenced by its attempt too (a report is not an error: it is ignored).
+    // Fails without the fence: worker A's report of attempt 1 landed on attempt 2.
+    for (attempt, taken) in [(1, false), (2, true)] {
+        let (status, reply) = ojs
+            .post(
+                &format!("/ojs/v1/jobs/{id}/progress"),
+                json!({ "attempt": attempt, "progress": 0.1 * f64::from(attempt) }),
+            )
+            .await;
+        assert_eq!((status, &reply["accepted"]), (200, &json!(taken)), "{reply}");
+    }
+    let (_, reply) = ojs.get(&format!("/ojs/v1/jobs/{id}/progress")).await;
+    assert_eq!(reply["progress"], 0.2, "{reply}");
     let (status, reply) = ojs
         .post(
             "/ojs/v1/workers/ack",

@@ -130,13 +130,14 @@ impl Queue {
         Ok(row.map_or_else(|| json!({}), |row| row.get("config")))
     }
 
-    /// A rate limit key's limits and what they allow now (ext-rate-limiting inspection).
-    pub async fn rate_limit(&self, key: &str) -> Result<Value, EngineError> {
+    /// A rate limit key of `tenant`: its limits and what they allow now (ext-rate-limiting
+    /// inspection). Keys are per tenant: another tenant's key of the same name is another one.
+    pub async fn rate_limit(&self, tenant: &str, key: &str) -> Result<Value, EngineError> {
         let client = self.client().await?;
         let row = client
             .query_opt(
-                "SELECT ojs.rate_limit_json(r) AS rate_limit FROM ojs.rate_limits r WHERE r.key = $1",
-                &[&key],
+                "SELECT ojs.rate_limit_json(r) AS rate_limit FROM ojs.rate_limits r WHERE r.key = ojs.tenant_key($1, $2)",
+                &[&tenant, &key],
             )
             .await
             .map_err(EngineError::sql)?;
@@ -144,12 +145,14 @@ impl Queue {
             .ok_or_else(|| EngineError::not_found(format!("no job has named rate limit key {key:?}")))
     }
 
-    pub async fn rate_limits(&self) -> Result<Vec<Value>, EngineError> {
+    /// The rate limit keys of `tenant`, in key order (at most 1,000).
+    pub async fn rate_limits(&self, tenant: &str) -> Result<Vec<Value>, EngineError> {
         let client = self.client().await?;
         let rows = client
             .query(
-                "SELECT ojs.rate_limit_json(r) AS rate_limit FROM ojs.rate_limits r ORDER BY key LIMIT 1000",
-                &[],
+                "SELECT ojs.rate_limit_json(r) AS rate_limit FROM ojs.rate_limits r WHERE ojs.key_tenant(r.key) = $1
+                 ORDER BY key LIMIT 1000",
+                &[&tenant],
             )
             .await
             .map_err(EngineError::sql)?;
@@ -340,19 +343,21 @@ impl Queue {
         })
     }
 
-    /// Workers that sent heartbeats or hold claims now, with the claims they hold.
+    /// Workers of every tenant that sent heartbeats or hold claims now, with the claims they
+    /// hold (a worker is its tenant's: one id used by two tenants is two workers).
     pub async fn active_workers(&self) -> Result<Vec<Value>, EngineError> {
         let client = self.client().await?;
         let rows = client
             .query(
-                "SELECT CASE WHEN w.id IS NULL THEN jsonb_build_object('id', a.worker_id, 'state', 'running')
+                "SELECT CASE WHEN w.id IS NULL
+                             THEN jsonb_build_object('id', a.worker_id, 'tenant_id', a.tenant, 'state', 'running')
                              ELSE ojs.worker_json(w) END
                         || jsonb_build_object('active_jobs', coalesce(a.claims, 0)) AS worker
                  FROM ojs.workers w
-                 FULL JOIN (SELECT worker_id, count(*) AS claims FROM ojs.jobs
-                            WHERE state = 'active' AND worker_id IS NOT NULL GROUP BY worker_id) a
-                   ON a.worker_id = w.id
-                 ORDER BY coalesce(w.id, a.worker_id)",
+                 FULL JOIN (SELECT tenant, worker_id, count(*) AS claims FROM ojs.jobs
+                            WHERE state = 'active' AND worker_id IS NOT NULL GROUP BY tenant, worker_id) a
+                   ON ojs.tenant_key(a.tenant, a.worker_id) = w.id
+                 ORDER BY coalesce(w.id, ojs.tenant_key(a.tenant, a.worker_id))",
                 &[],
             )
             .await

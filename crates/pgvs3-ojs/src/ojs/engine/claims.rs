@@ -191,7 +191,8 @@ WITH due AS (
 SELECT 1"
 );
 
-/// Claims up to $2 jobs of tenant $5: queues in the order given (or, for a fair strategy, in
+/// Claims up to $2 jobs of tenant $5 for worker $3 (the tenant's worker of that name: its row
+/// is keyed `ojs.tenant_key($5, $3)`): queues in the order given (or, for a fair strategy, in
 /// the turns its weights $6 and phases $7 make), then priority, then FIFO, each queue read along
 /// the `jobs_claim` index (whose (queue, tenant) prefix is one range).
 /// Rate-limited jobs whose key has no room are passed over; those picked then take their starts
@@ -222,7 +223,8 @@ WITH claimed AS (
         FOR UPDATE SKIP LOCKED
     ) c
     WHERE NOT EXISTS (SELECT 1 FROM ojs.queues p WHERE p.name = q.name AND p.paused)
-      AND NOT EXISTS (SELECT 1 FROM ojs.workers w WHERE w.id = $3 AND (w.state <> 'running' OR w.directive IS NOT NULL))
+      AND NOT EXISTS (SELECT 1 FROM ojs.workers w WHERE w.id = ojs.tenant_key($5, $3)
+                      AND (w.state <> 'running' OR w.directive IS NOT NULL))
     ORDER BY fair_turn, q.ord, c.priority DESC, c.seq
     LIMIT $2
 ), budgeted AS (
@@ -371,15 +373,15 @@ WITH extended AS (
 )
 SELECT id, envelope #>> '{options,metadata,test_directive}' AS test_directive FROM extended";
 
-/// Records a worker's heartbeat and logs the worker events of ojs-events §3.4 with it:
+/// Records a heartbeat of worker $1 of tenant $4 and logs the worker events of ojs-events §3.4:
 /// `worker.started` at its first heartbeat, `worker.quiet` when it reports quiet (or drain),
 /// `worker.stopped` when it reports terminate, and `worker.heartbeat` every time. (The CTEs
 /// share one snapshot, so `previous` is the row before this heartbeat.)
 const RECORD_WORKER: &str = "
 WITH previous AS (
-    SELECT state FROM ojs.workers WHERE id = $1
+    SELECT state FROM ojs.workers WHERE id = ojs.tenant_key($4, $1)
 ), recorded AS (
-    INSERT INTO ojs.workers AS w (id, state, active_jobs) VALUES ($1, coalesce($2, 'running'), $3)
+    INSERT INTO ojs.workers AS w (id, state, active_jobs) VALUES (ojs.tenant_key($4, $1), coalesce($2, 'running'), $3)
     ON CONFLICT (id) DO UPDATE SET state = coalesce($2, w.state), active_jobs = coalesce($3, w.active_jobs), last_beat = now()
     RETURNING w.state, w.directive, w.active_jobs
 ), event AS (
@@ -566,7 +568,7 @@ impl Queue {
             };
             let statement = client.prepare_cached(RECORD_WORKER).await?;
             client
-                .query_one(&statement, &[&worker_id, &beat.state, &beat.active_jobs])
+                .query_one(&statement, &[&worker_id, &beat.state, &beat.active_jobs, &beat.tenant])
                 .await
                 .map(Some)
         };
@@ -581,28 +583,34 @@ impl Queue {
         })
     }
 
-    /// Tells a worker, at its next heartbeat, to quiet or terminate (`None` clears the directive);
-    /// either way it is given no new jobs from now on.
-    pub async fn direct_worker(&self, worker_id: &str, directive: Option<&str>) -> Result<Value, EngineError> {
+    /// Tells a worker of `tenant`, at its next heartbeat, to quiet or terminate (`None` clears
+    /// the directive); either way it is given no new jobs from now on.
+    pub async fn direct_worker(
+        &self,
+        tenant: &str,
+        worker_id: &str,
+        directive: Option<&str>,
+    ) -> Result<Value, EngineError> {
         let client = self.client().await?;
         let row = client
             .query_one(
-                "INSERT INTO ojs.workers AS w (id, state, directive) VALUES ($1, 'running', $2)
-                 ON CONFLICT (id) DO UPDATE SET directive = $2
+                "INSERT INTO ojs.workers AS w (id, state, directive) VALUES (ojs.tenant_key($1, $2), 'running', $3)
+                 ON CONFLICT (id) DO UPDATE SET directive = $3
                  RETURNING ojs.worker_json(w) AS worker",
-                &[&worker_id, &directive],
+                &[&tenant, &worker_id, &directive],
             )
             .await
             .map_err(EngineError::sql)?;
         Ok(row.get("worker"))
     }
 
-    pub async fn worker(&self, worker_id: &str) -> Result<Value, EngineError> {
+    /// A worker of `tenant`; another tenant's of the same id is not found.
+    pub async fn worker(&self, tenant: &str, worker_id: &str) -> Result<Value, EngineError> {
         let client = self.client().await?;
         let row = client
             .query_opt(
-                "SELECT ojs.worker_json(w) AS worker FROM ojs.workers w WHERE w.id = $1",
-                &[&worker_id],
+                "SELECT ojs.worker_json(w) AS worker FROM ojs.workers w WHERE w.id = ojs.tenant_key($1, $2)",
+                &[&tenant, &worker_id],
             )
             .await
             .map_err(EngineError::sql)?;

@@ -40,9 +40,9 @@ WITH input AS (
            jsonb_build_object('queue', name, 'depth', depth, 'bound', bound)
     FROM full_queue
 ), rate_policy AS (
-    -- A key's limits are the ones its latest job named.
+    -- A key's limits are the ones its latest job named. Keys are the tenant's ($20).
     INSERT INTO ojs.rate_limits AS r (key, concurrency, rate, rate_period_ms, throttle_ms)
-    SELECT DISTINCT ON (rate_key) rate_key, (rate_policy ->> 'concurrency')::int, (rate_policy ->> 'rate')::int,
+    SELECT DISTINCT ON (rate_key) ojs.tenant_key($20, rate_key), (rate_policy ->> 'concurrency')::int, (rate_policy ->> 'rate')::int,
            (rate_policy ->> 'rate_period_ms')::bigint, (rate_policy ->> 'throttle_ms')::bigint
     FROM input WHERE rate_key IS NOT NULL
     ORDER BY rate_key
@@ -57,7 +57,7 @@ WITH input AS (
     SELECT id, queue, type,
            CASE WHEN held THEN 'pending' WHEN run_at > now() THEN 'scheduled' ELSE 'available' END, priority,
            max_attempts, envelope, run_at, expires, visibility_ms, unique_key, $13, workflow_step, workflow_callback,
-           rate_key, $20
+           ojs.tenant_key($20, rate_key), $20
     FROM timed WHERE NOT EXISTS (SELECT 1 FROM full_queue)
     RETURNING j.*
 ), event AS (
@@ -109,10 +109,14 @@ impl Queue {
         let unique = job.unique.as_ref().expect("unique options");
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(EngineError::sql)?;
-        // One enqueuer per key at a time, so two duplicates cannot both see "no duplicate".
-        tx.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", &[&unique.key])
-            .await
-            .map_err(EngineError::sql)?;
+        // One enqueuer per key of the tenant at a time, so two duplicates cannot both see "no
+        // duplicate" (and one tenant's enqueues never wait for another's of the same key).
+        tx.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended(ojs.tenant_key($1, $2), 0))",
+            &[&tenant, &unique.key],
+        )
+        .await
+        .map_err(EngineError::sql)?;
         let existing = tx
             .query_opt(
                 concat!(

@@ -3,6 +3,7 @@
 
 use serde_json::{Value, json};
 
+use super::claims::Claim;
 use super::job::Job;
 use super::{EngineError, Queue};
 
@@ -54,8 +55,9 @@ pub fn parse_progress(body: &Value) -> Result<ProgressReport, EngineError> {
 /// Stores an active job's progress and logs `job.progress`, in one statement: the numeric
 /// progress never decreases within an attempt, `data` is replaced when given, the checkpoint
 /// kept until a new one comes, and the claim is extended as by a heartbeat (ojs-progress §6.3).
-/// The worker, when named, must be the one that claimed the job (not another, nor an anonymous
-/// fetch).
+/// The claim is fenced as an ack's is: the worker, when named, must be the one that claimed the
+/// job (not another, nor an anonymous fetch), and the attempt, when given, the current one (a
+/// worker whose claim lapsed and was taken again reports into no later attempt).
 const REPORT_PROGRESS: &str = "
 WITH reported AS (
     UPDATE ojs.jobs j SET
@@ -69,6 +71,7 @@ WITH reported AS (
         -- A report extends the claim, never shortens one a heartbeat made longer.
         visible_until = greatest(j.visible_until, now() + j.visibility_ms * interval '1 ms')
      WHERE id = $1 AND tenant = $6 AND state = 'active' AND ($5::text IS NULL OR worker_id = $5)
+       AND ($7::int IS NULL OR attempt = $7)
     RETURNING id, queue, type, attempt, worker_id, envelope, progress
 ), event AS (
     INSERT INTO ojs.events (id, type, queue, job_id, data)
@@ -86,34 +89,29 @@ WITH reported AS (
 SELECT 1 FROM reported";
 
 impl Queue {
-    /// Records a progress report; whether the job took it (one that is not active, or held by
-    /// another worker, is ignored, as §6.1 asks). Either way the answer is the job, whose
+    /// Records a progress report; whether the job took it (one that is not active, or not of
+    /// the report's claim, is ignored, as §6.1 asks). Either way the answer is the job, whose
     /// progress the binding shows.
-    pub async fn report_progress(
-        &self,
-        job_id: &str,
-        tenant: &str,
-        worker_id: Option<&str>,
-        report: &ProgressReport,
-    ) -> Result<(bool, Job), EngineError> {
+    pub async fn report_progress(&self, claim: &Claim, report: &ProgressReport) -> Result<(bool, Job), EngineError> {
         let client = self.client().await?;
         let statement = client.prepare_cached(REPORT_PROGRESS).await.map_err(EngineError::sql)?;
         let taken = client
             .query_opt(
                 &statement,
                 &[
-                    &job_id,
+                    &claim.job_id,
                     &report.progress,
                     &report.data,
                     &report.checkpoint,
-                    &worker_id,
-                    &tenant,
+                    &claim.worker_id,
+                    &claim.tenant,
+                    &claim.attempt,
                 ],
             )
             .await
             .map_err(EngineError::sql)?
             .is_some();
-        Ok((taken, self.get(job_id, tenant).await?))
+        Ok((taken, self.get(&claim.job_id, &claim.tenant).await?))
     }
 }
 

@@ -28,8 +28,11 @@ impl OjsService {
                 queue.delete_dead_letter(job_id(id)?, call.tenant).await?;
                 Ok((StatusCode::OK, json!({ "deleted": true, "job_id": id })))
             }
-            (&Method::GET, ["rate-limits"]) => Ok((StatusCode::OK, listing("items", queue.rate_limits().await?))),
-            (&Method::GET, ["rate-limits", key]) => Ok((StatusCode::OK, queue.rate_limit(key).await?)),
+            // Rate-limit keys are the request's tenant's (X-OJS-Tenant).
+            (&Method::GET, ["rate-limits"]) => {
+                Ok((StatusCode::OK, listing("items", queue.rate_limits(call.tenant).await?)))
+            }
+            (&Method::GET, ["rate-limits", key]) => Ok((StatusCode::OK, queue.rate_limit(call.tenant, key).await?)),
             _ => Err(call.no_route()),
         }
     }
@@ -40,7 +43,9 @@ impl OjsService {
         let tenant = call.tenant;
         match (call.method, rest) {
             (&Method::GET, ["jobs", id]) => Ok((StatusCode::OK, job_answer(queue.get(job_id(id)?, tenant).await?))),
-            (&Method::POST, ["jobs", "bulk", "retry"]) => self.retry_in_bulk(request::json(call.body)?, tenant).await,
+            (&Method::POST, ["jobs", "bulk", "retry"]) => {
+                self.retry_in_bulk(request::json(call.body).await?, tenant).await
+            }
             (method, ["schemas", rest @ ..]) => self.schemas(method, rest, call.body, true).await,
             (_, ["queues", ..]) => self.admin_queue_routes(call, &rest[1..]).await,
             (&Method::GET, ["dead-letter"]) => self.dead_letter(call).await,
@@ -91,7 +96,7 @@ impl OjsService {
                 Ok((status, stats["queue"].take()))
             }
             (&Method::PUT, [name, "config"]) => {
-                let settings = queue_settings(request::json(call.body)?)?;
+                let settings = queue_settings(request::json(call.body).await?)?;
                 let config = queue.configure_queue(queue_name(name)?, &settings).await?;
                 Ok((StatusCode::OK, json!({ "queue": name, "config": config })))
             }
@@ -113,7 +118,8 @@ impl OjsService {
                 body["summary"] = json!({ "total": body["pagination"]["total"] });
                 Ok((StatusCode::OK, body))
             }
-            (&Method::GET, [id]) => Ok((StatusCode::OK, queue.worker(id).await?)),
+            // One worker is the request's tenant's (X-OJS-Tenant); the listing spans them all.
+            (&Method::GET, [id]) => Ok((StatusCode::OK, queue.worker(call.tenant, id).await?)),
             (&Method::POST, [id, action]) => {
                 let directive = match *action {
                     "quiet" => Some("quiet"),
@@ -123,7 +129,7 @@ impl OjsService {
                 };
                 Ok((
                     StatusCode::OK,
-                    json!({ "worker": queue.direct_worker(id, directive).await? }),
+                    json!({ "worker": queue.direct_worker(call.tenant, id, directive).await? }),
                 ))
             }
             _ => Err(call.no_route()),

@@ -7,12 +7,20 @@
 //! [`FREE_BYTES`] takes nothing from the budget (every ordinary request), a larger one reserves
 //! them or is turned away with 429 `rate_limited` (retryable) when the budget is spent now, or
 //! with 413 when it is larger than the whole budget.
+//!
+//! The passes over a body's text (the measure, the parse) of a large body run on the blocking
+//! pool, not on the runtime: the runtime's threads also serve S3 and RESP, and parsing a hostile
+//! 4 MiB body takes one of them for milliseconds at a time. At most [`parse_slots`] such passes
+//! run at once; more wait their turn without holding a thread.
+
+use std::sync::{Arc, LazyLock};
 
 use bytes::{Bytes, BytesMut};
 use http_body_util::BodyExt;
 use hyper::body::Body as _;
 use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
+use tokio::sync::Semaphore;
 
 use super::OjsError;
 use crate::admission::{BufferBudget, Reservation};
@@ -25,6 +33,39 @@ pub const FREE_BYTES: u64 = 1 << 20;
 /// Bodies this small cannot build a tree of more than [`FREE_BYTES`] (about 100 times the
 /// text at most), so they are not measured.
 const UNMEASURED_BYTES: usize = 4 << 10;
+
+/// Bodies past this are measured and parsed on the blocking pool. A pass over this much JSON
+/// takes well under a millisecond, sending it to another thread and back some microseconds:
+/// below it, the hop would cost about what it frees.
+const BLOCKING_BYTES: usize = 64 << 10;
+
+/// How many passes over large bodies run at once: half the cores (at least one), so that a flood
+/// of hostile bodies leaves the runtime's threads cores to run on.
+fn parse_slots() -> usize {
+    std::thread::available_parallelism().map_or(1, |cores| (cores.get() / 2).max(1))
+}
+
+static PARSE_SLOTS: LazyLock<Arc<Semaphore>> = LazyLock::new(|| Arc::new(Semaphore::new(parse_slots())));
+
+/// Runs `pass` over `text`: in place when the text is small, else on the blocking pool once a
+/// slot is free. The pass holds its slot to its end, even when the request is dropped meanwhile
+/// (a client that hangs up does not free a slot its pass still uses).
+async fn pass_over<T: Send + 'static>(text: &Bytes, pass: impl FnOnce(&[u8]) -> T + Send + 'static) -> T {
+    if text.len() <= BLOCKING_BYTES {
+        return pass(text);
+    }
+    let slot = Arc::clone(&PARSE_SLOTS)
+        .acquire_owned()
+        .await
+        .expect("the parse slots are never closed");
+    let text = text.clone();
+    tokio::task::spawn_blocking(move || {
+        let _slot = slot;
+        pass(&text)
+    })
+    .await
+    .unwrap_or_else(|error| std::panic::resume_unwind(error.into_panic()))
+}
 
 /// A request's body, and the memory reserved for it (held until the request is answered).
 pub struct Body {
@@ -64,10 +105,12 @@ pub async fn read(mut body: RequestBody, limit: u64, budget: &BufferBudget) -> R
         }
         bytes.extend_from_slice(&data);
     }
+    let bytes = bytes.freeze();
     if bytes.len() > UNMEASURED_BYTES {
         // The tree, the answer's (an enqueue answers with the job as stored, read back into a
         // tree), and the copies of the text on the way (to the database, back, the answer).
-        let cost = tree_bytes(&bytes)
+        let cost = pass_over(&bytes, tree_bytes)
+            .await
             .saturating_mul(2)
             .saturating_add(3 * bytes.len() as u64);
         if cost > FREE_BYTES {
@@ -75,7 +118,7 @@ pub async fn read(mut body: RequestBody, limit: u64, budget: &BufferBudget) -> R
         }
     }
     Ok(Body {
-        bytes: bytes.freeze(),
+        bytes,
         _reserved: reserved,
     })
 }
@@ -91,21 +134,22 @@ fn reserve(budget: &BufferBudget, bytes: u64) -> Result<Reservation, OjsError> {
 }
 
 /// The body as JSON; empty is an error.
-pub fn json(body: &Body) -> Result<Value, OjsError> {
+pub async fn json(body: &Body) -> Result<Value, OjsError> {
     if body.bytes.iter().all(u8::is_ascii_whitespace) {
         return Err(invalid_payload("the request body is empty; send a JSON object"));
     }
-    serde_json::from_slice(&body.bytes)
+    pass_over(&body.bytes, |text| serde_json::from_slice(text))
+        .await
         .map_err(|err| invalid_payload(&format!("the request body is not valid JSON: {err}")))
 }
 
 /// The body of a per-job route (`/jobs/{id}/ack`): optional, an object, the path naming the job.
-pub fn job_json(id: &str, body: &Body) -> Result<Value, OjsError> {
+pub async fn job_json(id: &str, body: &Body) -> Result<Value, OjsError> {
     let id = super::wire::job_id(id)?.to_string();
     let mut value = if body.bytes.is_empty() {
         serde_json::json!({})
     } else {
-        json(body)?
+        json(body).await?
     };
     let Some(fields) = value.as_object_mut() else {
         return Err(invalid_payload("the request body must be a JSON object"));
@@ -224,6 +268,44 @@ impl<'de> serde::de::DeserializeSeed<'de> for Seed<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A large body's pass runs off the runtime: on a runtime of one thread, the pass waits for
+    /// a task of that runtime, which could never run were the pass holding its only thread. (The
+    /// wait's bound only ends a failing run; a passing one never reaches it.)
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_large_bodys_pass_leaves_the_runtime_free() {
+        let (ran, seen) = std::sync::mpsc::channel();
+        let large = Bytes::from(vec![b' '; BLOCKING_BYTES + 1]);
+        let pass = pass_over(&large, move |_| {
+            seen.recv_timeout(std::time::Duration::from_secs(30)).is_ok()
+        });
+        let other = async move { ran.send(()).expect("the pass is waiting") };
+        let (saw_the_task, ()) = tokio::join!(pass, other);
+        assert!(saw_the_task, "the runtime's task ran while the pass did");
+
+        let small = Bytes::from_static(b"[1]");
+        let here = std::thread::current().id();
+        assert_eq!(pass_over(&small, |_| std::thread::current().id()).await, here);
+    }
+
+    #[tokio::test]
+    async fn a_large_invalid_body_is_refused_as_any_invalid_body() {
+        let mut text = vec![b'['; 1];
+        text.extend(b"0,".repeat(BLOCKING_BYTES));
+        let body = Body {
+            bytes: Bytes::from(text),
+            _reserved: Vec::new(),
+        };
+        let error = json(&body).await.unwrap_err();
+        assert_eq!((error.status.as_u16(), error.code), (400, "invalid_payload"));
+        assert!(
+            error
+                .message
+                .starts_with("the request body is not valid JSON: EOF while parsing"),
+            "{}",
+            error.message
+        );
+    }
 
     #[test]
     fn a_tree_is_measured_at_no_less_than_it_costs() {

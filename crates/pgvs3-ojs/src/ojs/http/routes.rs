@@ -91,8 +91,8 @@ impl OjsService {
     ) -> Reply {
         let (queue, tenant, body) = (&self.inner.queue, call.tenant, call.body);
         match (call.method, call.segments) {
-            (&Method::POST, ["jobs"]) => self.enqueue(request::json(body)?, acting, headers).await,
-            (&Method::POST, ["jobs", "batch"]) => self.enqueue_batch(request::json(body)?, acting, headers).await,
+            (&Method::POST, ["jobs"]) => self.enqueue(request::json(body).await?, acting, headers).await,
+            (&Method::POST, ["jobs", "batch"]) => self.enqueue_batch(request::json(body).await?, acting, headers).await,
             (&Method::GET, ["jobs", id]) => Ok((
                 StatusCode::OK,
                 json!({ "job": job_answer(queue.get(job_id(id)?, tenant).await?) }),
@@ -101,25 +101,25 @@ impl OjsService {
                 StatusCode::OK,
                 json!({ "job": job_answer(queue.cancel(job_id(id)?, tenant).await?) }),
             )),
-            (&Method::POST, ["workers", "fetch"]) => self.fetch(request::json(body)?, tenant).await,
-            (&Method::POST, ["workers", "ack"]) => self.ack(request::json(body)?, tenant).await,
-            (&Method::POST, ["workers", "nack"]) => self.nack(request::json(body)?, tenant).await,
+            (&Method::POST, ["workers", "fetch"]) => self.fetch(request::json(body).await?, tenant).await,
+            (&Method::POST, ["workers", "ack"]) => self.ack(request::json(body).await?, tenant).await,
+            (&Method::POST, ["workers", "nack"]) => self.nack(request::json(body).await?, tenant).await,
             // The per-job forms: the job is the path's, the body (optional) the rest.
-            (&Method::POST, ["jobs", id, "ack"]) => self.ack(request::job_json(id, body)?, tenant).await,
-            (&Method::POST, ["jobs", id, "nack"]) => self.nack(request::job_json(id, body)?, tenant).await,
+            (&Method::POST, ["jobs", id, "ack"]) => self.ack(request::job_json(id, body).await?, tenant).await,
+            (&Method::POST, ["jobs", id, "nack"]) => self.nack(request::job_json(id, body).await?, tenant).await,
             (&Method::PUT | &Method::POST, ["jobs", id, "progress"]) => {
-                self.progress(request::job_json(id, body)?, tenant).await
+                self.progress(request::job_json(id, body).await?, tenant).await
             }
-            (&Method::POST, ["workers", "progress"]) => self.progress(request::json(body)?, tenant).await,
+            (&Method::POST, ["workers", "progress"]) => self.progress(request::json(body).await?, tenant).await,
             (&Method::GET, ["jobs", id, "progress"]) => {
                 let progress = progress_answer(queue.get(job_id(id)?, tenant).await?);
                 progress_headers(&progress, headers);
                 Ok((StatusCode::OK, progress))
             }
             (&Method::POST, ["workers", "heartbeat"]) | (&Method::POST, ["workers", "beat"]) => {
-                self.heartbeat(request::json(body)?, tenant).await
+                self.heartbeat(request::json(body).await?, tenant).await
             }
-            (&Method::GET, ["workers", id, "health"]) => Ok((StatusCode::OK, queue.worker(id).await?)),
+            (&Method::GET, ["workers", id, "health"]) => Ok((StatusCode::OK, queue.worker(tenant, id).await?)),
             _ => Err(call.no_route()),
         }
     }
@@ -129,7 +129,8 @@ impl OjsService {
         let queue = &self.inner.queue;
         match (call.method, call.segments) {
             (&Method::POST, ["workflows"]) => {
-                let workflow = workflow::parse_workflow(request::json(call.body)?, self.inner.options.max_args_bytes)?;
+                let workflow =
+                    workflow::parse_workflow(request::json(call.body).await?, self.inner.options.max_args_bytes)?;
                 let workflow = queue.create_workflow(&workflow, call.tenant).await?;
                 Ok((StatusCode::CREATED, json!({ "workflow": workflow })))
             }
@@ -149,8 +150,8 @@ impl OjsService {
     async fn cron_routes(&self, call: &Call<'_>) -> Reply {
         let queue = &self.inner.queue;
         match (call.method, call.segments) {
-            (&Method::POST, ["cron"]) => self.register_cron(request::json(call.body)?, None).await,
-            (&Method::PUT, ["cron", name]) => self.register_cron(request::json(call.body)?, Some(*name)).await,
+            (&Method::POST, ["cron"]) => self.register_cron(request::json(call.body).await?, None).await,
+            (&Method::PUT, ["cron", name]) => self.register_cron(request::json(call.body).await?, Some(*name)).await,
             (&Method::GET, ["cron"]) => {
                 let enabled = match call.query.get("enabled").map(String::as_str) {
                     None => None,
@@ -166,7 +167,7 @@ impl OjsService {
             }
             (&Method::GET, ["cron", name]) => Ok((StatusCode::OK, cron_answer(queue.get_cron(name).await?))),
             (&Method::PATCH, ["cron", name]) => {
-                let enabled = match request::json(call.body)? {
+                let enabled = match request::json(call.body).await? {
                     Value::Object(fields)
                         if fields.len() == 1 && fields.get("enabled").is_some_and(Value::is_boolean) =>
                     {
@@ -205,7 +206,7 @@ impl OjsService {
             .await?;
         pressure_headers(&inserted, headers);
         if let Some(limit) = &job.rate_limit {
-            self.rate_limit_headers(&limit.key, headers).await?;
+            self.rate_limit_headers(&tenant, &limit.key, headers).await?;
         }
         let status = if inserted.duplicate {
             StatusCode::OK
@@ -285,10 +286,16 @@ impl OjsService {
         Ok((StatusCode::CREATED, json!({ "jobs": stored, "count": count })))
     }
 
-    /// What the job's rate limit key allows now, in the X-RateLimit-* headers' terms: the limit
-    /// (the window's count, else the concurrency), the starts left, and when one more frees up.
-    async fn rate_limit_headers(&self, key: &str, headers: &mut Vec<(&'static str, String)>) -> Result<(), OjsError> {
-        let state = self.inner.queue.rate_limit(key).await?;
+    /// What the job's rate limit key (its tenant's) allows now, in the X-RateLimit-* headers'
+    /// terms: the limit (the window's count, else the concurrency), the starts left, and when
+    /// one more frees up.
+    async fn rate_limit_headers(
+        &self,
+        tenant: &str,
+        key: &str,
+        headers: &mut Vec<(&'static str, String)>,
+    ) -> Result<(), OjsError> {
+        let state = self.inner.queue.rate_limit(tenant, key).await?;
         let limit = state
             .pointer("/rate/limit")
             .or_else(|| state.pointer("/concurrency/limit"))
@@ -360,14 +367,10 @@ impl OjsService {
     /// `job.progress` event, and a heartbeat. A report on a job that is not active is ignored,
     /// not refused (`accepted: false`).
     async fn progress(&self, body: Value, tenant: &str) -> Reply {
-        let job_id = optional_string(&body, "job_id")?.ok_or_else(|| OjsError::invalid("missing \"job_id\""))?;
+        let claim = claim(&body, tenant)?;
+        job_id(&claim.job_id)?;
         let report = progress::parse_progress(&body)?;
-        let worker_id = optional_string(&body, "worker_id")?;
-        let (accepted, job) = self
-            .inner
-            .queue
-            .report_progress(self::job_id(&job_id)?, tenant, worker_id.as_deref(), &report)
-            .await?;
+        let (accepted, job) = self.inner.queue.report_progress(&claim, &report).await?;
         let mut progress = progress_answer(job);
         progress["accepted"] = Value::Bool(accepted);
         Ok((StatusCode::OK, progress))
@@ -385,7 +388,7 @@ impl OjsService {
         let queue = &self.inner.queue;
         match (method, rest) {
             (&Method::POST, []) => {
-                let webhook = webhooks::parse_webhook(request::json(body)?)?;
+                let webhook = webhooks::parse_webhook(request::json(body).await?)?;
                 Ok((StatusCode::CREATED, subscription(queue.create_webhook(&webhook).await?)))
             }
             (&Method::GET, []) => Ok((StatusCode::OK, listing("subscriptions", queue.list_webhooks().await?))),
@@ -409,7 +412,7 @@ impl OjsService {
             )),
             (&Method::GET, [id]) => Ok((StatusCode::OK, subscription(queue.webhook(id).await?))),
             (&Method::PATCH, [id]) => {
-                let update = webhooks::parse_update(&request::json(body)?)?;
+                let update = webhooks::parse_update(&request::json(body).await?)?;
                 Ok((StatusCode::OK, subscription(queue.update_webhook(id, &update).await?)))
             }
             (&Method::DELETE, [id]) => {
@@ -435,17 +438,9 @@ impl OjsService {
     pub(super) async fn schemas(&self, method: &Method, rest: &[&str], body: &request::Body, admin: bool) -> Reply {
         let queue = &self.inner.queue;
         let wrap = |record: Value| if admin { record } else { json!({ "schema": record }) };
-        let registration = |body: &request::Body| -> Result<Value, OjsError> {
-            let fields = request::json(body)?;
-            if !fields.is_object() {
-                return Err(OjsError::invalid("a schema registration is a JSON object"));
-            }
-            refuse_lenient_validation(&fields)?;
-            Ok(fields)
-        };
         match (method, rest) {
             (&Method::POST, []) => {
-                let fields = registration(body)?;
+                let fields = schema_registration(body).await?;
                 let job_type = fields
                     .get("job_type")
                     .or_else(|| fields.get("type"))
@@ -458,7 +453,7 @@ impl OjsService {
                 Ok((StatusCode::CREATED, wrap(queue.register_schema(&new).await?)))
             }
             (&Method::PUT, [job_type, version]) => {
-                let schema = registration(body)?.get_mut("schema").map(Value::take);
+                let schema = schema_registration(body).await?.get_mut("schema").map(Value::take);
                 let new = schemas::parse_schema(job_type, &json!(version), schema)?;
                 Ok((StatusCode::CREATED, wrap(queue.register_schema(&new).await?)))
             }
@@ -631,6 +626,16 @@ impl OjsService {
             .await?;
         Ok((StatusCode::OK, json!({ "events": events })))
     }
+}
+
+/// A schema registration's body: a JSON object that asks for no lenient validation.
+async fn schema_registration(body: &request::Body) -> Result<Value, OjsError> {
+    let fields = request::json(body).await?;
+    if !fields.is_object() {
+        return Err(OjsError::invalid("a schema registration is a JSON object"));
+    }
+    refuse_lenient_validation(&fields)?;
+    Ok(fields)
 }
 
 /// Only the `strict` validation mode (ojs-schema-registry §7) is offered: a type's schemas bind

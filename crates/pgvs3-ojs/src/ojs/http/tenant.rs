@@ -3,7 +3,8 @@
 //! that a tenant name is one the job store keeps.
 //!
 //! What this enforces: every job a request enqueues belongs to its tenant, and the job routes
-//! (read, cancel, ack, nack, progress, heartbeat, fetch, dead letter) see only that tenant's jobs.
+//! (read, cancel, ack, nack, progress, heartbeat, fetch, dead letter) see only that tenant's jobs,
+//! workers and rate-limit keys (a worker id or key another tenant uses too is another one).
 //! Without tenant tokens the header is a claim: any client that may reach the endpoint (or holds
 //! `--ojs-token`) may act as any tenant. A tenant token makes it a credential: that token acts as
 //! its tenant only, and reaches only the routes scoped by tenant ([`is_scoped`]); the others
@@ -114,7 +115,9 @@ pub fn is_scoped(segments: &[&str]) -> bool {
         ["health"]
             | ["jobs", ..]
             | ["workers", "fetch" | "ack" | "nack" | "progress" | "heartbeat" | "beat"]
+            | ["workers", _, "health"]
             | ["dead-letter", ..]
+            | ["rate-limits", ..]
     )
 }
 
