@@ -4,6 +4,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 
 use crate::database::Connection;
@@ -33,12 +35,18 @@ pub struct Context {
     connections: Mutex<HashMap<(String, String), Connection>>,
     /// The cluster's service-account token issuer, and the catalogs it was published into.
     pub issuer: IssuerState,
+    /// How long the cleanup of a resource whose pool is being deleted too retries an
+    /// unreachable catalog before it gives up (`database::cleanup_gives_up`).
+    pub cleanup_grace: Duration,
 }
 
 /// How long the answer of API discovery for ServiceMonitors is trusted: installing the
 /// Prometheus operator is noticed within this.
 pub const SERVICE_MONITOR_RECHECK: Duration = Duration::from_secs(300);
 const SERVICE_MONITOR_API: &str = "monitoring.coreos.com/v1";
+
+/// The cleanup's grace by default: two minutes of retries while a namespace is deleted.
+pub const DEFAULT_CLEANUP_GRACE: Duration = Duration::from_secs(120);
 
 /// The first retry after a failure, doubled per consecutive failure up to `MAX_BACKOFF`.
 pub const FIRST_BACKOFF: Duration = Duration::from_secs(2);
@@ -56,7 +64,19 @@ impl Context {
             adoptable: HashSet::new(),
             connections: Mutex::new(HashMap::new()),
             issuer: IssuerState::default(),
+            cleanup_grace: DEFAULT_CLEANUP_GRACE,
         }
+    }
+
+    /// With `grace` as the cleanup's grace (see [`Context::cleanup_grace`]).
+    pub fn with_cleanup_grace(mut self, grace: Duration) -> Context {
+        self.cleanup_grace = grace;
+        self
+    }
+
+    /// Whether the cleanup of `deleted` gives up on `pool`'s unreachable catalog now.
+    pub fn cleanup_gives_up(&self, pool: &crate::crd::GatewayPool, deleted: &ObjectMeta) -> bool {
+        crate::database::cleanup_gives_up(pool, deleted, self.cleanup_grace, Timestamp::now())
     }
 
     /// Keeps `connection` as the last one `pool` of `namespace` was bound with.

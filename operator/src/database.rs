@@ -5,6 +5,8 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 use pgvs3_pgtls::PgTls;
 use pgvs3_secret::MasterKey;
@@ -135,6 +137,19 @@ pub async fn revoke_through_last_connection(
     Ok(Ok(()))
 }
 
+/// Whether the cleanup of a resource (`deleted`) that cannot reach `pool`'s catalog gives up
+/// rather than retry: only when the pool is being deleted too — its namespace is, or it is;
+/// the database may well be going with it (a CloudNativePG cluster in the same namespace) —
+/// and `grace` has passed since the later of the two deletions. A resource deleted while its
+/// pool lives waits for the catalog however long it takes (`CleanupFailed` says why).
+pub fn cleanup_gives_up(pool: &GatewayPool, deleted: &ObjectMeta, grace: Duration, now: Timestamp) -> bool {
+    let (Some(pool_deleted), Some(deleted)) = (&pool.metadata.deletion_timestamp, &deleted.deletion_timestamp) else {
+        return false;
+    };
+    let since = pool_deleted.0.max(deleted.0);
+    now.duration_since(since).unsigned_abs() >= grace && now >= since
+}
+
 /// The reason of a resource whose spec can never be provisioned as written.
 pub const INVALID_SPEC: &str = "InvalidSpec";
 
@@ -189,4 +204,43 @@ pub fn catalog_outdated(error: &Error) -> bool {
 /// Whether the catalog refused a bucket name (`pgvs3.ensure_bucket` raises 22023).
 pub fn catalog_refused_name(error: &Error) -> bool {
     matches!(error, Error::Catalog(err) if err.code() == Some(&SqlState::INVALID_PARAMETER_VALUE))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    fn at(seconds: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + seconds).unwrap()
+    }
+
+    fn deleted(seconds: Option<i64>) -> ObjectMeta {
+        ObjectMeta {
+            deletion_timestamp: seconds.map(|s| Time(at(s))),
+            ..ObjectMeta::default()
+        }
+    }
+
+    #[test]
+    fn a_cleanup_gives_up_only_when_the_pool_goes_too_and_the_grace_has_passed() {
+        let grace = Duration::from_secs(120);
+        let pool = |seconds| GatewayPool {
+            metadata: deleted(seconds),
+            ..serde_json::from_value(
+                serde_json::json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "GatewayPool",
+                "metadata": {"name": "objects"}, "spec": {"postgres": {"clusterName": "pg"}}}),
+            )
+            .unwrap()
+        };
+        // The pool lives: the catalog is waited for, however long.
+        assert!(!cleanup_gives_up(&pool(None), &deleted(Some(0)), grace, at(100_000)));
+        // Both going: from the later deletion on.
+        assert!(!cleanup_gives_up(&pool(Some(0)), &deleted(Some(10)), grace, at(129)));
+        assert!(cleanup_gives_up(&pool(Some(0)), &deleted(Some(10)), grace, at(130)));
+        assert!(!cleanup_gives_up(&pool(Some(60)), &deleted(Some(0)), grace, at(179)));
+        assert!(cleanup_gives_up(&pool(Some(60)), &deleted(Some(0)), grace, at(180)));
+        // A clock behind the deletion gives nothing up.
+        assert!(!cleanup_gives_up(&pool(Some(500)), &deleted(Some(500)), grace, at(0)));
+    }
 }

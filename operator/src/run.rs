@@ -55,6 +55,11 @@ pub struct RunArgs {
     /// create, save one retained by a Bucket of the same namespace and name.
     #[arg(long = "adoptable-bucket", env = "PGVS3_OPERATOR_ADOPTABLE_BUCKETS", value_delimiter = ',', value_parser = parse_adoptable)]
     pub adoptable_buckets: Vec<String>,
+    /// Seconds the cleanup of a Bucket or OriginCache whose pool is being deleted too (a
+    /// namespace deleted whole) retries an unreachable database before it gives up, leaving
+    /// the catalog's rows as they are (a Warning Event says which).
+    #[arg(long, env = "PGVS3_OPERATOR_CLEANUP_GRACE", default_value_t = crate::context::DEFAULT_CLEANUP_GRACE.as_secs())]
+    pub cleanup_grace: u64,
 }
 
 fn parse_adoptable(mark: &str) -> Result<String, String> {
@@ -141,7 +146,11 @@ async fn lead(
     role: &watch::Sender<Role>,
 ) -> anyhow::Result<()> {
     let mut shutdown = std::pin::pin!(shutdown);
-    let ctx = Arc::new(Context::new(client.clone(), metrics).with_adoptable(&args.adoptable_buckets));
+    let ctx = Arc::new(
+        Context::new(client.clone(), metrics)
+            .with_adoptable(&args.adoptable_buckets)
+            .with_cleanup_grace(Duration::from_secs(args.cleanup_grace)),
+    );
     if args.no_leader_election {
         tracing::info!("leader election off: starting controllers");
         role.send_replace(Role::Leading);
@@ -284,6 +293,16 @@ fn pool_watches(
             api::<ConfigMap>(client, namespace),
             reloaded_secrets(),
             bundle_holders(pools_reader, caches_reader.clone(), Source::ConfigMap),
+        )
+        // A pool is held while Buckets refer to it (gateway_pool/in_use.rs): one created or
+        // gone reaches its pool. (OriginCaches reach theirs through the watch above.)
+        .watches(
+            api::<Bucket>(client, namespace),
+            watcher::Config::default(),
+            |bucket: Bucket| {
+                let namespace = bucket.namespace().unwrap_or_default();
+                Some(ObjectRef::new(&bucket.spec.gateway_pool_ref).within(&namespace))
+            },
         )
 }
 

@@ -556,7 +556,14 @@ async fn cleanup(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Acti
             };
         }
     };
-    let client = database::connect(&binding.connection).await?;
+    let client = match database::connect(&binding.connection).await {
+        Ok(client) => client,
+        // The namespace (or the pool) is being deleted, and the database with it, it seems.
+        Err(err) if ctx.cleanup_gives_up(&binding.pool, bucket.meta()) => {
+            return skip_cleanup(ctx, bucket, namespace, &err.to_string()).await;
+        }
+        Err(err) => return Err(err),
+    };
     let ours = catalog::bucket_owner(&client, &bucket_name).await? == Some(Some(key_id.clone()));
     let note = match bucket.spec.deletion_policy {
         DeletionPolicy::Delete if ours => match catalog::drop_bucket(&client, &bucket_name, true).await? {

@@ -478,6 +478,14 @@ impl GatewayPoolSpec {
             key: master_key_key(),
         })
     }
+
+    /// The Secrets the operator reads to write a Primary pool's catalog (`database::bind`):
+    /// the database credentials, the master key and PostgreSQL's CA.
+    pub fn catalog_secrets(&self, pool_name: &str) -> Vec<String> {
+        let mut secrets = vec![self.postgres.credentials_secret(), self.master_key_ref(pool_name).name];
+        secrets.extend(self.postgres.ca_secret());
+        secrets
+    }
 }
 
 impl PostgresSpec {
