@@ -65,6 +65,14 @@ pub async fn bind(ctx: &Context, namespace: &str, pool_name: &str) -> Result<Res
             format!("GatewayPool {pool_name} is a Standby pool; the catalog is written through a Primary pool");
         return Ok(Err(waiting("PoolNotPrimary", &message)));
     }
+    // The pool's own refusal (its gateways are not started either): a password that could
+    // reach a server nobody verified is not sent by the operator.
+    if let Some(refusal) = crate::gateway_pool::build::spec_refusal(&pool) {
+        return Ok(Err(waiting(
+            INVALID_SPEC,
+            &format!("GatewayPool {pool_name}: {refusal}"),
+        )));
+    }
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
     let credentials_name = pool.spec.postgres.credentials_secret();
     let master_ref = pool.spec.master_key_ref(pool_name);

@@ -339,7 +339,7 @@ async fn unreachable_database_is_a_condition_and_a_retried_error() {
     fake.insert(json!({
         "apiVersion": "pgvs3.io/v1alpha1", "kind": "GatewayPool",
         "metadata": {"name": "objects", "namespace": "team"},
-        "spec": {"postgres": {"host": "127.0.0.1", "port": 1, "secretRef": "login"}, "masterKeySecretRef": {"name": "master"}},
+        "spec": {"postgres": {"host": "127.0.0.1", "port": 1, "secretRef": "login", "sendPasswordToUnverifiedServer": true}, "masterKeySecretRef": {"name": "master"}},
     }));
     fake.insert(
         json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "login", "namespace": "team"},

@@ -530,7 +530,7 @@ impl FakeApi {
             "metadata": {"name": "objects", "namespace": "team"},
             "spec": {
                 "role": "Primary",
-                "postgres": {"host": host, "port": config.get_ports()[0], "database": config.get_dbname().unwrap(), "secretRef": "login"},
+                "postgres": {"host": host, "port": config.get_ports()[0], "database": config.get_dbname().unwrap(), "secretRef": "login", "sendPasswordToUnverifiedServer": true},
                 "masterKeySecretRef": {"name": "master"},
             },
             // Its gateways available: a Bucket is Ready only when its pool is.

@@ -108,7 +108,7 @@ async fn waits_for_pool_credentials_and_database_with_conditions() {
     fake.insert(json!({
         "apiVersion": "pgvs3.io/v1alpha1", "kind": "GatewayPool",
         "metadata": {"name": "objects", "namespace": "team"},
-        "spec": {"postgres": {"host": "127.0.0.1", "port": 1, "secretRef": "login"}, "masterKeySecretRef": {"name": "master"}},
+        "spec": {"postgres": {"host": "127.0.0.1", "port": 1, "secretRef": "login", "sendPasswordToUnverifiedServer": true}, "masterKeySecretRef": {"name": "master"}},
     }));
     reconcile(&ctx, &fake).await.unwrap();
     assert_eq!(
