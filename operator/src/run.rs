@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use bytes::Bytes;
+use futures::Stream;
 use futures::StreamExt;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
@@ -15,11 +16,13 @@ use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, DynamicObject};
+use kube::api::{Api, DynamicObject, PartialObjectMeta};
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
+use kube::runtime::WatchStreamExt;
 use kube::{Client, ResourceExt};
+use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
 use crate::context::Context;
@@ -276,9 +279,8 @@ fn pool_watches(
                 pools
             }
         })
-        .watches(
-            api::<Service>(client, namespace),
-            watcher::Config::default(),
+        .watches_stream(
+            metadata_of(api::<PartialObjectMeta<Service>>(client, namespace)),
             referrers(pools_reader.clone(), |pool: &GatewayPool, service| {
                 pool.spec.postgres.expected_service(pool.spec.role).as_deref() == Some(service)
             }),
@@ -326,22 +328,23 @@ fn bucket_controller(client: &Client, namespace: &Option<String>, config: Contro
         )
         // A ServiceAccount created, deleted or recreated: the roles that name it pin its UID
         // (bucket/role.rs), so a deleted one's tokens stop at once.
-        .watches(
-            api::<ServiceAccount>(client, namespace),
-            watcher::Config::default(),
-            buckets_where(buckets_reader.clone(), |bucket, account: &ServiceAccount| {
-                let namespace = account.namespace().unwrap_or_default();
-                bucket::role::names_service_account(bucket, &namespace, &account.name_any())
-            }),
+        .watches_stream(
+            metadata_of(api::<PartialObjectMeta<ServiceAccount>>(client, namespace)),
+            buckets_where(
+                buckets_reader.clone(),
+                |bucket, account: &PartialObjectMeta<ServiceAccount>| {
+                    let namespace = account.namespace().unwrap_or_default();
+                    bucket::role::names_service_account(bucket, &namespace, &account.name_any())
+                },
+            ),
         );
     // A namespace labelled, unlabelled, created or deleted: the Buckets that select namespaces
     // by label resolve their roles' subjects again. Namespaces are cluster-scoped: watched only
     // by an operator of every namespace (one of one namespace refuses `namespaceSelector`).
     match namespace {
-        None => bucket_controller.watches(
-            Api::<Namespace>::all(client.clone()),
-            watcher::Config::default(),
-            buckets_where(buckets_reader, |bucket, _: &Namespace| {
+        None => bucket_controller.watches_stream(
+            metadata_of(Api::<PartialObjectMeta<Namespace>>::all(client.clone())),
+            buckets_where(buckets_reader, |bucket, _: &PartialObjectMeta<Namespace>| {
                 bucket::role::selects_namespaces(bucket)
             }),
         ),
@@ -381,6 +384,21 @@ fn cache_watches(
 /// Secret of the cluster in this process's memory.
 fn own_objects() -> watcher::Config {
     watcher::Config::default().labels("app.kubernetes.io/managed-by=pgvs3-operator")
+}
+
+/// The watch of objects the operator does not write and cannot select by label (the database
+/// Services CloudNativePG makes, the ServiceAccounts and namespaces a Bucket's roles name):
+/// their metadata only, all their mappers read (name, namespace, labels). The spec and status
+/// of every Service, ServiceAccount and Namespace of the cluster are never sent to the
+/// operator, let alone decoded.
+fn metadata_of<K>(
+    api: Api<PartialObjectMeta<K>>,
+) -> impl Stream<Item = Result<PartialObjectMeta<K>, watcher::Error>> + Send + 'static
+where
+    K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Clone + Eq + std::hash::Hash + Default,
+{
+    watcher::watcher(api, watcher::Config::default()).touched_objects()
 }
 
 /// The watch of the Secrets pools and caches refer to (database credentials, master keys, OJS

@@ -107,7 +107,11 @@ async fn provision(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Ac
             let status = BucketStatus {
                 observed_generation: bucket.meta().generation,
                 conditions: kube_ops::conditions(ctx, bucket, &previous.conditions, &verdicts).await,
-                bucket_name: Some(bucket_name),
+                // Not recorded while a pre-hash bucket of this Bucket's may yet be found.
+                bucket_name: match bucket.legacy_bucket_name() {
+                    None => Some(bucket_name),
+                    Some(_) => previous.bucket_name.clone(),
+                },
                 ..previous.clone()
             };
             write_status(ctx, bucket, namespace, status).await?;
@@ -119,6 +123,23 @@ async fn provision(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Ac
             });
         }
     };
+    let resolved = match legacy_named(&binding, bucket).await {
+        Ok(resolved) => resolved,
+        // Said as a failure of the catalog (and retried), with no name recorded yet.
+        Err(err) => {
+            let failed = Err(err);
+            let verdicts = verdicts(&bucket_name, "", &failed, &None, &None, bucket.spec.quota.as_ref());
+            let status = BucketStatus {
+                observed_generation: bucket.meta().generation,
+                conditions: kube_ops::conditions(ctx, bucket, &previous.conditions, &verdicts).await,
+                ..previous
+            };
+            write_status(ctx, bucket, namespace, status).await?;
+            return next_action(failed, false, false);
+        }
+    };
+    let bucket = resolved.as_ref().unwrap_or(bucket);
+    let bucket_name = bucket.bucket_name();
     let target = target(ctx, &binding.pool, namespace, bucket_name.clone()).await?;
 
     let key_id = build::access_key_id(bucket);
@@ -221,6 +242,25 @@ async fn into_catalog(
         marked_adoptable: ctx.adoptable(namespace, &bucket_name),
     };
     Ok(catalog::provision(binding, &bucket_name, &key, &claim, quota, notifications.as_ref()).await)
+}
+
+/// `bucket` as if its status recorded its pre-hash default name (`Bucket::legacy_bucket_name`),
+/// when the catalog has a bucket of that name held by this Bucket's key or by the custodian of
+/// its namespace and name: the bucket it had before an upgrade, or that its predecessor
+/// retained. Anybody else's bucket of that name (`team`/`a-logs` and `team-a`/`logs` had the
+/// same) is never looked at again: the hashed name is used.
+async fn legacy_named(binding: &Binding, bucket: &Bucket) -> Result<Option<Bucket>> {
+    let Some(legacy) = bucket.legacy_bucket_name() else {
+        return Ok(None);
+    };
+    let client = database::connect(&binding.connection).await?;
+    let owner = catalog::bucket_owner(&client, &legacy).await?.flatten();
+    let ours = [build::access_key_id(bucket), build::custodian_key_id(bucket)];
+    Ok(owner.filter(|owner| ours.contains(owner)).map(|_| {
+        let mut named = bucket.clone();
+        named.status.get_or_insert_with(BucketStatus::default).bucket_name = Some(legacy);
+        named
+    }))
 }
 
 /// The workload identity's role and ConfigMap, once the bucket is in the catalog (its ARN, or

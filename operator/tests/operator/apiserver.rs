@@ -1659,11 +1659,11 @@ async fn database_errors(plane: std::sync::Arc<ControlPlane>) {
     for (pool, postgres) in [
         (
             "refused",
-            json!({"host": "127.0.0.1", "port": closed, "secretRef": "login"}),
+            json!({"host": "127.0.0.1", "port": closed, "secretRef": "login", "sendPasswordToUnverifiedServer": true}),
         ),
         (
             "nodb",
-            json!({"host": host, "port": port, "database": "no_such_db", "secretRef": "login"}),
+            json!({"host": host, "port": port, "database": "no_such_db", "secretRef": "login", "sendPasswordToUnverifiedServer": true}),
         ),
     ] {
         apply(

@@ -436,7 +436,9 @@ async fn the_chart_grants_exactly_the_verbs_the_operator_uses() {
         fake.insert(json!({
             "apiVersion": "pgvs3.io/v1alpha1", "kind": kind,
             "metadata": {"name": name, "namespace": "team"},
-            "spec": {"gatewayPoolRef": pool, "bucket": "cache-bucket", "credentialsSecretRef": "origin",
+            // `bucketName`: a Bucket with a default name writes nothing before its catalog
+            // answered (bucket::apply looks its pre-hash name up first).
+            "spec": {"gatewayPoolRef": pool, "bucketName": format!("{name}-bucket"), "bucket": "cache-bucket", "credentialsSecretRef": "origin",
                      "origin": {"endpoint": "http://origin.example", "bucket": "remote",
                                 "caBundle": {"configMapRef": "origin-ca"}}},
         }));
