@@ -18,6 +18,8 @@ pub struct Context {
     pub recorder: Recorder,
     pub metrics: Metrics,
     failures: Mutex<HashMap<String, u32>>,
+    /// Backoff keys whose next retry is due by a time, whatever their backoff.
+    due: Mutex<HashMap<String, Instant>>,
     /// Whether the ServiceMonitor API is served, and when that was learnt (see
     /// [`Context::serves_service_monitors`]). An async lock, held across the discovery request,
     /// so concurrent reconciles ask once and share the answer.
@@ -59,6 +61,7 @@ impl Context {
             client,
             metrics,
             failures: Mutex::new(HashMap::new()),
+            due: Mutex::new(HashMap::new()),
             service_monitors: tokio::sync::Mutex::new(None),
             without_autoscaler: Mutex::new(HashSet::new()),
             adoptable: HashSet::new(),
@@ -74,9 +77,18 @@ impl Context {
         self
     }
 
-    /// Whether the cleanup of `deleted` gives up on `pool`'s unreachable catalog now.
-    pub fn cleanup_gives_up(&self, pool: &crate::crd::GatewayPool, deleted: &ObjectMeta) -> bool {
-        crate::database::cleanup_gives_up(pool, deleted, self.cleanup_grace, Timestamp::now())
+    /// Whether the cleanup of `deleted` (backoff key `key`) gives up on `pool`'s unreachable
+    /// catalog now; when it will later, its retry is due by then whatever its backoff.
+    pub fn cleanup_gives_up(&self, key: &str, pool: &crate::crd::GatewayPool, deleted: &ObjectMeta) -> bool {
+        match crate::database::cleanup_grace_left(pool, deleted, self.cleanup_grace, Timestamp::now()) {
+            None => false,
+            Some(left) if left.is_zero() => true,
+            Some(left) => {
+                let mut due = self.due.lock().expect("due table");
+                due.insert(key.to_string(), Instant::now() + left);
+                false
+            }
+        }
     }
 
     /// Keeps `connection` as the last one `pool` of `namespace` was bound with.
@@ -140,13 +152,15 @@ impl Context {
         }
     }
 
-    /// Records one more failure of `key` and returns how long to wait before retrying it.
+    /// Records one more failure of `key` and returns how long to wait before retrying it: its
+    /// backoff, or less when a retry is due earlier (a cleanup about to give up).
     pub fn backoff(&self, key: &str) -> Duration {
         let mut failures = self.failures.lock().expect("backoff table");
         let count = failures.entry(key.to_string()).or_insert(0);
         let delay = backoff_delay(*count);
         *count += 1;
-        delay
+        let due = self.due.lock().expect("due table").remove(key);
+        due.map_or(delay, |due| delay.min(due.saturating_duration_since(Instant::now())))
     }
 
     /// A successful reconcile resets the object's backoff.

@@ -145,17 +145,24 @@ pub async fn revoke_through_last_connection(
     Ok(Ok(()))
 }
 
-/// Whether the cleanup of a resource (`deleted`) that cannot reach `pool`'s catalog gives up
-/// rather than retry: only when the pool is being deleted too — its namespace is, or it is;
-/// the database may well be going with it (a CloudNativePG cluster in the same namespace) —
-/// and `grace` has passed since the later of the two deletions. A resource deleted while its
-/// pool lives waits for the catalog however long it takes (`CleanupFailed` says why).
-pub fn cleanup_gives_up(pool: &GatewayPool, deleted: &ObjectMeta, grace: Duration, now: Timestamp) -> bool {
+/// How much longer the cleanup of a resource (`deleted`) that cannot reach `pool`'s catalog
+/// retries before it gives up (zero: it gives up now), or `None` when it never does. It gives
+/// up only when the pool is being deleted too — its namespace is, or it is; the database may
+/// well be going with it (a CloudNativePG cluster in the same namespace) — once `grace` has
+/// passed since the later of the two deletions. A resource deleted while its pool lives waits
+/// for the catalog however long it takes (`CleanupFailed` says why).
+pub fn cleanup_grace_left(
+    pool: &GatewayPool,
+    deleted: &ObjectMeta,
+    grace: Duration,
+    now: Timestamp,
+) -> Option<Duration> {
     let (Some(pool_deleted), Some(deleted)) = (&pool.metadata.deletion_timestamp, &deleted.deletion_timestamp) else {
-        return false;
+        return None;
     };
     let since = pool_deleted.0.max(deleted.0);
-    now.duration_since(since).unsigned_abs() >= grace && now >= since
+    let passed = now.duration_since(since).try_into().unwrap_or(Duration::ZERO);
+    Some(grace.saturating_sub(passed))
 }
 
 /// The reason of a resource whose spec can never be provisioned as written.
@@ -241,14 +248,17 @@ mod tests {
             )
             .unwrap()
         };
+        let left = |pool_deleted, deleted_at, now| {
+            cleanup_grace_left(&pool(pool_deleted), &deleted(deleted_at), grace, at(now))
+        };
         // The pool lives: the catalog is waited for, however long.
-        assert!(!cleanup_gives_up(&pool(None), &deleted(Some(0)), grace, at(100_000)));
+        assert_eq!(left(None, Some(0), 100_000), None);
         // Both going: from the later deletion on.
-        assert!(!cleanup_gives_up(&pool(Some(0)), &deleted(Some(10)), grace, at(129)));
-        assert!(cleanup_gives_up(&pool(Some(0)), &deleted(Some(10)), grace, at(130)));
-        assert!(!cleanup_gives_up(&pool(Some(60)), &deleted(Some(0)), grace, at(179)));
-        assert!(cleanup_gives_up(&pool(Some(60)), &deleted(Some(0)), grace, at(180)));
+        assert_eq!(left(Some(0), Some(10), 129), Some(Duration::from_secs(1)));
+        assert_eq!(left(Some(0), Some(10), 130), Some(Duration::ZERO));
+        assert_eq!(left(Some(60), Some(0), 179), Some(Duration::from_secs(1)));
+        assert_eq!(left(Some(60), Some(0), 1_000), Some(Duration::ZERO));
         // A clock behind the deletion gives nothing up.
-        assert!(!cleanup_gives_up(&pool(Some(500)), &deleted(Some(500)), grace, at(0)));
+        assert_eq!(left(Some(500), Some(500), 0), Some(grace));
     }
 }

@@ -20,7 +20,7 @@ use kube::api::{Api, DynamicObject, PartialObjectMeta};
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
-use kube::runtime::WatchStreamExt;
+use kube::runtime::{PredicateConfig, WatchStreamExt, predicates};
 use kube::{Client, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
@@ -37,9 +37,14 @@ pub struct RunArgs {
     /// Address of /healthz, /readyz and /metrics.
     #[arg(long, env = "PGVS3_OPERATOR_METRICS_ADDR", default_value = "0.0.0.0:8080")]
     pub metrics_addr: SocketAddr,
-    /// Watch only this namespace (default: all namespaces).
-    #[arg(long, env = "PGVS3_OPERATOR_WATCH_NAMESPACE")]
-    pub watch_namespace: Option<String>,
+    /// Watch only these namespaces (repeat, or separate with commas; default: all namespaces).
+    /// Each gets controllers of its own, so the operator needs rights in those namespaces only.
+    #[arg(
+        long = "watch-namespace",
+        env = "PGVS3_OPERATOR_WATCH_NAMESPACE",
+        value_delimiter = ','
+    )]
+    pub watch_namespaces: Vec<String>,
     /// Name of the Lease that elects the one active replica.
     #[arg(long, env = "PGVS3_OPERATOR_LEASE_NAME", default_value = "pgvs3-operator")]
     pub lease_name: String,
@@ -158,7 +163,7 @@ async fn lead(
         tracing::info!("leader election off: starting controllers");
         role.send_replace(Role::Leading);
         tokio::select! {
-            () = controllers(client, args.watch_namespace.clone(), ctx) => tracing::warn!("controllers ended"),
+            () = watched(client, &args.watch_namespaces, ctx) => tracing::warn!("controllers ended"),
             () = &mut shutdown => tracing::info!("shutting down"),
         }
         return Ok(());
@@ -177,7 +182,7 @@ async fn lead(
         };
         tracing::info!("leading: starting controllers");
         role.send_replace(Role::Leading);
-        let controllers = controllers(client.clone(), args.watch_namespace.clone(), ctx.clone());
+        let controllers = watched(client.clone(), &args.watch_namespaces, ctx.clone());
         // Dropping the controllers' future (a lost Lease) cancels every watch and reconcile.
         tokio::select! {
             () = controllers => {
@@ -196,6 +201,18 @@ async fn lead(
     }
     elector.release().await;
     Ok(())
+}
+
+/// The controllers of every namespace, or of each of `namespaces` (a set of its own per
+/// namespace: a watch of one namespace needs rights in that namespace only).
+async fn watched(client: Client, namespaces: &[String], ctx: Arc<Context>) {
+    if namespaces.is_empty() {
+        return controllers(client, None, ctx).await;
+    }
+    let each = namespaces
+        .iter()
+        .map(|namespace| controllers(client.clone(), Some(namespace.clone()), ctx.clone()));
+    futures::future::join_all(each).await;
 }
 
 async fn controllers(client: Client, namespace: Option<String>, ctx: Arc<Context>) {
@@ -297,10 +314,14 @@ fn pool_watches(
             bundle_holders(pools_reader, caches_reader.clone(), Source::ConfigMap),
         )
         // A pool is held while Buckets refer to it (gateway_pool/in_use.rs): one created or
-        // gone reaches its pool. (OriginCaches reach theirs through the watch above.)
-        .watches(
-            api::<Bucket>(client, namespace),
-            watcher::Config::default(),
+        // gone reaches its pool. Only a change of its finalizers (first seen; the cleanup's
+        // added; removed as its cleanup is done and it goes), not every status update of
+        // every Bucket, which would re-apply the pool's children each time. (OriginCaches
+        // reach theirs through the watch above.)
+        .watches_stream(
+            watcher::watcher(api::<Bucket>(client, namespace), watcher::Config::default())
+                .touched_objects()
+                .predicate_filter(predicates::finalizers, PredicateConfig::default()),
             |bucket: Bucket| {
                 let namespace = bucket.namespace().unwrap_or_default();
                 Some(ObjectRef::new(&bucket.spec.gateway_pool_ref).within(&namespace))

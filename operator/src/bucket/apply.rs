@@ -123,10 +123,23 @@ async fn provision(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Ac
             });
         }
     };
+    let static_key = bucket
+        .spec
+        .workload_identity
+        .as_ref()
+        .is_none_or(|identity| identity.static_key);
     let resolved = match legacy_named(&binding, bucket).await {
         Ok(resolved) => resolved,
-        // Said as a failure of the catalog (and retried), with no name recorded yet.
+        // Said as a failure of the catalog (and retried), with no name recorded yet. The
+        // credentials Secret is written all the same, as when the catalog fails below (its
+        // bucket name is the hashed one until the question is answered).
         Err(err) => {
+            if static_key {
+                let target = target(ctx, &binding.pool, namespace, bucket_name.clone()).await?;
+                let lake = build::lake_catalog(bucket, &binding.pool, namespace);
+                let key_id = build::access_key_id(bucket);
+                write_credentials(ctx, namespace, bucket, &target, &key_id, lake.as_ref()).await?;
+            }
             let failed = Err(err);
             let verdicts = verdicts(&bucket_name, "", &failed, &None, &None, bucket.spec.quota.as_ref());
             let status = BucketStatus {
@@ -143,11 +156,6 @@ async fn provision(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Ac
     let target = target(ctx, &binding.pool, namespace, bucket_name.clone()).await?;
 
     let key_id = build::access_key_id(bucket);
-    let static_key = bucket
-        .spec
-        .workload_identity
-        .as_ref()
-        .is_none_or(|identity| identity.static_key);
     let provisioned = into_catalog(ctx, namespace, bucket, &binding, &target, &key_id, static_key).await?;
     let quota = bucket.spec.quota.as_ref();
     // A refusal is a Warning Event with its reason too: the condition's transition (below).
@@ -599,7 +607,7 @@ async fn cleanup(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Acti
     let client = match database::connect(&binding.connection).await {
         Ok(client) => client,
         // The namespace (or the pool) is being deleted, and the database with it, it seems.
-        Err(err) if ctx.cleanup_gives_up(&binding.pool, bucket.meta()) => {
+        Err(err) if ctx.cleanup_gives_up(&backoff_key(KIND, bucket), &binding.pool, bucket.meta()) => {
             return skip_cleanup(ctx, bucket, namespace, &err.to_string()).await;
         }
         Err(err) => return Err(err),

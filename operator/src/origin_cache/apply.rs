@@ -288,7 +288,7 @@ async fn cleanup(cache: &OriginCache, ctx: &Context, namespace: &str) -> Result<
     let client = match database::connect(&binding.connection).await {
         Ok(client) => client,
         // The namespace (or the pool) is being deleted, and the database with it, it seems.
-        Err(err) if ctx.cleanup_gives_up(&binding.pool, cache.meta()) => {
+        Err(err) if ctx.cleanup_gives_up(&backoff_key(KIND, cache), &binding.pool, cache.meta()) => {
             let note = format!("catalog not reachable ({err}); cache bucket {bucket} left in place");
             kube_ops::publish(ctx, cache, "Cleanup", EventType::Warning, "CleanupSkipped", note).await;
             return Ok(Action::await_change());

@@ -352,9 +352,7 @@ async fn unreachable_database_is_a_condition_and_a_retried_error() {
     fake.insert(json!({
         "apiVersion": "pgvs3.io/v1alpha1", "kind": "Bucket",
         "metadata": {"name": "photos", "namespace": "team", "finalizers": ["pgvs3.io/bucket-cleanup"]},
-        // Named: a default name is first looked up in the catalog (its pre-hash form), so
-        // nothing is written before the catalog answers.
-        "spec": {"gatewayPoolRef": "objects", "bucketName": "photos", "quota": {"maxBytes": 1000}},
+        "spec": {"gatewayPoolRef": "objects", "quota": {"maxBytes": 1000}},
     }));
     let err = reconcile(&ctx, &fake).await.unwrap_err();
     let bucket = Arc::new(fake.typed::<Bucket>(BUCKET));

@@ -259,6 +259,42 @@ async fn one_namespace_and_no_election_watch_only_that_namespace_without_a_lease
     replica.stop().await.unwrap();
 }
 
+/// Several namespaces (the chart's `watchNamespaces`): each watched on its own, nothing
+/// cluster-wide, and a pool in each reconciled.
+#[tokio::test]
+async fn a_list_of_namespaces_is_watched_namespace_by_namespace() {
+    let fake = fake_with_pool();
+    fake.insert(json!({
+        "apiVersion": "pgvs3.io/v1alpha1", "kind": "GatewayPool",
+        "metadata": {"name": "objects", "namespace": "other"},
+        "spec": {"role": "Primary", "postgres": {"host": "db.other", "secretRef": "login",
+                 "sendPasswordToUnverifiedServer": true}},
+    }));
+    fake.insert(json!({
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "login", "namespace": "other"},
+        "data": {"username": b64("app"), "password": b64("other-password")},
+    }));
+    let replica = Replica::start(
+        &fake,
+        "solo",
+        args(&["--watch-namespace", "team,other", "--no-leader-election"]),
+    )
+    .await;
+    for collection in WATCHED {
+        let (base, plural) = collection.rsplit_once('/').unwrap();
+        for namespace in ["team", "other"] {
+            let namespaced = format!("{base}/namespaces/{namespace}/{plural}");
+            eventually(&namespaced, async || fake.watched(&namespaced)).await;
+        }
+        assert!(!fake.watched(collection), "{collection} is not watched cluster-wide");
+    }
+    eventually("both Deployments", async || {
+        fake.get(DEPLOYMENT).is_some() && fake.get("/apis/apps/v1/namespaces/other/deployments/objects").is_some()
+    })
+    .await;
+    replica.stop().await.unwrap();
+}
+
 /// One permission a request needs: API group, resource (with `/subresource`), verb.
 type Permission = (String, String, String);
 
@@ -436,9 +472,7 @@ async fn the_chart_grants_exactly_the_verbs_the_operator_uses() {
         fake.insert(json!({
             "apiVersion": "pgvs3.io/v1alpha1", "kind": kind,
             "metadata": {"name": name, "namespace": "team"},
-            // `bucketName`: a Bucket with a default name writes nothing before its catalog
-            // answered (bucket::apply looks its pre-hash name up first).
-            "spec": {"gatewayPoolRef": pool, "bucketName": format!("{name}-bucket"), "bucket": "cache-bucket", "credentialsSecretRef": "origin",
+            "spec": {"gatewayPoolRef": pool, "bucket": "cache-bucket", "credentialsSecretRef": "origin",
                      "origin": {"endpoint": "http://origin.example", "bucket": "remote",
                                 "caBundle": {"configMapRef": "origin-ca"}}},
         }));
