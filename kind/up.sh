@@ -22,7 +22,8 @@ kind load docker-image --name "$CLUSTER" "ghcr.io/pgvs3/pgvs3:$TAG" "ghcr.io/pgv
 
 kubectl create namespace "$NAMESPACE" --dry-run=client -o yaml | kubectl apply -f -
 # Pools on CloudNativePG verify its TLS (verify-full against demo-ca) by default; the plain
-# servers of kind/postgres.yaml speak no TLS, so there the pools say sslMode: disable.
+# servers of kind/postgres.yaml speak no TLS, so there the pools say sslMode: disable, and
+# accept that the password goes to a server nobody verified (a test cluster).
 postgres_tls=
 if kubectl get crd clusters.postgresql.cnpg.io >/dev/null 2>&1; then
     echo "CloudNativePG found: using docs/examples/cnpg-cluster.yaml"
@@ -30,7 +31,7 @@ if kubectl get crd clusters.postgresql.cnpg.io >/dev/null 2>&1; then
     kubectl -n "$NAMESPACE" wait --for=condition=Ready cluster/demo --timeout=300s
 else
     echo "no CloudNativePG: plain primary + standby from kind/postgres.yaml"
-    postgres_tls='s|^    clusterName: demo$|    clusterName: demo\n    sslMode: disable|'
+    postgres_tls='s|^    clusterName: demo$|    clusterName: demo\n    sslMode: disable\n    sendPasswordToUnverifiedServer: true|'
     kubectl apply -f kind/postgres.yaml
     kubectl -n "$NAMESPACE" rollout status statefulset/demo-primary --timeout=300s
     kubectl -n "$NAMESPACE" rollout status statefulset/demo-standby --timeout=300s

@@ -4,6 +4,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 
 use crate::database::Connection;
@@ -16,6 +18,8 @@ pub struct Context {
     pub recorder: Recorder,
     pub metrics: Metrics,
     failures: Mutex<HashMap<String, u32>>,
+    /// Backoff keys whose next retry is due by a time, whatever their backoff.
+    due: Mutex<HashMap<String, Instant>>,
     /// Whether the ServiceMonitor API is served, and when that was learnt (see
     /// [`Context::serves_service_monitors`]). An async lock, held across the discovery request,
     /// so concurrent reconciles ask once and share the answer.
@@ -33,12 +37,18 @@ pub struct Context {
     connections: Mutex<HashMap<(String, String), Connection>>,
     /// The cluster's service-account token issuer, and the catalogs it was published into.
     pub issuer: IssuerState,
+    /// How long the cleanup of a resource whose pool is being deleted too retries an
+    /// unreachable catalog before it gives up (`database::cleanup_gives_up`).
+    pub cleanup_grace: Duration,
 }
 
 /// How long the answer of API discovery for ServiceMonitors is trusted: installing the
 /// Prometheus operator is noticed within this.
 pub const SERVICE_MONITOR_RECHECK: Duration = Duration::from_secs(300);
 const SERVICE_MONITOR_API: &str = "monitoring.coreos.com/v1";
+
+/// The cleanup's grace by default: two minutes of retries while a namespace is deleted.
+pub const DEFAULT_CLEANUP_GRACE: Duration = Duration::from_secs(120);
 
 /// The first retry after a failure, doubled per consecutive failure up to `MAX_BACKOFF`.
 pub const FIRST_BACKOFF: Duration = Duration::from_secs(2);
@@ -51,11 +61,33 @@ impl Context {
             client,
             metrics,
             failures: Mutex::new(HashMap::new()),
+            due: Mutex::new(HashMap::new()),
             service_monitors: tokio::sync::Mutex::new(None),
             without_autoscaler: Mutex::new(HashSet::new()),
             adoptable: HashSet::new(),
             connections: Mutex::new(HashMap::new()),
             issuer: IssuerState::default(),
+            cleanup_grace: DEFAULT_CLEANUP_GRACE,
+        }
+    }
+
+    /// With `grace` as the cleanup's grace (see [`Context::cleanup_grace`]).
+    pub fn with_cleanup_grace(mut self, grace: Duration) -> Context {
+        self.cleanup_grace = grace;
+        self
+    }
+
+    /// Whether the cleanup of `deleted` (backoff key `key`) gives up on `pool`'s unreachable
+    /// catalog now; when it will later, its retry is due by then whatever its backoff.
+    pub fn cleanup_gives_up(&self, key: &str, pool: &crate::crd::GatewayPool, deleted: &ObjectMeta) -> bool {
+        match crate::database::cleanup_grace_left(pool, deleted, self.cleanup_grace, Timestamp::now()) {
+            None => false,
+            Some(left) if left.is_zero() => true,
+            Some(left) => {
+                let mut due = self.due.lock().expect("due table");
+                due.insert(key.to_string(), Instant::now() + left);
+                false
+            }
         }
     }
 
@@ -120,13 +152,15 @@ impl Context {
         }
     }
 
-    /// Records one more failure of `key` and returns how long to wait before retrying it.
+    /// Records one more failure of `key` and returns how long to wait before retrying it: its
+    /// backoff, or less when a retry is due earlier (a cleanup about to give up).
     pub fn backoff(&self, key: &str) -> Duration {
         let mut failures = self.failures.lock().expect("backoff table");
         let count = failures.entry(key.to_string()).or_insert(0);
         let delay = backoff_delay(*count);
         *count += 1;
-        delay
+        let due = self.due.lock().expect("due table").remove(key);
+        due.map_or(delay, |due| delay.min(due.saturating_duration_since(Instant::now())))
     }
 
     /// A successful reconcile resets the object's backoff.

@@ -5,6 +5,8 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 use pgvs3_pgtls::PgTls;
 use pgvs3_secret::MasterKey;
@@ -62,6 +64,14 @@ pub async fn bind(ctx: &Context, namespace: &str, pool_name: &str) -> Result<Res
         let message =
             format!("GatewayPool {pool_name} is a Standby pool; the catalog is written through a Primary pool");
         return Ok(Err(waiting("PoolNotPrimary", &message)));
+    }
+    // The pool's own refusal (its gateways are not started either): a password that could
+    // reach a server nobody verified is not sent by the operator.
+    if let Some(refusal) = crate::gateway_pool::build::spec_refusal(&pool) {
+        return Ok(Err(waiting(
+            INVALID_SPEC,
+            &format!("GatewayPool {pool_name}: {refusal}"),
+        )));
     }
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
     let credentials_name = pool.spec.postgres.credentials_secret();
@@ -135,6 +145,26 @@ pub async fn revoke_through_last_connection(
     Ok(Ok(()))
 }
 
+/// How much longer the cleanup of a resource (`deleted`) that cannot reach `pool`'s catalog
+/// retries before it gives up (zero: it gives up now), or `None` when it never does. It gives
+/// up only when the pool is being deleted too — its namespace is, or it is; the database may
+/// well be going with it (a CloudNativePG cluster in the same namespace) — once `grace` has
+/// passed since the later of the two deletions. A resource deleted while its pool lives waits
+/// for the catalog however long it takes (`CleanupFailed` says why).
+pub fn cleanup_grace_left(
+    pool: &GatewayPool,
+    deleted: &ObjectMeta,
+    grace: Duration,
+    now: Timestamp,
+) -> Option<Duration> {
+    let (Some(pool_deleted), Some(deleted)) = (&pool.metadata.deletion_timestamp, &deleted.deletion_timestamp) else {
+        return None;
+    };
+    let since = pool_deleted.0.max(deleted.0);
+    let passed = now.duration_since(since).try_into().unwrap_or(Duration::ZERO);
+    Some(grace.saturating_sub(passed))
+}
+
 /// The reason of a resource whose spec can never be provisioned as written.
 pub const INVALID_SPEC: &str = "InvalidSpec";
 
@@ -189,4 +219,46 @@ pub fn catalog_outdated(error: &Error) -> bool {
 /// Whether the catalog refused a bucket name (`pgvs3.ensure_bucket` raises 22023).
 pub fn catalog_refused_name(error: &Error) -> bool {
     matches!(error, Error::Catalog(err) if err.code() == Some(&SqlState::INVALID_PARAMETER_VALUE))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    fn at(seconds: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + seconds).unwrap()
+    }
+
+    fn deleted(seconds: Option<i64>) -> ObjectMeta {
+        ObjectMeta {
+            deletion_timestamp: seconds.map(|s| Time(at(s))),
+            ..ObjectMeta::default()
+        }
+    }
+
+    #[test]
+    fn a_cleanup_gives_up_only_when_the_pool_goes_too_and_the_grace_has_passed() {
+        let grace = Duration::from_secs(120);
+        let pool = |seconds| GatewayPool {
+            metadata: deleted(seconds),
+            ..serde_json::from_value(
+                serde_json::json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "GatewayPool",
+                "metadata": {"name": "objects"}, "spec": {"postgres": {"clusterName": "pg"}}}),
+            )
+            .unwrap()
+        };
+        let left = |pool_deleted, deleted_at, now| {
+            cleanup_grace_left(&pool(pool_deleted), &deleted(deleted_at), grace, at(now))
+        };
+        // The pool lives: the catalog is waited for, however long.
+        assert_eq!(left(None, Some(0), 100_000), None);
+        // Both going: from the later deletion on.
+        assert_eq!(left(Some(0), Some(10), 129), Some(Duration::from_secs(1)));
+        assert_eq!(left(Some(0), Some(10), 130), Some(Duration::ZERO));
+        assert_eq!(left(Some(60), Some(0), 179), Some(Duration::from_secs(1)));
+        assert_eq!(left(Some(60), Some(0), 1_000), Some(Duration::ZERO));
+        // A clock behind the deletion gives nothing up.
+        assert_eq!(left(Some(500), Some(500), 0), Some(grace));
+    }
 }

@@ -58,6 +58,23 @@ where
     }
 }
 
+/// Adds (`held`) or removes finalizer `name` on `obj`, when it is not so already.
+pub async fn mark<K>(api: &Api<K>, obj: &K, name: &str, held: bool) -> kube::Result<()>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    let present = obj.finalizers().iter().any(|f| f == name);
+    if present == held {
+        return Ok(());
+    }
+    let added = name.to_string();
+    let mut finalizers: Vec<&String> = obj.finalizers().iter().filter(|f| *f != name).collect();
+    if held {
+        finalizers.push(&added);
+    }
+    set_finalizers(api, obj, &finalizers).await
+}
+
 async fn set_finalizers<K>(api: &Api<K>, obj: &K, finalizers: &[&String]) -> kube::Result<()>
 where
     K: Resource + Clone + DeserializeOwned + Debug,

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use bytes::Bytes;
+use futures::Stream;
 use futures::StreamExt;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
@@ -15,11 +16,13 @@ use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, DynamicObject};
+use kube::api::{Api, DynamicObject, PartialObjectMeta};
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
+use kube::runtime::{PredicateConfig, WatchStreamExt, predicates};
 use kube::{Client, ResourceExt};
+use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
 use crate::context::Context;
@@ -34,9 +37,14 @@ pub struct RunArgs {
     /// Address of /healthz, /readyz and /metrics.
     #[arg(long, env = "PGVS3_OPERATOR_METRICS_ADDR", default_value = "0.0.0.0:8080")]
     pub metrics_addr: SocketAddr,
-    /// Watch only this namespace (default: all namespaces).
-    #[arg(long, env = "PGVS3_OPERATOR_WATCH_NAMESPACE")]
-    pub watch_namespace: Option<String>,
+    /// Watch only these namespaces (repeat, or separate with commas; default: all namespaces).
+    /// Each gets controllers of its own, so the operator needs rights in those namespaces only.
+    #[arg(
+        long = "watch-namespace",
+        env = "PGVS3_OPERATOR_WATCH_NAMESPACE",
+        value_delimiter = ','
+    )]
+    pub watch_namespaces: Vec<String>,
     /// Name of the Lease that elects the one active replica.
     #[arg(long, env = "PGVS3_OPERATOR_LEASE_NAME", default_value = "pgvs3-operator")]
     pub lease_name: String,
@@ -55,6 +63,11 @@ pub struct RunArgs {
     /// create, save one retained by a Bucket of the same namespace and name.
     #[arg(long = "adoptable-bucket", env = "PGVS3_OPERATOR_ADOPTABLE_BUCKETS", value_delimiter = ',', value_parser = parse_adoptable)]
     pub adoptable_buckets: Vec<String>,
+    /// Seconds the cleanup of a Bucket or OriginCache whose pool is being deleted too (a
+    /// namespace deleted whole) retries an unreachable database before it gives up, leaving
+    /// the catalog's rows as they are (a Warning Event says which).
+    #[arg(long, env = "PGVS3_OPERATOR_CLEANUP_GRACE", default_value_t = crate::context::DEFAULT_CLEANUP_GRACE.as_secs())]
+    pub cleanup_grace: u64,
 }
 
 fn parse_adoptable(mark: &str) -> Result<String, String> {
@@ -141,12 +154,16 @@ async fn lead(
     role: &watch::Sender<Role>,
 ) -> anyhow::Result<()> {
     let mut shutdown = std::pin::pin!(shutdown);
-    let ctx = Arc::new(Context::new(client.clone(), metrics).with_adoptable(&args.adoptable_buckets));
+    let ctx = Arc::new(
+        Context::new(client.clone(), metrics)
+            .with_adoptable(&args.adoptable_buckets)
+            .with_cleanup_grace(Duration::from_secs(args.cleanup_grace)),
+    );
     if args.no_leader_election {
         tracing::info!("leader election off: starting controllers");
         role.send_replace(Role::Leading);
         tokio::select! {
-            () = controllers(client, args.watch_namespace.clone(), ctx) => tracing::warn!("controllers ended"),
+            () = watched(client, &args.watch_namespaces, ctx) => tracing::warn!("controllers ended"),
             () = &mut shutdown => tracing::info!("shutting down"),
         }
         return Ok(());
@@ -165,7 +182,7 @@ async fn lead(
         };
         tracing::info!("leading: starting controllers");
         role.send_replace(Role::Leading);
-        let controllers = controllers(client.clone(), args.watch_namespace.clone(), ctx.clone());
+        let controllers = watched(client.clone(), &args.watch_namespaces, ctx.clone());
         // Dropping the controllers' future (a lost Lease) cancels every watch and reconcile.
         tokio::select! {
             () = controllers => {
@@ -184,6 +201,18 @@ async fn lead(
     }
     elector.release().await;
     Ok(())
+}
+
+/// The controllers of every namespace, or of each of `namespaces` (a set of its own per
+/// namespace: a watch of one namespace needs rights in that namespace only).
+async fn watched(client: Client, namespaces: &[String], ctx: Arc<Context>) {
+    if namespaces.is_empty() {
+        return controllers(client, None, ctx).await;
+    }
+    let each = namespaces
+        .iter()
+        .map(|namespace| controllers(client.clone(), Some(namespace.clone()), ctx.clone()));
+    futures::future::join_all(each).await;
 }
 
 async fn controllers(client: Client, namespace: Option<String>, ctx: Arc<Context>) {
@@ -267,9 +296,8 @@ fn pool_watches(
                 pools
             }
         })
-        .watches(
-            api::<Service>(client, namespace),
-            watcher::Config::default(),
+        .watches_stream(
+            metadata_of(api::<PartialObjectMeta<Service>>(client, namespace)),
             referrers(pools_reader.clone(), |pool: &GatewayPool, service| {
                 pool.spec.postgres.expected_service(pool.spec.role).as_deref() == Some(service)
             }),
@@ -284,6 +312,20 @@ fn pool_watches(
             api::<ConfigMap>(client, namespace),
             reloaded_secrets(),
             bundle_holders(pools_reader, caches_reader.clone(), Source::ConfigMap),
+        )
+        // A pool is held while Buckets refer to it (gateway_pool/in_use.rs): one created or
+        // gone reaches its pool. Only a change of its finalizers (first seen; the cleanup's
+        // added; removed as its cleanup is done and it goes), not every status update of
+        // every Bucket, which would re-apply the pool's children each time. (OriginCaches
+        // reach theirs through the watch above.)
+        .watches_stream(
+            watcher::watcher(api::<Bucket>(client, namespace), watcher::Config::default())
+                .touched_objects()
+                .predicate_filter(predicates::finalizers, PredicateConfig::default()),
+            |bucket: Bucket| {
+                let namespace = bucket.namespace().unwrap_or_default();
+                Some(ObjectRef::new(&bucket.spec.gateway_pool_ref).within(&namespace))
+            },
         )
 }
 
@@ -307,22 +349,23 @@ fn bucket_controller(client: &Client, namespace: &Option<String>, config: Contro
         )
         // A ServiceAccount created, deleted or recreated: the roles that name it pin its UID
         // (bucket/role.rs), so a deleted one's tokens stop at once.
-        .watches(
-            api::<ServiceAccount>(client, namespace),
-            watcher::Config::default(),
-            buckets_where(buckets_reader.clone(), |bucket, account: &ServiceAccount| {
-                let namespace = account.namespace().unwrap_or_default();
-                bucket::role::names_service_account(bucket, &namespace, &account.name_any())
-            }),
+        .watches_stream(
+            metadata_of(api::<PartialObjectMeta<ServiceAccount>>(client, namespace)),
+            buckets_where(
+                buckets_reader.clone(),
+                |bucket, account: &PartialObjectMeta<ServiceAccount>| {
+                    let namespace = account.namespace().unwrap_or_default();
+                    bucket::role::names_service_account(bucket, &namespace, &account.name_any())
+                },
+            ),
         );
     // A namespace labelled, unlabelled, created or deleted: the Buckets that select namespaces
     // by label resolve their roles' subjects again. Namespaces are cluster-scoped: watched only
     // by an operator of every namespace (one of one namespace refuses `namespaceSelector`).
     match namespace {
-        None => bucket_controller.watches(
-            Api::<Namespace>::all(client.clone()),
-            watcher::Config::default(),
-            buckets_where(buckets_reader, |bucket, _: &Namespace| {
+        None => bucket_controller.watches_stream(
+            metadata_of(Api::<PartialObjectMeta<Namespace>>::all(client.clone())),
+            buckets_where(buckets_reader, |bucket, _: &PartialObjectMeta<Namespace>| {
                 bucket::role::selects_namespaces(bucket)
             }),
         ),
@@ -362,6 +405,21 @@ fn cache_watches(
 /// Secret of the cluster in this process's memory.
 fn own_objects() -> watcher::Config {
     watcher::Config::default().labels("app.kubernetes.io/managed-by=pgvs3-operator")
+}
+
+/// The watch of objects the operator does not write and cannot select by label (the database
+/// Services CloudNativePG makes, the ServiceAccounts and namespaces a Bucket's roles name):
+/// their metadata only, all their mappers read (name, namespace, labels). The spec and status
+/// of every Service, ServiceAccount and Namespace of the cluster are never sent to the
+/// operator, let alone decoded.
+fn metadata_of<K>(
+    api: Api<PartialObjectMeta<K>>,
+) -> impl Stream<Item = Result<PartialObjectMeta<K>, watcher::Error>> + Send + 'static
+where
+    K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Clone + Eq + std::hash::Hash + Default,
+{
+    watcher::watcher(api, watcher::Config::default()).touched_objects()
 }
 
 /// The watch of the Secrets pools and caches refer to (database credentials, master keys, OJS

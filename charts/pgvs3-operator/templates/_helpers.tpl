@@ -25,3 +25,15 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- default "default" .Values.serviceAccount.name -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+The namespaces the operator watches, as a JSON list: `watchNamespaces` and `watchNamespace`
+together, without repeats; empty for every namespace.
+*/}}
+{{- define "pgvs3-operator.watchNamespaces" -}}
+{{- $all := .Values.watchNamespaces | default list -}}
+{{- if .Values.watchNamespace -}}
+{{- $all = append $all .Values.watchNamespace -}}
+{{- end -}}
+{{- $all | uniq | toJson -}}
+{{- end -}}

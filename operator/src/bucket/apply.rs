@@ -107,7 +107,11 @@ async fn provision(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Ac
             let status = BucketStatus {
                 observed_generation: bucket.meta().generation,
                 conditions: kube_ops::conditions(ctx, bucket, &previous.conditions, &verdicts).await,
-                bucket_name: Some(bucket_name),
+                // Not recorded while a pre-hash bucket of this Bucket's may yet be found.
+                bucket_name: match bucket.legacy_bucket_name() {
+                    None => Some(bucket_name),
+                    Some(_) => previous.bucket_name.clone(),
+                },
                 ..previous.clone()
             };
             write_status(ctx, bucket, namespace, status).await?;
@@ -119,14 +123,39 @@ async fn provision(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Ac
             });
         }
     };
-    let target = target(ctx, &binding.pool, namespace, bucket_name.clone()).await?;
-
-    let key_id = build::access_key_id(bucket);
     let static_key = bucket
         .spec
         .workload_identity
         .as_ref()
         .is_none_or(|identity| identity.static_key);
+    let resolved = match legacy_named(&binding, bucket).await {
+        Ok(resolved) => resolved,
+        // Said as a failure of the catalog (and retried), with no name recorded yet. The
+        // credentials Secret is written all the same, as when the catalog fails below (its
+        // bucket name is the hashed one until the question is answered).
+        Err(err) => {
+            if static_key {
+                let target = target(ctx, &binding.pool, namespace, bucket_name.clone()).await?;
+                let lake = build::lake_catalog(bucket, &binding.pool, namespace);
+                let key_id = build::access_key_id(bucket);
+                write_credentials(ctx, namespace, bucket, &target, &key_id, lake.as_ref()).await?;
+            }
+            let failed = Err(err);
+            let verdicts = verdicts(&bucket_name, "", &failed, &None, &None, bucket.spec.quota.as_ref());
+            let status = BucketStatus {
+                observed_generation: bucket.meta().generation,
+                conditions: kube_ops::conditions(ctx, bucket, &previous.conditions, &verdicts).await,
+                ..previous
+            };
+            write_status(ctx, bucket, namespace, status).await?;
+            return next_action(failed, false, false);
+        }
+    };
+    let bucket = resolved.as_ref().unwrap_or(bucket);
+    let bucket_name = bucket.bucket_name();
+    let target = target(ctx, &binding.pool, namespace, bucket_name.clone()).await?;
+
+    let key_id = build::access_key_id(bucket);
     let provisioned = into_catalog(ctx, namespace, bucket, &binding, &target, &key_id, static_key).await?;
     let quota = bucket.spec.quota.as_ref();
     // A refusal is a Warning Event with its reason too: the condition's transition (below).
@@ -221,6 +250,25 @@ async fn into_catalog(
         marked_adoptable: ctx.adoptable(namespace, &bucket_name),
     };
     Ok(catalog::provision(binding, &bucket_name, &key, &claim, quota, notifications.as_ref()).await)
+}
+
+/// `bucket` as if its status recorded its pre-hash default name (`Bucket::legacy_bucket_name`),
+/// when the catalog has a bucket of that name held by this Bucket's key or by the custodian of
+/// its namespace and name: the bucket it had before an upgrade, or that its predecessor
+/// retained. Anybody else's bucket of that name (`team`/`a-logs` and `team-a`/`logs` had the
+/// same) is never looked at again: the hashed name is used.
+async fn legacy_named(binding: &Binding, bucket: &Bucket) -> Result<Option<Bucket>> {
+    let Some(legacy) = bucket.legacy_bucket_name() else {
+        return Ok(None);
+    };
+    let client = database::connect(&binding.connection).await?;
+    let owner = catalog::bucket_owner(&client, &legacy).await?.flatten();
+    let ours = [build::access_key_id(bucket), build::custodian_key_id(bucket)];
+    Ok(owner.filter(|owner| ours.contains(owner)).map(|_| {
+        let mut named = bucket.clone();
+        named.status.get_or_insert_with(BucketStatus::default).bucket_name = Some(legacy);
+        named
+    }))
 }
 
 /// The workload identity's role and ConfigMap, once the bucket is in the catalog (its ARN, or
@@ -556,7 +604,14 @@ async fn cleanup(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Acti
             };
         }
     };
-    let client = database::connect(&binding.connection).await?;
+    let client = match database::connect(&binding.connection).await {
+        Ok(client) => client,
+        // The namespace (or the pool) is being deleted, and the database with it, it seems.
+        Err(err) if ctx.cleanup_gives_up(&backoff_key(KIND, bucket), &binding.pool, bucket.meta()) => {
+            return skip_cleanup(ctx, bucket, namespace, &err.to_string()).await;
+        }
+        Err(err) => return Err(err),
+    };
     let ours = catalog::bucket_owner(&client, &bucket_name).await? == Some(Some(key_id.clone()));
     let note = match bucket.spec.deletion_policy {
         DeletionPolicy::Delete if ours => match catalog::drop_bucket(&client, &bucket_name, true).await? {

@@ -265,6 +265,22 @@ impl Bucket {
     }
 }
 
+impl Bucket {
+    /// The name a Bucket without `bucketName` got before default names were hashed,
+    /// `<namespace>-<name>` (when that was a valid bucket name), for a Bucket whose status does
+    /// not record its name (one re-applied without status, e.g. after its predecessor retained
+    /// the bucket): `bucket::apply` takes it when the catalog says that bucket is this
+    /// Bucket's (its key's, or its custodian's), and the hashed name otherwise.
+    pub fn legacy_bucket_name(&self) -> Option<String> {
+        if self.spec.bucket_name.is_some() || self.status.as_ref().is_some_and(|s| s.bucket_name.is_some()) {
+            return None;
+        }
+        let namespace = self.metadata.namespace.as_deref().unwrap_or("default");
+        let plain = format!("{namespace}-{}", self.metadata.name.as_deref().unwrap_or_default());
+        valid_bucket_name(&plain).then_some(plain)
+    }
+}
+
 /// The S3 name a new Bucket `name` of `namespace` without `bucketName` gets (see
 /// [`Bucket::bucket_name`]).
 pub fn default_bucket_name(namespace: &str, name: &str) -> String {

@@ -247,6 +247,13 @@ pub struct PostgresSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub ca_secret_ref: Option<String>,
+    /// Without `sslMode: verify-full`, whoever answers at the database's address may ask for
+    /// the password in cleartext (or as an MD5 hash, as good as cleartext to crack) and get
+    /// it: neither the gateways nor the operator can refuse those methods. Such a pool is
+    /// refused (`InvalidSpec`) unless this says the risk is accepted (a trusted network, a
+    /// test database).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub send_password_to_unverified_server: bool,
 }
 
 /// The key of PostgreSQL's CA certificate in the Secret `caSecretRef` names.
@@ -478,6 +485,14 @@ impl GatewayPoolSpec {
             key: master_key_key(),
         })
     }
+
+    /// The Secrets the operator reads to write a Primary pool's catalog (`database::bind`):
+    /// the database credentials, the master key and PostgreSQL's CA.
+    pub fn catalog_secrets(&self, pool_name: &str) -> Vec<String> {
+        let mut secrets = vec![self.postgres.credentials_secret(), self.master_key_ref(pool_name).name];
+        secrets.extend(self.postgres.ca_secret());
+        secrets
+    }
 }
 
 impl PostgresSpec {
@@ -537,6 +552,22 @@ impl PostgresSpec {
             (None, Some(cluster)) => Some(format!("{cluster}-ca")),
             (None, None) => None,
         }
+    }
+
+    /// Why the database password could reach a server nobody verified, unless the spec
+    /// accepts it (`sendPasswordToUnverifiedServer`); None with `verify-full`.
+    pub fn password_exposure(&self) -> Option<String> {
+        let mode = self.ssl_mode();
+        if mode == SslMode::VerifyFull || self.send_password_to_unverified_server {
+            return None;
+        }
+        Some(format!(
+            "postgres.sslMode {} does not verify who answers at {}, and a server that asks for the \
+             password in cleartext or as MD5 would be sent it: use sslMode verify-full (with \
+             caSecretRef), or accept the risk with postgres.sendPasswordToUnverifiedServer: true",
+            mode.as_str(),
+            self.host(PoolRole::Primary)
+        ))
     }
 
     /// The Service the operator expects to exist before it binds (CloudNativePG clusters only).

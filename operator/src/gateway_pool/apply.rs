@@ -16,12 +16,14 @@ use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 
 use super::build::{self, Inputs, Login};
+use super::in_use::{self, IN_USE};
 use crate::context::{self, Context, Error, Result, backoff_key};
 use crate::crd::{
     DEGRADED, GatewayPool, GatewayPoolStatus, PROGRESSING, PoolRole, READY, RELOAD_LABEL, ROOT_ACCESS_KEY_KEY,
     ROOT_SECRET_KEY_KEY, Verdict, waiting,
 };
 use crate::database::INVALID_SPEC;
+use crate::finalizer;
 use crate::kube_ops::{self, FIELD_MANAGER};
 use crate::origin_cache::ca_bundle;
 
@@ -33,22 +35,53 @@ pub const RESYNC: Duration = Duration::from_secs(300);
 pub async fn reconcile(pool: Arc<GatewayPool>, ctx: Arc<Context>) -> Result<Action> {
     let _timer = ctx.metrics.reconcile(KIND);
     let namespace = pool.namespace().ok_or(Error::NoNamespace)?;
-    let action = reconcile_in(&pool, &ctx, &namespace).await?;
+    let pools: Api<GatewayPool> = Api::namespaced(ctx.client.clone(), &namespace);
+    let action = if pool.meta().deletion_timestamp.is_some() {
+        release(&pool, &ctx, &pools, &namespace).await?
+    } else {
+        // Before anything else: a Bucket created next must find its pool held.
+        finalizer::mark(&pools, &*pool, IN_USE, true).await?;
+        in_use::hold_secrets(&ctx, &pool, &namespace).await?;
+        reconcile_in(&pool, &ctx, &namespace).await?
+    };
     ctx.succeeded(&backoff_key(KIND, &*pool));
     Ok(action)
 }
+
+/// A pool being deleted: held while resources refer to it (their cleanup needs its database),
+/// saying which in its status; released, with its Secrets, once none does.
+///
+/// Its children are left alone meanwhile: the garbage collector deletes them once the pool is
+/// gone, or with `--cascade=orphan` removes their owner references. Applying them now would
+/// put back a reference it just removed, and it would then delete that child as one whose
+/// owner is gone. The gateways keep serving the Buckets until they are cleaned up.
+async fn release(pool: &GatewayPool, ctx: &Context, pools: &Api<GatewayPool>, namespace: &str) -> Result<Action> {
+    if !pool.finalizers().iter().any(|f| f == IN_USE) {
+        return Ok(Action::await_change());
+    }
+    let referrers = in_use::hold_secrets(ctx, pool, namespace).await?;
+    if referrers.is_empty() {
+        finalizer::mark(pools, pool, IN_USE, false).await?;
+        return Ok(Action::await_change());
+    }
+    let message = format!(
+        "deletion waits for {} to be cleaned up: that needs this pool's database",
+        referrers.join(", ")
+    );
+    let database = pool.spec.postgres.host(pool.spec.role);
+    report(ctx, pool, pools, database, IN_USE_REASON, &message).await?;
+    // Their deletions are watched (run.rs); this is the fallback.
+    Ok(Action::requeue(WAIT_FOR_DEPENDENCY))
+}
+
+/// The condition reason of a pool whose deletion waits for the resources that refer to it.
+pub const IN_USE_REASON: &str = "InUse";
 
 pub fn error_policy(pool: Arc<GatewayPool>, error: &Error, ctx: Arc<Context>) -> Action {
     context::error_policy(KIND, &*pool, error, &ctx)
 }
 
 async fn reconcile_in(pool: &GatewayPool, ctx: &Context, namespace: &str) -> Result<Action> {
-    // Being deleted: the garbage collector deletes the children, or with `--cascade=orphan`
-    // removes their owner references. Applying them now would put back a reference it just
-    // removed, and it would then delete that child as one whose owner is gone.
-    if pool.meta().deletion_timestamp.is_some() {
-        return Ok(Action::await_change());
-    }
     let client = &ctx.client;
     let pools: Api<GatewayPool> = Api::namespaced(client.clone(), namespace);
     let database = pool.spec.postgres.host(pool.spec.role);

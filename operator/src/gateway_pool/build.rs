@@ -221,10 +221,11 @@ pub fn spec_refusal(pool: &GatewayPool) -> Option<String> {
             spec.master_key_secret_ref.as_ref().map(|r| r.key.as_str()),
         ),
     ];
-    empty
+    let empty = empty
         .into_iter()
         .find(|(_, value)| value.is_some_and(str::is_empty))
-        .map(|(field, _)| format!("{field} must not be empty"))
+        .map(|(field, _)| format!("{field} must not be empty"));
+    empty.or_else(|| postgres.password_exposure())
 }
 
 pub fn build(pool: &GatewayPool, inputs: &Inputs) -> Objects {
@@ -279,7 +280,7 @@ mod tests {
     use k8s_openapi::api::core::v1::EnvVar;
 
     use super::*;
-    use crate::crd::{DEFAULT_REPLICAS, PostgresSpec};
+    use crate::crd::{DEFAULT_REPLICAS, PostgresSpec, SslMode};
 
     pub(super) fn pool(yaml: &str) -> GatewayPool {
         let mut pool: GatewayPool = serde_saphyr::from_str(yaml).unwrap();
@@ -327,6 +328,43 @@ mod tests {
         let mut pool = primary();
         pool.metadata.name = Some("p".repeat(63));
         assert_eq!(spec_refusal(&pool), None);
+    }
+
+    #[test]
+    fn a_password_that_could_reach_an_unverified_server_is_refused_unless_accepted() {
+        let host = |mode: Option<SslMode>, accepted: bool| {
+            let mut pool = primary();
+            pool.spec.postgres = PostgresSpec {
+                host: Some("db.example".into()),
+                secret_ref: Some("login".into()),
+                ca_secret_ref: Some("db-ca".into()),
+                ssl_mode: mode,
+                send_password_to_unverified_server: accepted,
+                ..PostgresSpec::default()
+            };
+            spec_refusal(&pool)
+        };
+        // A host's default, prefer, falls back to plaintext; require and verify-ca do not check
+        // the name: whoever answers may ask for the password in cleartext.
+        for mode in [
+            None,
+            Some(SslMode::Disable),
+            Some(SslMode::Require),
+            Some(SslMode::VerifyCa),
+        ] {
+            let refusal = host(mode, false).unwrap_or_else(|| panic!("{mode:?} refused"));
+            assert!(
+                refusal.contains("db.example") && refusal.contains("sendPasswordToUnverifiedServer: true"),
+                "{refusal}"
+            );
+            assert_eq!(host(mode, true), None, "{mode:?} accepted");
+        }
+        assert_eq!(host(Some(SslMode::VerifyFull), false), None);
+        // A CloudNativePG cluster verifies its CA by default; lowering that needs the same word.
+        let mut pool = primary();
+        assert_eq!(spec_refusal(&pool), None);
+        pool.spec.postgres.ssl_mode = Some(SslMode::Require);
+        assert!(spec_refusal(&pool).unwrap().starts_with("postgres.sslMode require"));
     }
 
     pub(super) fn env_value(deployment: &Deployment, name: &str) -> Option<EnvVar> {

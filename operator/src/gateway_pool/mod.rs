@@ -3,5 +3,6 @@
 
 pub mod apply;
 pub mod build;
+pub mod in_use;
 
 pub use apply::{error_policy, reconcile};

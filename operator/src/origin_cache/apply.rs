@@ -35,7 +35,15 @@ pub async fn reconcile(cache: Arc<OriginCache>, ctx: Arc<Context>) -> Result<Act
     let action = finalizer(&caches, FINALIZER, cache.clone(), |event| async {
         match event {
             Event::Apply(cache) => provision(&cache, &ctx, &namespace).await,
-            Event::Cleanup(cache) => cleanup(&cache, &ctx, &namespace).await,
+            Event::Cleanup(cache) => match cleanup(&cache, &ctx, &namespace).await {
+                // Its status already says what the drop waits for.
+                Err(err @ Error::PendingWriteBack(_)) => Err(err),
+                Err(err) => {
+                    cleanup_failed(&cache, &ctx, &namespace, &err).await;
+                    Err(err)
+                }
+                cleaned => cleaned,
+            },
         }
     })
     .await
@@ -225,6 +233,21 @@ async fn write_status(ctx: &Context, cache: &OriginCache, namespace: &str, statu
     kube_ops::apply_status(&caches, cache, serde_json::to_value(status).expect("status serializes")).await
 }
 
+/// A Terminating OriginCache whose cleanup failed (retried with backoff) says so, as a Bucket
+/// does: `Ready=False CleanupFailed` with the error, and a Warning Event. Failing to say so
+/// must not hide the cleanup's own error.
+async fn cleanup_failed(cache: &OriginCache, ctx: &Context, namespace: &str, err: &Error) {
+    let previous = cache.status.clone().unwrap_or_default();
+    let verdicts = waiting(bucket_apply::CLEANUP_FAILED, &err.to_string());
+    let status = OriginCacheStatus {
+        conditions: kube_ops::conditions(ctx, cache, &previous.conditions, &verdicts).await,
+        ..previous
+    };
+    if let Err(error) = write_status(ctx, cache, namespace, status).await {
+        tracing::warn!(%error, "writing the failed cleanup's status");
+    }
+}
+
 /// Drops the cache bucket. Bodies acknowledged in write-back mode exist nowhere else until the
 /// gateways' worker has uploaded them, so the drop is never forced: while they are pending the
 /// resource says so and the drop is retried with backoff.
@@ -261,8 +284,17 @@ async fn cleanup(cache: &OriginCache, ctx: &Context, namespace: &str) -> Result<
             return Ok(Action::await_change());
         }
     };
-    let client = database::connect(&binding.connection).await?;
     let key_id = build::access_key_id(cache);
+    let client = match database::connect(&binding.connection).await {
+        Ok(client) => client,
+        // The namespace (or the pool) is being deleted, and the database with it, it seems.
+        Err(err) if ctx.cleanup_gives_up(&backoff_key(KIND, cache), &binding.pool, cache.meta()) => {
+            let note = format!("catalog not reachable ({err}); cache bucket {bucket} left in place");
+            kube_ops::publish(ctx, cache, "Cleanup", EventType::Warning, "CleanupSkipped", note).await;
+            return Ok(Action::await_change());
+        }
+        Err(err) => return Err(err),
+    };
     let dropped = match bucket_catalog::bucket_owner(&client, bucket).await? {
         Some(owner) if owner.as_deref() == Some(key_id.as_str()) => catalog::drop_origin(&client, bucket)
             .await?

@@ -339,7 +339,7 @@ async fn unreachable_database_is_a_condition_and_a_retried_error() {
     fake.insert(json!({
         "apiVersion": "pgvs3.io/v1alpha1", "kind": "GatewayPool",
         "metadata": {"name": "objects", "namespace": "team"},
-        "spec": {"postgres": {"host": "127.0.0.1", "port": 1, "secretRef": "login"}, "masterKeySecretRef": {"name": "master"}},
+        "spec": {"postgres": {"host": "127.0.0.1", "port": 1, "secretRef": "login", "sendPasswordToUnverifiedServer": true}, "masterKeySecretRef": {"name": "master"}},
     }));
     fake.insert(
         json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "login", "namespace": "team"},
@@ -574,6 +574,61 @@ async fn a_retained_or_marked_bucket_is_adopted_with_its_objects() {
         bucket_row(&sql, "hand-made").await,
         Some(Some(secret_text(&fake, "AWS_ACCESS_KEY_ID")))
     );
+    gateway.stop().await;
+}
+
+/// A Bucket re-applied without status (its predecessor retained the bucket; or its status was
+/// lost) finds the bucket it had under the pre-hash default name `<namespace>-<name>` when the
+/// catalog says that bucket is its own (its custodian's, its key's); anybody else's bucket of
+/// that name is left alone and the hashed name is used.
+#[tokio::test]
+async fn a_pre_hash_default_name_is_found_again_only_when_it_is_the_buckets_own() {
+    let gateway = common::TestGateway::start().await;
+    let sql = gateway.sql().await;
+    // Before the upgrade: Bucket team/photos got `team-photos`, then was deleted (Retain).
+    let (ctx, fake) = setup(
+        &gateway.database_url,
+        json!({"gatewayPoolRef": "objects", "bucketName": "team-photos"}),
+    );
+    provision(&ctx, &fake).await;
+    put_with_secret(&gateway, &fake, "team-photos", "kept.txt")
+        .await
+        .unwrap();
+    delete(&ctx, &fake).await;
+    fake.remove(SECRET);
+
+    // Re-applied from its manifest, which never named the bucket.
+    fake.insert(json!({
+        "apiVersion": "pgvs3.io/v1alpha1", "kind": "Bucket",
+        "metadata": {"name": "photos", "namespace": "team"},
+        "spec": {"gatewayPoolRef": "objects"},
+    }));
+    provision(&ctx, &fake).await;
+    assert_eq!(condition(&fake, "Ready"), ("True".into(), "Provisioned".into()));
+    let status = fake.get(BUCKET).unwrap()["status"].clone();
+    assert_eq!(status["bucketName"], "team-photos");
+    assert_eq!(
+        bucket_row(&sql, "team-photos").await,
+        Some(Some(secret_text(&fake, "AWS_ACCESS_KEY_ID"))),
+        "adopted with its objects"
+    );
+    assert_eq!(bucket_row(&sql, &photos()).await, None);
+    delete(&ctx, &fake).await;
+    fake.remove(SECRET);
+
+    // `team-photos` the root key's now (or another namespace's): not this Bucket's.
+    sql.execute("UPDATE pgvs3.buckets SET owner = NULL WHERE name = 'team-photos'", &[])
+        .await
+        .unwrap();
+    fake.insert(json!({
+        "apiVersion": "pgvs3.io/v1alpha1", "kind": "Bucket",
+        "metadata": {"name": "photos", "namespace": "team"},
+        "spec": {"gatewayPoolRef": "objects"},
+    }));
+    provision(&ctx, &fake).await;
+    let status = fake.get(BUCKET).unwrap()["status"].clone();
+    assert_eq!(status["bucketName"], photos().as_str());
+    assert_eq!(bucket_row(&sql, "team-photos").await, Some(None), "left as it was");
     gateway.stop().await;
 }
 

@@ -1,5 +1,6 @@
 //! The Helm chart as helm renders it: the values schema, the leader-election/replica rule, the
-//! optional objects (PDB, monitors, NetworkPolicy) and namespaced RBAC with `watchNamespace`.
+//! optional objects (PDB, monitors, NetworkPolicy) and namespaced RBAC with `watchNamespace` /
+//! `watchNamespaces`.
 //! Ignored (reported as not run) without helm; `.ci/apiserver-tier.sh` runs it.
 
 use std::path::{Path, PathBuf};
@@ -69,6 +70,7 @@ fn the_values_schema_refuses_bad_values() {
         ("logFormat=xml", "/logFormat"),
         ("metrics.port=70000", "/metrics/port"),
         ("watchNamespace=Not_A_Namespace", "/watchNamespace"),
+        ("watchNamespaces={team,Not_A_Namespace}", "/watchNamespaces/1"),
         ("replicaCont=2", "replicaCont"),
         (
             "podDisruptionBudget.maxUnavailable=abc",
@@ -210,6 +212,51 @@ fn monitors_and_network_policy_when_asked() {
         ],
     );
     assert!(!ok && text.contains("needs metrics.service.enabled"), "{text}");
+}
+
+/// The operator's environment variable `name` in the rendered Deployment.
+fn operator_env(objects: &[Value], name: &str) -> Option<String> {
+    let container = &only(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0];
+    let env = container["env"].as_array()?;
+    let found = env.iter().find(|e| e["name"] == name)?;
+    Some(found["value"].as_str()?.to_string())
+}
+
+/// A list of namespaces: a Role and RoleBinding in each (the rules of the one-namespace form),
+/// nothing cluster-wide, and the operator told to watch exactly those (`watchNamespace`, the
+/// older one-namespace value, merged in).
+#[test]
+#[ignore = "needs helm (PGVS3_HELM; .ci/apiserver-tier.sh)"]
+fn watched_namespaces_get_a_role_each_and_nothing_cluster_wide() {
+    let objects = render(&["watchNamespaces={team-a,team-b}", "watchNamespace=team-c"]);
+    let kinds = kinds(&objects);
+    assert!(
+        !kinds.iter().any(|k| k.starts_with("Cluster")),
+        "cluster-wide RBAC with watchNamespaces: {kinds:?}"
+    );
+    let single = render(&["watchNamespace=team"]);
+    let single_rules = &single
+        .iter()
+        .find(|o| o["kind"] == "Role" && o["metadata"]["namespace"] == "team")
+        .unwrap()["rules"];
+    for namespace in ["team-a", "team-b", "team-c"] {
+        let in_namespace = |kind: &str| {
+            objects
+                .iter()
+                .find(|o| o["kind"] == kind && o["metadata"]["namespace"] == namespace)
+                .unwrap_or_else(|| panic!("no {kind} in {namespace}: {kinds:?}"))
+        };
+        let role = in_namespace("Role");
+        assert_eq!(&role["rules"], single_rules, "{namespace}");
+        let binding = in_namespace("RoleBinding");
+        assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+        assert_eq!(binding["subjects"][0]["namespace"], "pgvs3-system");
+    }
+    assert_eq!(
+        operator_env(&objects, "PGVS3_OPERATOR_WATCH_NAMESPACE").as_deref(),
+        Some("team-a,team-b,team-c")
+    );
+    assert_eq!(operator_env(&render(&[]), "PGVS3_OPERATOR_WATCH_NAMESPACE"), None);
 }
 
 #[test]

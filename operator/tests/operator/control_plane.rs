@@ -565,7 +565,9 @@ pub async fn primary_pool(client: &Client, ns: &str, pool: &str, url: &str) -> G
         pool,
         json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "GatewayPool", "metadata": {"name": pool},
                "spec": {"role": "Primary", "replicas": 2,
-                        "postgres": {"host": host, "port": port, "database": database, "secretRef": "login"}}}),
+                        "postgres": {"host": host, "port": port, "database": database, "secretRef": "login",
+                                     // The test's PostgreSQL speaks no TLS (and trusts).
+                                     "sendPasswordToUnverifiedServer": true}}}),
     )
     .await
 }

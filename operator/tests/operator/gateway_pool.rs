@@ -88,11 +88,20 @@ async fn create_applies_children_with_one_field_manager_and_generates_the_master
     assert!(key.data.unwrap()["masterKey"].0.len() >= 32);
     assert!(key.metadata.owner_references.is_none());
 
-    let applies: Vec<_> = fake
+    let mut applies: Vec<_> = fake
         .requests()
         .into_iter()
         .filter(|r| r.method == Method::PATCH && !r.path.contains("/events"))
         .collect();
+    // First the in-use finalizer (a merge patch on the pool's resourceVersion), before
+    // anything a Bucket's cleanup could need.
+    let held = applies.remove(0);
+    assert_eq!(held.path, POOL);
+    assert_eq!(
+        held.body["metadata"]["finalizers"],
+        serde_json::json!(["pgvs3.io/in-use"])
+    );
+    assert!(held.body["metadata"]["resourceVersion"].is_string(), "{:?}", held.body);
     let paths: Vec<&str> = applies.iter().map(|r| r.path.as_str()).collect();
     assert_eq!(
         paths,

@@ -25,6 +25,8 @@ pub struct Recorded {
     pub path: String,
     pub query: String,
     pub body: Value,
+    /// The `Accept` header (`…;as=PartialObjectMetadataList…` for a metadata-only list).
+    pub accept: String,
 }
 
 struct Fault {
@@ -247,11 +249,17 @@ impl FakeApi {
                     .and_then(|v| v.to_str().ok())
                     .unwrap_or_default()
                     .to_string();
+                let accept = parts
+                    .headers
+                    .get(http::header::ACCEPT)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_string();
                 let reply = server.handle(
                     parts.method,
                     parts.uri.path().to_string(),
                     parts.uri.query().unwrap_or_default().to_string(),
-                    &content_type,
+                    (&content_type, accept),
                     body,
                 );
                 let response = match reply {
@@ -372,13 +380,16 @@ impl FakeApi {
         });
     }
 
-    fn handle(&self, method: Method, path: String, query: String, content_type: &str, body: Value) -> Reply {
+    /// `headers`: the request's content type and `Accept`.
+    fn handle(&self, method: Method, path: String, query: String, headers: (&str, String), body: Value) -> Reply {
+        let (content_type, accept) = headers;
         let mut state = self.state.lock().unwrap();
         state.requests.push(Recorded {
             method: method.clone(),
             path: path.clone(),
             query: query.clone(),
             body: body.clone(),
+            accept,
         });
         if let Some(fault) = state
             .faults
@@ -530,7 +541,7 @@ impl FakeApi {
             "metadata": {"name": "objects", "namespace": "team"},
             "spec": {
                 "role": "Primary",
-                "postgres": {"host": host, "port": config.get_ports()[0], "database": config.get_dbname().unwrap(), "secretRef": "login"},
+                "postgres": {"host": host, "port": config.get_ports()[0], "database": config.get_dbname().unwrap(), "secretRef": "login", "sendPasswordToUnverifiedServer": true},
                 "masterKeySecretRef": {"name": "master"},
             },
             // Its gateways available: a Bucket is Ready only when its pool is.

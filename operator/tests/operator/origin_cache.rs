@@ -108,7 +108,7 @@ async fn waits_for_pool_credentials_and_database_with_conditions() {
     fake.insert(json!({
         "apiVersion": "pgvs3.io/v1alpha1", "kind": "GatewayPool",
         "metadata": {"name": "objects", "namespace": "team"},
-        "spec": {"postgres": {"host": "127.0.0.1", "port": 1, "secretRef": "login"}, "masterKeySecretRef": {"name": "master"}},
+        "spec": {"postgres": {"host": "127.0.0.1", "port": 1, "secretRef": "login", "sendPasswordToUnverifiedServer": true}, "masterKeySecretRef": {"name": "master"}},
     }));
     reconcile(&ctx, &fake).await.unwrap();
     assert_eq!(
@@ -196,6 +196,38 @@ async fn waits_for_pool_credentials_and_database_with_conditions() {
     assert!(
         fake.events()
             .contains(&("Warning".to_string(), "DatabaseUnavailable".to_string()))
+    );
+
+    // Deleted while its pool lives and its database does not answer: the cleanup is retried,
+    // and the cache says why it is stuck (as a Bucket does), with a Warning Event.
+    mark_deleted(&fake);
+    reconcile(&ctx, &fake).await.unwrap_err();
+    assert_eq!(fake.condition(CACHE, "Ready"), ("False".into(), "CleanupFailed".into()));
+    let ready = status(&fake)["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .unwrap()
+        .clone();
+    let message = ready["message"].as_str().unwrap();
+    assert!(message.starts_with("catalog at 127.0.0.1:1/app"), "{message}");
+    assert!(
+        fake.events()
+            .contains(&("Warning".to_string(), "CleanupFailed".to_string()))
+    );
+    assert!(fake.get(CACHE).is_some(), "the finalizer holds");
+
+    // Its pool being deleted too (the namespace is), the cleanup gives up once the grace
+    // passed: the object goes, a Warning Event says what was left.
+    fake.update("/apis/pgvs3.io/v1alpha1/namespaces/team/gatewaypools/objects", |p| {
+        p["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z")
+    });
+    reconcile(&ctx, &fake).await.unwrap();
+    assert!(fake.get(CACHE).is_none(), "finalizer removed, object gone");
+    assert!(
+        fake.events()
+            .contains(&("Warning".to_string(), "CleanupSkipped".to_string()))
     );
 }
 

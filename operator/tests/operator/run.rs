@@ -7,6 +7,7 @@ use crate::mock;
 
 use std::time::Duration;
 
+use http::Method;
 use mock::{FakeApi, b64};
 use pgvs3_operator::run::{RunArgs, run_on};
 use serde_json::json;
@@ -256,6 +257,69 @@ async fn one_namespace_and_no_election_watch_only_that_namespace_without_a_lease
     }
     eventually("the Deployment", async || fake.get(DEPLOYMENT).is_some()).await;
     assert!(fake.get(LEASE).is_none(), "no election, no Lease");
+    replica.stop().await.unwrap();
+}
+
+/// The Services (CloudNativePG's), ServiceAccounts and Namespaces the operator cannot select
+/// by label are listed and watched as metadata only (`PartialObjectMetadata`): their specs
+/// and statuses never reach it.
+#[tokio::test]
+async fn objects_it_cannot_select_are_watched_as_metadata_only() {
+    let fake = fake_with_pool();
+    let replica = Replica::start(&fake, "replica-a", args(&[])).await;
+    for collection in ["/api/v1/services", "/api/v1/serviceaccounts", "/api/v1/namespaces"] {
+        eventually(collection, async || fake.watched(collection)).await;
+        let unselected: Vec<_> = fake
+            .requests()
+            .into_iter()
+            .filter(|r| r.method == Method::GET && r.path == collection && !r.query.contains("labelSelector"))
+            .collect();
+        assert!(!unselected.is_empty(), "{collection}");
+        for request in unselected {
+            assert!(
+                request.accept.contains("as=PartialObjectMetadata"),
+                "{collection}?{}: Accept {:?}",
+                request.query,
+                request.accept
+            );
+        }
+    }
+    replica.stop().await.unwrap();
+}
+
+/// Several namespaces (the chart's `watchNamespaces`): each watched on its own, nothing
+/// cluster-wide, and a pool in each reconciled.
+#[tokio::test]
+async fn a_list_of_namespaces_is_watched_namespace_by_namespace() {
+    let fake = fake_with_pool();
+    fake.insert(json!({
+        "apiVersion": "pgvs3.io/v1alpha1", "kind": "GatewayPool",
+        "metadata": {"name": "objects", "namespace": "other"},
+        "spec": {"role": "Primary", "postgres": {"host": "db.other", "secretRef": "login",
+                 "sendPasswordToUnverifiedServer": true}},
+    }));
+    fake.insert(json!({
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "login", "namespace": "other"},
+        "data": {"username": b64("app"), "password": b64("other-password")},
+    }));
+    let replica = Replica::start(
+        &fake,
+        "solo",
+        args(&["--watch-namespace", "team,other", "--no-leader-election"]),
+    )
+    .await;
+    for collection in WATCHED {
+        let (base, plural) = collection.rsplit_once('/').unwrap();
+        for namespace in ["team", "other"] {
+            let namespaced = format!("{base}/namespaces/{namespace}/{plural}");
+            eventually(&namespaced, async || fake.watched(&namespaced)).await;
+        }
+        assert!(!fake.watched(collection), "{collection} is not watched cluster-wide");
+    }
+    eventually("both Deployments", async || {
+        fake.get(DEPLOYMENT).is_some() && fake.get("/apis/apps/v1/namespaces/other/deployments/objects").is_some()
+    })
+    .await;
     replica.stop().await.unwrap();
 }
 
