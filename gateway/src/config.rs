@@ -175,3 +175,16 @@ impl ServeArgs {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn body_grace_is_at_least_a_minute() {
+        assert_eq!(parse_body_grace("10m"), Ok(Duration::from_secs(600)));
+        assert_eq!(parse_body_grace("60s"), Ok(MIN_BODY_GRACE));
+        assert!(parse_body_grace("59s").is_err());
+        assert!(parse_body_grace("0s").is_err());
+    }
+}
