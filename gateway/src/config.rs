@@ -10,6 +10,18 @@ pub use crate::pg::DatabaseArgs;
 pub use crate::telemetry::LogFormat;
 pub use pgvs3_base::args::{ListenAddr, parse_bytes, parse_duration, parse_listen_addr};
 
+/// The shortest `--body-grace`: a read or an in-database copy that found a body just before it
+/// was retired still reads or copies all of its chunks, however long its statements queue.
+pub const MIN_BODY_GRACE: Duration = Duration::from_secs(60);
+
+fn parse_body_grace(text: &str) -> Result<Duration, String> {
+    let grace = parse_duration(text)?;
+    match grace >= MIN_BODY_GRACE {
+        true => Ok(grace),
+        false => Err(format!("{text:?} is shorter than the minimum of 60s")),
+    }
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
     #[command(flatten)]
@@ -46,8 +58,9 @@ pub struct ServeArgs {
     #[arg(long, env = "PGVS3_ROOT_SECRET_KEY", hide_env_values = true)]
     pub root_secret_key: Option<String>,
 
-    /// How long a retired (overwritten or deleted) body stays readable before it is reaped.
-    #[arg(long, env = "PGVS3_BODY_GRACE", default_value = "10m", value_parser = parse_duration)]
+    /// How long a retired (overwritten or deleted) body stays readable before it is reaped: at
+    /// least a minute ([`MIN_BODY_GRACE`]).
+    #[arg(long, env = "PGVS3_BODY_GRACE", default_value = "10m", value_parser = parse_body_grace)]
     pub body_grace: Duration,
 
     /// On a hot standby, refuse S3 and OJS reads (503) and report unready while replay trails what the
@@ -160,5 +173,18 @@ impl ServeArgs {
             pool_size: self.database.pool_size,
             wait: self.admission_wait,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn body_grace_is_at_least_a_minute() {
+        assert_eq!(parse_body_grace("10m"), Ok(Duration::from_secs(600)));
+        assert_eq!(parse_body_grace("60s"), Ok(MIN_BODY_GRACE));
+        assert!(parse_body_grace("59s").is_err());
+        assert!(parse_body_grace("0s").is_err());
     }
 }

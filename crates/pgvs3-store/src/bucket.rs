@@ -391,9 +391,9 @@ impl<'a> BucketHandle<'a> {
             (None, _) => match store.delete_object(&self.info, key, condition).await? {
                 None => Ok(DeleteOutcome::default()),
                 // Versioned since this gateway's catalog last looked: a delete marker after all.
-                Some(state) => store.delete_versioned(&self.info, key, state, condition).await,
+                Some(_) => store.delete_versioned(&self.info, key, condition).await,
             },
-            (Some(state), None) => store.delete_versioned(&self.info, key, state, condition).await,
+            (Some(_), None) => store.delete_versioned(&self.info, key, condition).await,
             (Some(_), Some(version)) => store.delete_version(&self.info, key, version, bypass_governance).await,
         }
     }
@@ -410,12 +410,10 @@ impl<'a> BucketHandle<'a> {
                 Ok(())
             }
             None => {
-                if let Some(state) = self.store().delete_objects(&self.info, keys).await? {
+                if self.store().delete_objects(&self.info, keys).await?.is_some() {
                     for key in keys {
                         let unconditional = DeleteCondition::default();
-                        self.store()
-                            .delete_versioned(&self.info, key, state, &unconditional)
-                            .await?;
+                        self.store().delete_versioned(&self.info, key, &unconditional).await?;
                     }
                 }
                 Ok(())

@@ -21,7 +21,7 @@ use pgvs3_gateway::store::{
 const CHUNK: usize = 8120;
 
 /// The bucket API of the gateway's store, as the protocol fronts reach it.
-fn buckets(gw: &TestGateway) -> Buckets {
+pub(crate) fn buckets(gw: &TestGateway) -> Buckets {
     #[derive(Parser)]
     struct Cli {
         #[command(flatten)]

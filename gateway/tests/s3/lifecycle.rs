@@ -14,10 +14,11 @@ use aws_sdk_s3::primitives::DateTime;
 use aws_sdk_s3::types::{
     AbortIncompleteMultipartUpload, BucketLifecycleConfiguration, BucketVersioningStatus, CompletedMultipartUpload,
     CompletedPart, ExpirationStatus, LifecycleExpiration, LifecycleRule, LifecycleRuleFilter,
-    NoncurrentVersionExpiration, ObjectLockMode, Tag, Transition, TransitionStorageClass,
+    NoncurrentVersionExpiration, ObjectLockMode, Tag, Tagging, Transition, TransitionStorageClass,
 };
 use common::TestGateway;
 use common::s3::{error_code, head_object, http_status, put_object, put_request, set_versioning};
+use pgvs3_gateway::store::LifecycleStats;
 
 fn rule(id: &str, prefix: &str) -> aws_sdk_s3::types::builders::LifecycleRuleBuilder {
     LifecycleRule::builder()
@@ -531,4 +532,119 @@ async fn a_rule_level_prefix_comes_back_as_it_was_sent() {
     assert_eq!(rules[1].prefix, None);
     assert_eq!(rules[1].filter.as_ref().unwrap().prefix.as_deref(), Some("new/"));
     gw.stop().await;
+}
+
+/// The body of `key`'s current version, or the error code.
+async fn body(s3: &Client, bucket: &str, key: &str) -> Result<Vec<u8>, String> {
+    match s3.get_object().bucket(bucket).key(key).send().await {
+        Ok(read) => Ok(read.body.collect().await.unwrap().into_bytes().to_vec()),
+        Err(err) => Err(error_code(&err)),
+    }
+}
+
+/// A transaction holding `sql` (a lock the pass takes on `key` of `bucket`, `$1` and `$2`),
+/// and the pass waiting for it: `meanwhile` runs, then the transaction ends and the pass goes on.
+async fn pass_waiting_on(
+    gw: &TestGateway,
+    sql: &str,
+    bucket: &str,
+    key: &str,
+    meanwhile: impl Future<Output = ()>,
+) -> LifecycleStats {
+    let holder = gw.sql().await;
+    holder.batch_execute("BEGIN").await.unwrap();
+    holder.execute(sql, &[&bucket, &key]).await.unwrap();
+    let watch = gw.sql().await;
+    let go_on = async {
+        common::eventually(
+            Duration::from_secs(30),
+            "the pass waiting for the held lock",
+            || async { (common::lock_waiters(&watch).await == 1).then_some(()) },
+        )
+        .await;
+        meanwhile.await;
+        holder.batch_execute("COMMIT").await.unwrap();
+    };
+    let (stats, ()) = tokio::join!(gw.gateway.store.apply_lifecycle(1000), go_on);
+    stats.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn expiry_spares_a_version_written_after_the_pass_picked_it() {
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    for (bucket, state) in [
+        ("suspended", BucketVersioningStatus::Suspended),
+        ("enabled", BucketVersioningStatus::Enabled),
+    ] {
+        s3.create_bucket().bucket(bucket).send().await.unwrap();
+        set_versioning(s3, bucket, state).await;
+        put_object(s3, bucket, "a", b"old a").await;
+        put_object(s3, bucket, "b", b"old b").await;
+        set_rules(
+            s3,
+            bucket,
+            vec![rule("all", "").expiration(expire_after(1)).build().unwrap()],
+        )
+        .await;
+        age(&gw, bucket).await;
+        // The pass picks a and b, then waits for the key locks of a (every writer of a key's
+        // versions takes them, store/versions.rs): b is written meanwhile, and acknowledged.
+        let key_locks = "SELECT pg_advisory_xact_lock(id::int4, hashtext($2::text)) FROM pgvs3.buckets WHERE name = $1";
+        let write_b = async {
+            put_object(s3, bucket, "b", b"new b").await;
+        };
+        let stats = pass_waiting_on(&gw, key_locks, bucket, "a", write_b).await;
+        assert_eq!(stats.expired, 1, "{bucket}: a alone: {stats:?}");
+        assert_eq!(body(s3, bucket, "a").await, Err("NoSuchKey".into()), "{bucket}");
+        // Not deleted for good (Suspended), nor hidden behind a marker (Enabled).
+        assert_eq!(body(s3, bucket, "b").await, Ok(b"new b".to_vec()), "{bucket}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn expiry_checks_the_rule_again_on_what_it_deletes() {
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    s3.create_bucket().bucket("scratch").send().await.unwrap();
+    for key in ["a", "b"] {
+        put_request(s3, "scratch", key, b"data")
+            .tagging("tier=scratch")
+            .send()
+            .await
+            .unwrap();
+    }
+    let scratch = LifecycleRule::builder()
+        .id("scratch")
+        .status(ExpirationStatus::Enabled)
+        .filter(
+            LifecycleRuleFilter::builder()
+                .tag(Tag::builder().key("tier").value("scratch").build().unwrap())
+                .build(),
+        )
+        .expiration(expire_after(1))
+        .build()
+        .unwrap();
+    set_rules(s3, "scratch", vec![scratch]).await;
+    age(&gw, "scratch").await;
+    // The pass's delete waits for a's row; b is tagged out of the rule meanwhile.
+    let row_lock = "SELECT 1 FROM s3p.objects
+                     WHERE bucket_id = (SELECT id FROM pgvs3.buckets WHERE name = $1) AND key = $2 FOR UPDATE";
+    let retag_b = async {
+        s3.put_object_tagging()
+            .bucket("scratch")
+            .key("b")
+            .tagging(
+                Tagging::builder()
+                    .tag_set(Tag::builder().key("tier").value("keep").build().unwrap())
+                    .build()
+                    .unwrap(),
+            )
+            .send()
+            .await
+            .unwrap();
+    };
+    let stats = pass_waiting_on(&gw, row_lock, "scratch", "a", retag_b).await;
+    assert_eq!(stats.expired, 1, "a alone: {stats:?}");
+    assert_eq!(keys(s3, "scratch").await, vec!["b"]);
 }

@@ -429,3 +429,175 @@ async fn governance_becomes_compliance_only_with_the_bypass() {
     );
     gw.stop().await;
 }
+
+/// Everything on its own bucket but bypassing GOVERNANCE retention.
+const NO_BYPASS: &str = r#"{"Version":"2012-10-17","Statement":[
+  {"Effect":"Allow","Action":"s3:*","Resource":["arn:aws:s3:::gov","arn:aws:s3:::gov/*"]},
+  {"Effect":"Deny","Action":"s3:BypassGovernanceRetention","Resource":"arn:aws:s3:::gov/*"}]}"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bypassing_governance_needs_its_permission() {
+    let gw = TestGateway::start().await;
+    let dave = common::s3::add_key(&gw, "DAVEKEY").await;
+    dave.create_bucket()
+        .bucket("gov")
+        .object_lock_enabled_for_bucket(true)
+        .send()
+        .await
+        .unwrap();
+    let governed = || {
+        put_request(&dave, "gov", "ledger", b"v1")
+            .object_lock_mode(ObjectLockMode::Governance)
+            .object_lock_retain_until_date(in_days(10))
+            .send()
+    };
+    let version = governed().await.unwrap().version_id.unwrap();
+    assert!(
+        gw.gateway
+            .store
+            .catalog()
+            .set_key_policy("DAVEKEY", Some(NO_BYPASS))
+            .await
+            .unwrap()
+    );
+    // As on AWS: the header asks for s3:BypassGovernanceRetention, which the key is denied,
+    // whatever its s3:DeleteObjectVersion and s3:PutObjectRetention allow.
+    let refused = dave
+        .delete_object()
+        .bucket("gov")
+        .key("ledger")
+        .version_id(&version)
+        .bypass_governance_retention(true)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(error_code(&refused), "AccessDenied");
+    let shorter = retention_until(
+        ObjectLockRetentionMode::Governance,
+        DateTime::from(SystemTime::now() + Duration::from_secs(3600)),
+    );
+    let refused = dave
+        .put_object_retention()
+        .bucket("gov")
+        .key("ledger")
+        .version_id(&version)
+        .retention(shorter.clone())
+        .bypass_governance_retention(true)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(error_code(&refused), "AccessDenied");
+    let batch = dave
+        .delete_objects()
+        .bucket("gov")
+        .bypass_governance_retention(true)
+        .delete(
+            aws_sdk_s3::types::Delete::builder()
+                .objects(
+                    aws_sdk_s3::types::ObjectIdentifier::builder()
+                        .key("ledger")
+                        .version_id(&version)
+                        .build()
+                        .unwrap(),
+                )
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let codes: Vec<&str> = batch.errors().iter().filter_map(|e| e.code()).collect();
+    assert_eq!(codes, ["AccessDenied"]);
+    assert!(batch.deleted().is_empty());
+    let kept = read_version(&gw.client, "gov", "ledger", &version).await;
+    assert_eq!(kept, b"v1");
+    // Without the header the key keeps what its policy allows (a longer retention, a marker).
+    dave.put_object_retention()
+        .bucket("gov")
+        .key("ledger")
+        .version_id(&version)
+        .retention(retention_until(ObjectLockRetentionMode::Governance, in_days(20)))
+        .send()
+        .await
+        .unwrap();
+    // The bucket's owner without a policy (the root key here) may bypass.
+    gw.client
+        .put_object_retention()
+        .bucket("gov")
+        .key("ledger")
+        .version_id(&version)
+        .retention(shorter)
+        .bypass_governance_retention(true)
+        .send()
+        .await
+        .unwrap();
+    gw.client
+        .delete_object()
+        .bucket("gov")
+        .key("ledger")
+        .version_id(&version)
+        .bypass_governance_retention(true)
+        .send()
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_ttl_from_before_versioning_never_removes_a_version() {
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    let sql = gw.sql().await;
+    s3.create_bucket().bucket("ttl").send().await.unwrap();
+    put_object(s3, "ttl", "k", b"kept").await;
+    // What RESP's `SET k v EX 3600` leaves in an unversioned bucket.
+    let expire_in = |seconds: f64| {
+        let sql = &sql;
+        async move {
+            sql.execute(
+                "UPDATE s3p.objects SET expires_at = now() + make_interval(secs => $1) WHERE key = 'k'",
+                &[&seconds],
+            )
+            .await
+            .unwrap()
+        }
+    };
+    assert_eq!(expire_in(3600.0).await, 1);
+    set_versioning(s3, "ttl", BucketVersioningStatus::Enabled).await;
+    let expiring = "SELECT count(*) FROM s3p.objects WHERE expires_at IS NOT NULL";
+    assert_eq!(
+        common::query_count(&sql, expiring, &[]).await,
+        0,
+        "versions do not expire"
+    );
+    s3.put_object_lock_configuration()
+        .bucket("ttl")
+        .object_lock_configuration(
+            ObjectLockConfiguration::builder()
+                .object_lock_enabled(ObjectLockEnabled::Enabled)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    s3.put_object_legal_hold()
+        .bucket("ttl")
+        .key("k")
+        .version_id("null")
+        .legal_hold(
+            ObjectLockLegalHold::builder()
+                .status(ObjectLockLegalHoldStatus::On)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    // An expiry a RESP write racing the change of versioning set anyway, now past: the reaper
+    // leaves the version (and its legal hold) alone.
+    assert_eq!(expire_in(-1.0).await, 1);
+    let reaped = gw.gateway.store.reap_retired(Duration::ZERO).await.unwrap();
+    assert_eq!(reaped.expired_objects, 0, "{reaped:?}");
+    assert_eq!(
+        common::query_count(&sql, "SELECT count(*) FROM s3p.objects WHERE key = 'k'", &[]).await,
+        1
+    );
+}

@@ -14,6 +14,7 @@ use aws_sdk_s3::Client;
 use aws_sdk_s3::types::{BucketVersioningStatus, Delete, ObjectIdentifier};
 use common::s3::{completion, copy_request, http_status, put_object, put_request, set_versioning, upload_part};
 use common::{TestGateway, noise};
+use pgvs3_gateway::store::{Access, DeleteCondition, Principal};
 
 async fn put(s3: &Client, bucket: &str, key: &str, body: &[u8]) -> Option<String> {
     put_object(s3, bucket, key, body).await.version_id
@@ -1520,4 +1521,32 @@ async fn version_and_upload_listings_roll_up_large_prefixes_once_each() {
     assert_eq!(deleted.delete_marker_version_id(), Some(marker.as_str()));
     assert_eq!(deleted.version_id(), Some(marker.as_str()));
     gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_delete_keeps_versions_as_the_bucket_keeps_them_now() {
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    s3.create_bucket().bucket("flip").send().await.unwrap();
+    set_versioning(s3, "flip", BucketVersioningStatus::Suspended).await;
+    put(s3, "flip", "k", b"null version").await;
+    // The bucket as a gateway that has not seen it Enabled yet has it: Suspended, where a
+    // delete removes the null version for good.
+    let stale = gw.gateway.store.catalog().bucket("flip").await.unwrap();
+    set_versioning(s3, "flip", BucketVersioningStatus::Enabled).await;
+    let root = Principal {
+        access_key: common::ROOT_ACCESS_KEY.into(),
+        is_root: true,
+        read_only: false,
+    };
+    let buckets = crate::large_uploads::buckets(&gw);
+    let handle = buckets.open_resolved(&root, stale, Access::Write, false).unwrap();
+    let marker = handle
+        .delete("k", None, false, &DeleteCondition::default())
+        .await
+        .unwrap();
+    assert!(marker.delete_marker);
+    assert_ne!(marker.version_id.as_deref(), Some("null"), "an Enabled bucket's marker");
+    let (kept, _) = get_version(s3, "flip", "k", Some("null")).await.unwrap();
+    assert_eq!(kept, b"null version");
 }

@@ -212,9 +212,18 @@ impl PolicyGrant {
         };
         // DeleteObject acts on no existing object: no tags are looked at.
         let asker = &per_key.asker;
+        let owner = owns(&asker.bucket, asker.requester());
+        // Only a policy or owning the bucket grants a bypass of GOVERNANCE retention (no ACL).
+        let bypass_allowed = || {
+            !bypasses_governance(headers)
+                || asker
+                    .policies("s3:BypassGovernanceRetention", key, headers, None, None)
+                    .unwrap_or(owner)
+        };
         asker
             .policies(action, key, headers, None, None)
-            .unwrap_or_else(|| per_key.acl_writes || owns(&asker.bucket, asker.requester()))
+            .unwrap_or_else(|| per_key.acl_writes || owner)
+            && bypass_allowed()
     }
 
     pub fn covers(&self, bucket: &str) -> bool {
@@ -304,15 +313,34 @@ pub fn action_of(operation: &str, versioned: bool) -> Option<&'static str> {
     operations::operation(operation)?.action_of(versioned)
 }
 
-/// The action a request needs besides its operation's: one that writes an object and sets its
-/// ACL (`x-amz-acl`, `x-amz-grant-*`) needs `s3:PutObjectAcl` too, as on AWS; otherwise a key
-/// allowed only to write could make what it writes public.
-fn acl_action(operation: &str, headers: &http::HeaderMap) -> Option<&'static str> {
-    let writes = operations::operation(operation).is_some_and(|op| op.sets_object_acl);
-    let sets_acl = headers
-        .keys()
-        .any(|name| name == "x-amz-acl" || name.as_str().starts_with("x-amz-grant-"));
-    (writes && sets_acl).then_some("s3:PutObjectAcl")
+/// The actions a request needs besides its operation's, as on AWS: one that writes an object and
+/// sets its ACL (`x-amz-acl`, `x-amz-grant-*`) needs `s3:PutObjectAcl` too, otherwise a key
+/// allowed only to write could make what it writes public; a delete or retention change that
+/// bypasses GOVERNANCE retention needs `s3:BypassGovernanceRetention`, otherwise a key allowed
+/// to delete versions could remove what the retention protects.
+fn extra_actions(operation: &str, headers: &http::HeaderMap) -> impl Iterator<Item = &'static str> + use<> {
+    let op = operations::operation(operation);
+    let sets_acl = op.is_some_and(|op| op.sets_object_acl)
+        && headers
+            .keys()
+            .any(|name| name == "x-amz-acl" || name.as_str().starts_with("x-amz-grant-"));
+    let bypasses = op.is_some_and(|op| op.bypasses_governance) && bypasses_governance(headers);
+    [
+        sets_acl.then_some("s3:PutObjectAcl"),
+        bypasses.then_some("s3:BypassGovernanceRetention"),
+    ]
+    .into_iter()
+    .flatten()
+}
+
+/// The request asks to bypass GOVERNANCE retention (the front acts on the header as s3s parses
+/// it, `true`; any casing counts here, so that nothing the front might take as true goes
+/// unchecked).
+fn bypasses_governance(headers: &http::HeaderMap) -> bool {
+    headers
+        .get("x-amz-bypass-governance-retention")
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| value.trim().eq_ignore_ascii_case("true"))
 }
 
 /// The policy actions the bucket's owner (and the root keys) keep whatever the policy says, as
@@ -529,7 +557,7 @@ impl<'a> Weighed<'a> {
                 self.query,
             )
         };
-        let allowed = action.is_some_and(allows) && acl_action(self.operation, self.settings).is_none_or(allows);
+        let allowed = action.is_some_and(allows) && extra_actions(self.operation, self.settings).all(allows);
         let source_allowed = !self.copy
             || copy_source(self.headers).is_some_and(|(source_bucket, source_key, version)| {
                 let action = if version { "s3:GetObjectVersion" } else { "s3:GetObject" };
@@ -643,8 +671,11 @@ impl<'a> Weighed<'a> {
         let policy_allows = |action| decide(self.settings, self.peer, bucket, requester, action, key, self.query);
         // Both decided, so that a Deny of either refuses.
         let by_policy = !on_tags && policy_allows(action)?;
-        let acl_by_policy = acl_action(self.operation, self.settings).map_or(Ok(true), policy_allows)?;
-        let by_policy = by_policy && acl_by_policy;
+        let mut extras_by_policy = true;
+        for extra in extra_actions(self.operation, self.settings) {
+            extras_by_policy &= policy_allows(extra)?;
+        }
+        let by_policy = by_policy && extras_by_policy;
         let (by_bucket_acl, object_acl) = self.acl_allows(bucket, requester);
         grant.on_row = match on_tags {
             true => Some(OnRow::Tags(Arc::new(TagCheck {
@@ -793,7 +824,7 @@ fn session_grant(
         return Err(denied());
     };
     let allowed = ask.allows(action, bucket_name, bucket, object_key)
-        && acl_action(operation, ask.headers).is_none_or(|acl| ask.allows(acl, bucket_name, bucket, object_key));
+        && extra_actions(operation, ask.headers).all(|extra| ask.allows(extra, bucket_name, bucket, object_key));
     let copy = matches!(operation, "CopyObject" | "UploadPartCopy");
     let source_allowed = !copy
         || copy_source(ask.headers).is_some_and(|(source_bucket, source_key, version)| {

@@ -77,7 +77,7 @@ impl Store {
             .map(serde_json::to_value)
             .transpose()
             .map_err(|err| StoreError::InvalidArgument(err.to_string()))?;
-        self.patch_version_meta(bucket, key, version_id, "ac", value, |_| Ok(()))
+        self.patch_version_meta(bucket, key, version_id, "ac", value, |_, _| Ok(()))
             .await
     }
 

@@ -39,7 +39,7 @@ impl BodySql {
             // order and a nested loop runs the (ordered, not pulled-up) inner query per part, so
             // rows arrive part by part without a sort that would buffer a whole part.
             read_segments: format!(
-                "SELECT c.seq, c.data
+                "SELECT s.body_id, c.seq, c.data
                    FROM unnest($1::bigint[], $2::int[], $3::int[]) AS s(body_id, first_seq, last_seq)
                   CROSS JOIN LATERAL (SELECT seq, data FROM {ns}.chunks
                                        WHERE body_id = s.body_id AND seq >= s.first_seq AND seq <= s.last_seq
@@ -51,7 +51,7 @@ impl BodySql {
             next_body_id: format!("SELECT nextval('{ns}.body_ids') AS body_id"),
             copy_chunks: format!("COPY {ns}.chunks (body_id, seq, data) FROM STDIN (FORMAT binary)"),
             read_chunks: format!(
-                "SELECT seq, data FROM {ns}.chunks WHERE body_id = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq"
+                "SELECT body_id, seq, data FROM {ns}.chunks WHERE body_id = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq"
             ),
         }
     }

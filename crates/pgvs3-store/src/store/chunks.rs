@@ -149,7 +149,7 @@ pub struct ChunkStream {
 }
 
 impl ChunkStream {
-    /// `rows` yields `(seq, data)` for the chunks of `segments`, segment after segment.
+    /// `rows` yields `(body_id, seq, data)` for the chunks of `segments`, segment after segment.
     /// `client` is the connection `rows` come from, kept checked out until the stream ends
     /// (`None` when the caller holds it).
     pub fn new(client: Option<deadpool_postgres::Object>, rows: RowStream, segments: Vec<Segment>) -> ChunkStream {
@@ -198,12 +198,13 @@ impl ChunkStream {
         Poll::Ready(Some(Err(err)))
     }
 
-    /// Appends the wanted part of chunk `seq` to `frame`.
-    fn decode_into(&mut self, seq: i64, stored: &[u8], frame: &mut BytesMut) -> Result<(), StoreError> {
-        if seq != self.next_seq {
+    /// Appends the wanted part of chunk `seq` of body `body_id` to `frame`. A chunk of another
+    /// body (the next part's, when this part's chunks are gone) is never taken for this one's.
+    fn decode_into(&mut self, body_id: i64, seq: i64, stored: &[u8], frame: &mut BytesMut) -> Result<(), StoreError> {
+        if body_id != self.body_id || seq != self.next_seq {
             return Err(StoreError::Corrupt(format!(
-                "chunk {} missing (found {seq})",
-                self.next_seq
+                "chunk {} of body {} missing (found chunk {seq} of body {body_id})",
+                self.next_seq, self.body_id
             )));
         }
         self.next_seq += 1;
@@ -261,7 +262,8 @@ impl Stream for ChunkStream {
                 Poll::Pending => break,
                 Poll::Ready(Some(Ok(row))) => {
                     let seq: i32 = row.get("seq");
-                    if let Err(err) = self.decode_into(i64::from(seq), row.get("data"), &mut frame) {
+                    if let Err(err) = self.decode_into(row.get("body_id"), i64::from(seq), row.get("data"), &mut frame)
+                    {
                         return self.fail(err);
                     }
                 }

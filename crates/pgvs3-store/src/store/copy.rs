@@ -8,7 +8,7 @@
 //! for body lifetimes.
 
 use super::objects::{NewObjectRow, check_key};
-use super::{BucketInfo, ObjectMeta, Preconditions, PutOutcome, Store, StoreResult, WriteCondition};
+use super::{BucketInfo, ObjectMeta, Preconditions, PutOutcome, Store, StoreError, StoreResult, WriteCondition};
 
 /// Where a copy comes from, and the preconditions on it (`x-amz-copy-source-if-*`).
 pub struct CopySource<'a> {
@@ -73,6 +73,19 @@ impl Store {
                     &to.sql.bodies.copy_body
                 };
                 tx.execute(sql, &[&source_body, &copy]).await?;
+                // The source was read without a lock: overwritten or deleted since, its body
+                // retires, and once past the grace period the reaper deletes its chunks, maybe
+                // before the copy read them all. Still held by a row now, after the copy's
+                // statement, it was held all along: bodies never come back from retirement.
+                let held: bool = tx
+                    .query_one(&to.sql.body_held, &[&from.id, &source.key, &source_body])
+                    .await?
+                    .get("held");
+                if !held {
+                    return Err(StoreError::Unavailable(
+                        "The copy's source changed while it was copied; please try again.".into(),
+                    ));
+                }
                 Some(copy)
             }
         };

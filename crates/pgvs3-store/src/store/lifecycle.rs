@@ -8,9 +8,10 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
-use tokio_postgres::types::Json;
+use tokio_postgres::types::{Json, ToSql};
 
-use super::conditions::DeleteCondition;
+use super::error::retry_conflicts;
+use super::versions::KEY_LOCKS;
 use super::{BucketInfo, Store, StoreError, StoreResult, Versioning};
 
 /// A bucket's lifecycle configuration.
@@ -280,43 +281,73 @@ impl Store {
             _ => None,
         };
         if let Some(cutoff) = cutoff {
+            let filter = [
+                &pass.bucket.id as &(dyn ToSql + Sync),
+                &pass.filter.prefix,
+                &pass.tags,
+                &pass.above,
+                &pass.below,
+            ];
             let due = format!(
                 "SELECT key FROM \"{ns}\".objects WHERE bucket_id = $1 AND {FILTER} AND last_modified <= $6
                     AND (expires_at IS NULL OR expires_at > now())
                   ORDER BY key LIMIT $7"
             );
-            let keys: Vec<String> = pass
-                .tx
-                .query(
-                    &due,
-                    &[
-                        &pass.bucket.id,
-                        &pass.filter.prefix,
-                        &pass.tags,
-                        &pass.above,
-                        &pass.below,
-                        &cutoff,
-                        &pass.batch,
-                    ],
-                )
-                .await?
-                .iter()
-                .map(|row| row.get("key"))
-                .collect();
             match versioning {
                 None => {
-                    // Only while the bucket is still unversioned (not as the pass read it).
+                    // One statement, whose conditions a row written meanwhile is checked against
+                    // as it is now: a later write, or a tag change out of the rule, keeps its row;
+                    // so does a row a versioned write made, and any row once the bucket is
+                    // versioned (not as the pass read it).
                     let delete = format!(
-                        "DELETE FROM \"{ns}\".objects WHERE bucket_id = $1 AND key = ANY($2) AND last_modified <= $3
+                        "DELETE FROM \"{ns}\".objects WHERE bucket_id = $1 AND key = ANY(ARRAY({due}))
+                            AND {FILTER} AND last_modified <= $6 AND (expires_at IS NULL OR expires_at > now())
+                            AND version_seq IS NULL
                             AND EXISTS (SELECT 1 FROM pgvs3.buckets WHERE id = $1 AND versioning IS NULL)"
                     );
-                    stats.expired += pass.tx.execute(&delete, &[&pass.bucket.id, &keys, &cutoff]).await?;
+                    let params = [&filter[..], &[&cutoff as &(dyn ToSql + Sync), &pass.batch]].concat();
+                    stats.expired += pass.tx.execute(&delete, &params).await?;
                 }
-                Some(state) => {
-                    for key in &keys {
-                        self.delete_versioned(pass.bucket, key, state, &DeleteCondition::default())
-                            .await?;
-                        stats.expired += 1;
+                Some(_) => {
+                    // Each version picked is expired in a transaction of its own, which holds the
+                    // key's locks: only if it is still current (not one written since) and still
+                    // matches the rule (its tags may have changed).
+                    let due = due.replacen("SELECT key", "SELECT key, version_seq, etag, last_modified", 1);
+                    let params = [&filter[..], &[&cutoff as &(dyn ToSql + Sync), &pass.batch]].concat();
+                    let picked: Vec<Picked> = pass
+                        .tx
+                        .query(&due, &params)
+                        .await?
+                        .iter()
+                        .map(|row| Picked {
+                            key: row.get("key"),
+                            version_seq: row.get("version_seq"),
+                            etag: row.get("etag"),
+                            last_modified: row.get("last_modified"),
+                        })
+                        .collect();
+                    let still_due = format!(
+                        "SELECT 1 FROM \"{ns}\".objects WHERE bucket_id = $1 AND key = $6 AND {FILTER}
+                            AND version_seq IS NOT DISTINCT FROM $7 AND etag = $8 AND last_modified = $9
+                            AND (expires_at IS NULL OR expires_at > now())
+                          FOR UPDATE"
+                    );
+                    for version in &picked {
+                        let params: Vec<&(dyn ToSql + Sync)> = [
+                            &filter[..],
+                            &[
+                                &version.key as &(dyn ToSql + Sync),
+                                &version.version_seq,
+                                &version.etag,
+                                &version.last_modified,
+                            ],
+                        ]
+                        .concat();
+                        let expired =
+                            retry_conflicts(|| self.expire_version(pass.bucket, &version.key, &still_due, &params));
+                        if expired.await? {
+                            stats.expired += 1;
+                        }
                     }
                 }
             }
@@ -339,6 +370,38 @@ impl Store {
         }
         Ok(())
     }
+}
+
+impl Store {
+    /// Hides the current version of `key` behind a delete marker (in a Suspended bucket, deletes
+    /// a null one) as a lifecycle expiration, if `still_due` (with `params`) finds it still the
+    /// version picked and still under the rule once the key's locks are held.
+    async fn expire_version(
+        &self,
+        bucket: &BucketInfo,
+        key: &str,
+        still_due: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> StoreResult<bool> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        tx.batch_execute("SET LOCAL pgvs3.event_source = 'lifecycle'").await?;
+        tx.execute(KEY_LOCKS, &[&bucket.id, &key]).await?;
+        if tx.query_opt(still_due, params).await?.is_none() {
+            return Ok(false);
+        }
+        self.mark_deleted(&tx, bucket, key).await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+}
+
+/// A current version a rule found due, as it was when picked.
+struct Picked {
+    key: String,
+    version_seq: Option<i64>,
+    etag: String,
+    last_modified: SystemTime,
 }
 
 /// What the statements of one rule's pass over a bucket share: its transaction and filter.

@@ -222,20 +222,21 @@ impl Store {
         if bucket.object_lock.is_none() {
             return Err(lock_missing());
         }
-        let now = SystemTime::now();
-        if let Some(new) = &retention
-            && !new.active(now)
-        {
-            return Err(StoreError::InvalidArgument(
-                "The retain until date must be in the future!".into(),
-            ));
-        }
         let value = retention
             .as_ref()
             .map(serde_json::to_value)
             .transpose()
             .map_err(|err| StoreError::InvalidArgument(err.to_string()))?;
-        self.patch_version_meta(bucket, key, version_id, "rt", value, |meta| {
+        // Judged by the database's clock, as `pgvs3.object_locked` judges what a retention
+        // protects: a gateway whose clock runs ahead must not find one over that still holds.
+        self.patch_version_meta(bucket, key, version_id, "rt", value, |meta, now| {
+            if let Some(new) = &retention
+                && !new.active(now)
+            {
+                return Err(StoreError::InvalidArgument(
+                    "The retain until date must be in the future!".into(),
+                ));
+            }
             let Some(old) = meta.retention.as_ref().filter(|old| old.active(now)) else {
                 return Ok(());
             };
@@ -262,9 +263,14 @@ impl Store {
         if bucket.object_lock.is_none() {
             return Err(lock_missing());
         }
-        self.patch_version_meta(bucket, key, version_id, "lh", Some(serde_json::Value::Bool(on)), |_| {
-            Ok(())
-        })
+        self.patch_version_meta(
+            bucket,
+            key,
+            version_id,
+            "lh",
+            Some(serde_json::Value::Bool(on)),
+            |_, _| Ok(()),
+        )
         .await
     }
 

@@ -210,6 +210,7 @@ pub struct NamespaceSql {
     pub(super) put_if_none_match: String,
     pub(super) set_tags: String,
     pub(super) copy_parts: String,
+    pub(super) body_held: String,
     pub(super) lock_current: String,
     pub(super) delete_unversioned: String,
     pub(super) delete_many_unversioned: String,
@@ -273,6 +274,11 @@ impl NamespaceSql {
                  INSERT INTO {ns}.chunks (body_id, seq, data)
                  SELECT s.new_body, c.seq, c.data FROM source s JOIN {ns}.chunks c ON c.body_id = s.body_id"
             ),
+            // Whether body `$3` (of key `$2`) still belongs to a version, current or not.
+            body_held: format!(
+                "SELECT EXISTS (SELECT 1 FROM {ns}.objects WHERE bucket_id = $1 AND key = $2 AND body_id = $3)
+                     OR EXISTS (SELECT 1 FROM {ns}.versions WHERE body_id = $3) AS held"
+            ),
             // The current version a conditional delete compares, held until it is deleted.
             lock_current: format!(
                 "SELECT etag, size, last_modified FROM {ns}.objects WHERE bucket_id = $1 AND key = $2
@@ -281,15 +287,17 @@ impl NamespaceSql {
             ),
             // An S3 delete as the bucket is (not as the catalog cache has it): it deletes only
             // in a bucket that never had versioning, and answers the bucket's state either way.
+            // A row a versioned write made is never deleted (`version_seq`): the bucket's state
+            // is read as the statement started, but a row it waited for is checked as it is now.
             delete_unversioned: format!(
                 "WITH b AS (SELECT versioning FROM pgvs3.buckets WHERE id = $1),
-                      d AS (DELETE FROM {ns}.objects WHERE bucket_id = $1 AND key = $2
+                      d AS (DELETE FROM {ns}.objects WHERE bucket_id = $1 AND key = $2 AND version_seq IS NULL
                               AND EXISTS (SELECT 1 FROM b WHERE versioning IS NULL))
                  SELECT versioning FROM b"
             ),
             delete_many_unversioned: format!(
                 "WITH b AS (SELECT versioning FROM pgvs3.buckets WHERE id = $1),
-                      d AS (DELETE FROM {ns}.objects WHERE bucket_id = $1 AND key = ANY($2)
+                      d AS (DELETE FROM {ns}.objects WHERE bucket_id = $1 AND key = ANY($2) AND version_seq IS NULL
                               AND EXISTS (SELECT 1 FROM b WHERE versioning IS NULL))
                  SELECT versioning FROM b"
             ),

@@ -40,9 +40,16 @@ impl ReaperSql {
                 "DELETE FROM {ns}.retired_bodies r WHERE body_id = $1
                    AND NOT EXISTS (SELECT 1 FROM {ns}.chunks c WHERE c.body_id = r.body_id)"
             ),
+            // Never a version: a row a versioned write made (`version_seq`), any row of a bucket
+            // versioned since its expiry was set (enabling versioning clears expiries, but a RESP
+            // write racing it may set one), or one object lock protects. A row changed meanwhile
+            // has another ctid, and is left for the next pass to look at again.
             delete_expired: format!(
                 "DELETE FROM {ns}.objects WHERE ctid = ANY(ARRAY(
-                    SELECT ctid FROM {ns}.objects WHERE expires_at <= now() LIMIT $1))"
+                    SELECT ctid FROM {ns}.objects o WHERE expires_at <= now() AND version_seq IS NULL
+                       AND NOT pgvs3.object_locked(meta, false)
+                       AND NOT EXISTS (SELECT 1 FROM pgvs3.buckets b WHERE b.id = o.bucket_id AND b.versioning IS NOT NULL)
+                     LIMIT $1))"
             ),
             backlog: format!(
                 "SELECT (SELECT count(*) FROM {ns}.retired_bodies) AS bodies, (SELECT count(*) FROM {ns}.uploads) AS uploads"

@@ -59,7 +59,7 @@ impl Store {
             .then(|| serde_json::to_value(tags))
             .transpose()
             .map_err(|err| StoreError::InvalidArgument(err.to_string()))?;
-        self.patch_version_meta(bucket, key, version_id, "tg", value, allowed)
+        self.patch_version_meta(bucket, key, version_id, "tg", value, |meta, _| allowed(meta))
             .await
     }
 

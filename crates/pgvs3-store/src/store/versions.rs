@@ -105,6 +105,7 @@ pub(super) struct VersionSql {
     latest_noncurrent: String,
     archive_current: String,
     marker: String,
+    committed_versioning: String,
     drop_null: String,
     delete_current: String,
     delete_noncurrent: String,
@@ -152,8 +153,14 @@ impl VersionSql {
                    FROM (SELECT nextval('{ns}.version_seqs') AS seq) s
                  RETURNING version_id"
             ),
+            // The bucket's versioning as committed, not as this gateway's catalog has it (a
+            // Suspended bucket's delete destroys null versions an Enabled one keeps), held until
+            // the delete commits: a change of the state waits for it.
+            committed_versioning: "SELECT versioning FROM pgvs3.buckets WHERE id = $1 FOR SHARE".to_owned(),
+            // Never a version object lock protects (should one be found in a Suspended bucket).
             drop_null: format!(
                 "WITH dropped AS (DELETE FROM {ns}.versions WHERE bucket_id = $1 AND key = $2 AND version_id = 'null'
+                                    AND NOT pgvs3.object_locked(meta, false)
                                   RETURNING body_id)
                  INSERT INTO {ns}.retired_bodies (body_id) SELECT body_id FROM dropped WHERE body_id IS NOT NULL
                  ON CONFLICT DO NOTHING"
@@ -169,14 +176,16 @@ impl VersionSql {
             page: page_sql(ns, ""),
             page_below: page_sql(ns, "AND key < $6"),
             // One version's metadata, locked for a change (`$3` NULL: the current version).
+            // With the database's clock (`now`), which retention is judged by, as
+            // `pgvs3.object_locked` judges it: not the gateway's.
             current_meta: format!(
-                "SELECT meta FROM {ns}.objects WHERE bucket_id = $1 AND key = $2
+                "SELECT meta, now() AS now FROM {ns}.objects WHERE bucket_id = $1 AND key = $2
                     AND ($3::text IS NULL OR coalesce(version_id, 'null') = $3)
                     AND (expires_at IS NULL OR expires_at > now())
                   FOR UPDATE"
             ),
             noncurrent_meta: format!(
-                "SELECT meta, is_delete_marker FROM {ns}.versions WHERE bucket_id = $1 AND key = $2 AND version_id = $3
+                "SELECT meta, is_delete_marker, now() AS now FROM {ns}.versions WHERE bucket_id = $1 AND key = $2 AND version_id = $3
                   FOR UPDATE"
             ),
             // `$4` the meta key replaced, `$5` its new value (`{{}}` removes it).
@@ -315,8 +324,9 @@ const PAGE_ROWS: i64 = 1001;
 impl Store {
     /// Sets a bucket's versioning state.
     pub(crate) async fn set_versioning(&self, bucket: &BucketInfo, state: Versioning) -> StoreResult<()> {
-        let client = self.client().await?;
-        let updated = client
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let updated = tx
             .execute(
                 "UPDATE pgvs3.buckets SET versioning = $2 WHERE id = $1",
                 &[&bucket.id, &state.as_str()],
@@ -336,6 +346,19 @@ impl Store {
             self.catalog.forget_bucket(&bucket.name);
             return Err(StoreError::NoSuchBucket);
         }
+        // A version never expires (the reaper would delete it for good, object lock or not): the
+        // keys a RESP TTL (set while the bucket was unversioned) gave one keep it no longer, and
+        // those already expired go now, as the reaper would have deleted them.
+        let ns = &bucket.namespace;
+        tx.execute(
+            &format!(
+                "WITH gone AS (DELETE FROM \"{ns}\".objects WHERE bucket_id = $1 AND expires_at <= now())
+                 UPDATE \"{ns}\".objects SET expires_at = NULL WHERE bucket_id = $1 AND expires_at > now()"
+            ),
+            &[&bucket.id],
+        )
+        .await?;
+        tx.commit().await?;
         // Reloaded now, not at the next NOTIFY or poll: this gateway's next request (often the
         // client's GetBucketVersioning) sees the change, and a reload of an older snapshot
         // still in flight cannot put the old state back (the catalog keeps the newest).
@@ -421,31 +444,54 @@ impl Store {
     /// DELETE without a version id in a versioned bucket, if `condition` holds on the current
     /// version: the current version becomes noncurrent behind a new delete marker (Enabled); in
     /// a Suspended bucket a null current version and any noncurrent null version go, and the
-    /// marker is the null version.
+    /// marker is the null version. Which of the two is the bucket's state as committed.
     pub(crate) async fn delete_versioned(
         &self,
         bucket: &BucketInfo,
         key: &str,
-        state: Versioning,
         condition: &DeleteCondition,
     ) -> StoreResult<DeleteOutcome> {
         check_key(key)?;
-        retry_conflicts(|| self.write_delete_marker(bucket, key, state, condition)).await
+        retry_conflicts(|| self.write_delete_marker(bucket, key, condition)).await
     }
 
     async fn write_delete_marker(
         &self,
         bucket: &BucketInfo,
         key: &str,
-        state: Versioning,
         condition: &DeleteCondition,
     ) -> StoreResult<DeleteOutcome> {
-        let enabled = state == Versioning::Enabled;
-        let sql = &bucket.sql.versions;
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
-        tx.execute(&sql.lock_key, &[&bucket.id, &key]).await?;
+        tx.execute(&bucket.sql.versions.lock_key, &[&bucket.id, &key]).await?;
         check_delete_condition(&tx, bucket, key, condition).await?;
+        let version_id = self.mark_deleted(&tx, bucket, key).await?;
+        tx.commit().await?;
+        Ok(DeleteOutcome {
+            version_id: Some(version_id),
+            delete_marker: true,
+        })
+    }
+
+    /// The delete marker of `key` in `tx`, which holds the key's locks ([`KEY_LOCKS`]), as the
+    /// bucket's committed versioning state makes it; answers its version id.
+    pub(super) async fn mark_deleted(
+        &self,
+        tx: &deadpool_postgres::Transaction<'_>,
+        bucket: &BucketInfo,
+        key: &str,
+    ) -> StoreResult<String> {
+        let sql = &bucket.sql.versions;
+        let Some(row) = tx.query_opt(&sql.committed_versioning, &[&bucket.id]).await? else {
+            self.catalog.forget_bucket(&bucket.name);
+            return Err(StoreError::NoSuchBucket);
+        };
+        let enabled = match row.get::<_, Option<&str>>("versioning").map(Versioning::parse) {
+            Some(Ok(state)) => state == Versioning::Enabled,
+            Some(Err(err)) => return Err(StoreError::Corrupt(err.to_string())),
+            // Versioning is never turned off: a catalog that saw it on saw this bucket's row.
+            None => return Err(StoreError::Corrupt(format!("bucket {} is not versioned", bucket.name))),
+        };
         // Enabled: any current version is kept; Suspended: only a versioned one (a null current
         // version is deleted, its body retired by the trigger).
         tx.execute(&sql.archive_current, &[&bucket.id, &key, &enabled]).await?;
@@ -454,15 +500,10 @@ impl Store {
                 .await?;
             tx.execute(&sql.drop_null, &[&bucket.id, &key]).await?;
         }
-        let version_id: String = tx
+        Ok(tx
             .query_one(&sql.marker, &[&bucket.id, &key, &enabled])
             .await?
-            .get("version_id");
-        tx.commit().await?;
-        Ok(DeleteOutcome {
-            version_id: Some(version_id),
-            delete_marker: true,
-        })
+            .get("version_id"))
     }
 
     /// DELETE of one version, for good; the next newest version becomes current if the current
@@ -662,7 +703,8 @@ impl Store {
 
     /// Sets (`None`: removes) the metadata field `field` of one version, current (`version_id`
     /// `None`, or its id) or noncurrent, in a transaction holding its row, once `allowed` agrees
-    /// with the metadata it has now. Tags and object lock of a version change this way.
+    /// with the metadata it has now (and the database's time now). Tags and object lock of a
+    /// version change this way.
     pub(super) async fn patch_version_meta(
         &self,
         bucket: &BucketInfo,
@@ -670,7 +712,7 @@ impl Store {
         version_id: Option<&str>,
         field: &str,
         value: Option<serde_json::Value>,
-        allowed: impl FnOnce(&ObjectMeta) -> StoreResult<()>,
+        allowed: impl FnOnce(&ObjectMeta, SystemTime) -> StoreResult<()>,
     ) -> StoreResult<()> {
         check_key(key)?;
         let sql = &bucket.sql.versions;
@@ -685,11 +727,11 @@ impl Store {
         if version_id.is_some() {
             tx.execute(&sql.lock_key, &[&bucket.id, &key]).await?;
         }
-        let (meta, current) = match tx
+        let (row, current) = match tx
             .query_opt(&sql.current_meta, &[&bucket.id, &key, &version_id])
             .await?
         {
-            Some(row) => (row.get::<_, Json<ObjectMeta>>("meta").0, true),
+            Some(row) => (row, true),
             None => {
                 let Some(version) = version_id else {
                     return Err(self.missing_key(bucket, key).await);
@@ -705,10 +747,10 @@ impl Store {
                         last_modified: None,
                     });
                 }
-                (row.get::<_, Json<ObjectMeta>>("meta").0, false)
+                (row, false)
             }
         };
-        allowed(&meta)?;
+        allowed(&row.get::<_, Json<ObjectMeta>>("meta").0, row.get("now"))?;
         let statement = if current {
             &sql.patch_current
         } else {

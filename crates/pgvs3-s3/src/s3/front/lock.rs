@@ -129,7 +129,8 @@ fn lock_config_xml(config: &LockConfig) -> ObjectLockConfiguration {
 }
 
 /// `x-amz-bypass-governance-retention`: the request may remove or weaken a GOVERNANCE
-/// retention (every key that may write the bucket has that permission here).
+/// retention. The access check required `s3:BypassGovernanceRetention` of it (authorize.rs):
+/// the bucket's owner has it, a policy may grant or deny it.
 pub(super) fn bypasses_governance(header: &Option<bool>) -> bool {
     header.unwrap_or(false)
 }

@@ -60,6 +60,10 @@ pub struct Operation {
     /// It writes an object, whose ACL (`x-amz-acl`, `x-amz-grant-*`) needs `s3:PutObjectAcl`
     /// too, as on AWS.
     pub sets_object_acl: bool,
+    /// It may remove or weaken what a GOVERNANCE retention protects when asked to
+    /// (`x-amz-bypass-governance-retention: true`), which needs `s3:BypassGovernanceRetention`
+    /// too, as on AWS.
+    pub bypasses_governance: bool,
     /// The front reads (or, for a tag write, locks) the object's row before it answers anything
     /// of the object, and decides there what only the row can decide (its ACL, its tags).
     pub decided_on_row: bool,
@@ -76,6 +80,7 @@ impl Operation {
             opens,
             acl: None,
             sets_object_acl: false,
+            bypasses_governance: false,
             decided_on_row: false,
         }
     }
@@ -102,6 +107,11 @@ impl Operation {
 
     const fn sets_object_acl(mut self) -> Operation {
         self.sets_object_acl = true;
+        self
+    }
+
+    const fn bypasses_governance(mut self) -> Operation {
+        self.bypasses_governance = true;
         self
     }
 
@@ -182,11 +192,13 @@ const OPERATIONS: &[Operation] = &[
     Operation::new("DeleteObject", O, WRITE)
         .action("s3:DeleteObject")
         .versioned("s3:DeleteObjectVersion")
-        .acl(On::Bucket, Permission::Write),
+        .acl(On::Bucket, Permission::Write)
+        .bypasses_governance(),
     Operation::new("DeleteObjects", B, WRITE)
         .action("s3:DeleteObject")
         .with_body()
-        .acl(On::Bucket, Permission::Write),
+        .acl(On::Bucket, Permission::Write)
+        .bypasses_governance(),
     // Copies.
     Operation::new("CopyObject", O, WRITE)
         .action("s3:PutObject")
@@ -273,7 +285,8 @@ const OPERATIONS: &[Operation] = &[
     Operation::new("GetObjectRetention", O, READ).action("s3:GetObjectRetention"),
     Operation::new("PutObjectRetention", O, WRITE)
         .action("s3:PutObjectRetention")
-        .with_body(),
+        .with_body()
+        .bypasses_governance(),
     Operation::new("GetObjectLegalHold", O, READ).action("s3:GetObjectLegalHold"),
     Operation::new("PutObjectLegalHold", O, WRITE)
         .action("s3:PutObjectLegalHold")

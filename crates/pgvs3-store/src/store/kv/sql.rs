@@ -239,7 +239,9 @@ fn mark_deleted_sql(ns: &str) -> String {
 
 /// Only rows that were live when the batch loaded them (`$4`, its clock then): an expired row
 /// of the other table under the same name stays expired, where setting its expiry would bring
-/// its old value back over the live key.
+/// its old value back over the live key. Never an S3 version: a TTL is refused in a versioned
+/// bucket, and should this gateway's catalog not know the bucket is versioned yet, the bucket's
+/// committed state keeps the row from expiring (the reaper would delete a version for good).
 fn set_expiry_sql(ns: &str) -> String {
     format!(
         "WITH typed AS (
@@ -248,7 +250,8 @@ fn set_expiry_sql(ns: &str) -> String {
               WHERE r.bucket_id = $1 AND r.key = u.key AND (r.expires_at IS NULL OR r.expires_at > $4))
          UPDATE {ns}.objects o SET expires_at = u.expires_at
            FROM unnest($2::text[], $3::timestamptz[]) AS u(key, expires_at)
-          WHERE o.bucket_id = $1 AND o.key = u.key AND (o.expires_at IS NULL OR o.expires_at > $4)"
+          WHERE o.bucket_id = $1 AND o.key = u.key AND (o.expires_at IS NULL OR o.expires_at > $4)
+            AND o.version_seq IS NULL AND NOT EXISTS (SELECT 1 FROM pgvs3.buckets WHERE id = $1 AND versioning IS NOT NULL)"
     )
 }
 
@@ -291,11 +294,12 @@ fn random_sql(ns: &str) -> String {
 }
 
 /// Never the objects of a versioned bucket (FLUSHDB refuses it; this holds should the catalog
-/// cache not know yet): deleting them would remove versions for good.
+/// cache not know yet): deleting them would remove versions for good. Nor a row a versioned
+/// write made while the statement waited for it (`version_seq`).
 fn flush_sql(ns: &str) -> String {
     format!(
         "WITH typed AS (DELETE FROM pgvs3.resp_keys WHERE bucket_id = $1)
-         DELETE FROM {ns}.objects WHERE bucket_id = $1
+         DELETE FROM {ns}.objects WHERE bucket_id = $1 AND version_seq IS NULL
             AND NOT EXISTS (SELECT 1 FROM pgvs3.buckets WHERE id = $1 AND versioning IS NOT NULL)"
     )
 }
