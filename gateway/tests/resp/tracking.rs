@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::TestGateway;
 use common::resp::{RawResp, Value};
 
-use crate::live_redis::{LiveRedis, same_lines};
+use common::resp::live::{LiveRedis, same_lines};
 use crate::redis_rs;
 
 fn bulk(text: &str) -> Value {
