@@ -67,7 +67,12 @@ pub async fn same_bytes(ours: &mut RawResp, expected: &mut RawResp, args: &[&[u8
         server.send(&command).await;
     }
     let theirs = expected.reply().await;
-    assert_eq!(ours.reply().await, theirs, "{:?}", args.iter().map(|arg| String::from_utf8_lossy(arg)).collect::<Vec<_>>());
+    assert_eq!(
+        ours.reply().await,
+        theirs,
+        "{:?}",
+        args.iter().map(|arg| String::from_utf8_lossy(arg)).collect::<Vec<_>>()
+    );
 }
 
 /// [`same_bytes`] for each command, of words that are text.
