@@ -1293,6 +1293,25 @@ async fn blocked_clients_are_served_in_the_order_they_blocked_as_redis_does() {
         }
         assert_eq!(replies[0], replies[1], "{lines:?}");
     }
+    // A move from a missing list answers nil (BLMOVE blocks until its timeout) whatever its
+    // destination holds: Redis looks the destination up once the source has an element.
+    let mut ours = RawResp::connect(gateway.resp_addr()).await;
+    let mut theirs = redis.connect().await;
+    common::resp::live::same_lines(
+        &mut ours,
+        &mut theirs,
+        &[
+            "SET str x",
+            "LMOVE nolist str LEFT LEFT",
+            "RPOPLPUSH nolist str",
+            "BLMOVE nolist str LEFT LEFT 0.01",
+            "BRPOPLPUSH nolist str 0.01",
+            "RPUSH l a",
+            "LMOVE l str LEFT LEFT",
+            "LRANGE l 0 -1",
+        ],
+    )
+    .await;
 }
 
 #[tokio::test]

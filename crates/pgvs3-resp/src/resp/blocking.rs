@@ -98,9 +98,22 @@ pub struct Waiter {
     keys: Vec<String>,
     woken: Arc<Notify>,
     turn: Arc<AtomicU8>,
+    /// Counted in INFO's `blocked_clients`: from its first wait on.
+    counted: bool,
 }
 
 impl Waiter {
+    /// Before its first wait: the client is blocked from now on, for INFO as for CLIENT
+    /// UNBLOCK; not during its first attempt, which may serve it at once, as Redis counts only
+    /// a client that found nothing (a client that waits for `blocked_clients` and then sends
+    /// CLIENT UNBLOCK must find it blocked).
+    pub fn waits(&mut self) {
+        if !self.counted {
+            self.counted = true;
+            self.wakeups.lock().clients += 1;
+        }
+    }
+
     /// Returns once one of the keys got elements since the last return (or since the
     /// registration): a wakeup between an attempt and this wait is not lost.
     pub async fn woken(&self) {
@@ -148,7 +161,9 @@ impl Drop for Waiter {
         if self.turn.load(Ordering::Acquire) != IDLE {
             self.pass_on(&blocked);
         }
-        blocked.clients -= 1;
+        if self.counted {
+            blocked.clients -= 1;
+        }
         for key in &self.keys {
             if let Some(waiters) = blocked.by_key.get_mut(key) {
                 waiters.retain(|waiter| waiter.id != self.id);
@@ -195,7 +210,6 @@ impl Wakeups {
         keys.sort_unstable();
         keys.dedup();
         let mut blocked = self.lock();
-        blocked.clients += 1;
         for key in &keys {
             blocked.by_key.entry(key.clone()).or_default().push(Registered {
                 id,
@@ -211,6 +225,7 @@ impl Wakeups {
             keys,
             woken,
             turn,
+            counted: false,
         }
     }
 
@@ -388,7 +403,7 @@ impl Connection {
             .flatten()
             .and_then(|timeout| Instant::now().checked_add(timeout));
         let in_turn = matches!(typed.call.family(), Family::List | Family::Zset);
-        let waiter = self.server.wakeups.register(&typed.call.keys, in_turn);
+        let mut waiter = self.server.wakeups.register(&typed.call.keys, in_turn);
         let typed = match super::stream::last_ids_call(typed) {
             // Read after registering: an entry added in between wakes this client.
             Some(last_ids) => match self.typed_read(&last_ids).await {
@@ -446,10 +461,12 @@ impl Connection {
             self.admitted = None;
             let poll = Instant::now() + self.server.settings.block_poll;
             let wake_at = deadline.map_or(poll, |deadline| deadline.min(poll));
-            // Blocked from the first wait on, for CLIENT UNBLOCK (which takes it back).
+            // Blocked from the first wait on, for CLIENT UNBLOCK (which takes it back) and
+            // then for INFO.
             self.set_client(|info| {
                 info.blocked.get_or_insert_with(|| std::sync::Arc::clone(&unblock));
             });
+            waiter.waits();
             tokio::select! {
                 () = waiter.woken() => {}
                 () = tokio::time::sleep_until(wake_at.into()) => {}
