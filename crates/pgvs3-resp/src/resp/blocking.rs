@@ -98,22 +98,9 @@ pub struct Waiter {
     keys: Vec<String>,
     woken: Arc<Notify>,
     turn: Arc<AtomicU8>,
-    /// Counted in INFO's `blocked_clients`: from its first wait on.
-    counted: bool,
 }
 
 impl Waiter {
-    /// Before its first wait: the client is blocked from now on, for INFO as for CLIENT
-    /// UNBLOCK; not during its first attempt, which may serve it at once, as Redis counts only
-    /// a client that found nothing (a client that waits for `blocked_clients` and then sends
-    /// CLIENT UNBLOCK must find it blocked).
-    pub fn waits(&mut self) {
-        if !self.counted {
-            self.counted = true;
-            self.wakeups.lock().clients += 1;
-        }
-    }
-
     /// Returns once one of the keys got elements since the last return (or since the
     /// registration): a wakeup between an attempt and this wait is not lost.
     pub async fn woken(&self) {
@@ -161,9 +148,7 @@ impl Drop for Waiter {
         if self.turn.load(Ordering::Acquire) != IDLE {
             self.pass_on(&blocked);
         }
-        if self.counted {
-            blocked.clients -= 1;
-        }
+        blocked.clients -= 1;
         for key in &self.keys {
             if let Some(waiters) = blocked.by_key.get_mut(key) {
                 waiters.retain(|waiter| waiter.id != self.id);
@@ -210,6 +195,7 @@ impl Wakeups {
         keys.sort_unstable();
         keys.dedup();
         let mut blocked = self.lock();
+        blocked.clients += 1;
         for key in &keys {
             blocked.by_key.entry(key.clone()).or_default().push(Registered {
                 id,
@@ -225,7 +211,6 @@ impl Wakeups {
             keys,
             woken,
             turn,
-            counted: false,
         }
     }
 
@@ -403,7 +388,7 @@ impl Connection {
             .flatten()
             .and_then(|timeout| Instant::now().checked_add(timeout));
         let in_turn = matches!(typed.call.family(), Family::List | Family::Zset);
-        let mut waiter = self.server.wakeups.register(&typed.call.keys, in_turn);
+        let waiter = self.server.wakeups.register(&typed.call.keys, in_turn);
         let typed = match super::stream::last_ids_call(typed) {
             // Read after registering: an entry added in between wakes this client.
             Some(last_ids) => match self.typed_read(&last_ids).await {
@@ -416,7 +401,12 @@ impl Connection {
         let mut nothing: Option<Reply> = None;
         let mut attempt = typed.clone();
         let mut checks = 0;
+        // Blocked for CLIENT UNBLOCK (which takes it back) from its registration, as INFO's
+        // `blocked_clients` counts it: a client that waits for that count and then unblocks it
+        // finds it blocked even while its first attempt runs (which then answers as a
+        // timeout would, when it found nothing).
         let unblock = std::sync::Arc::new(super::clients::Unblock::default());
+        self.set_client(|info| info.blocked = Some(std::sync::Arc::clone(&unblock)));
         loop {
             if self.admitted.is_none() {
                 match self.server.admission.admit_again().await {
@@ -461,12 +451,7 @@ impl Connection {
             self.admitted = None;
             let poll = Instant::now() + self.server.settings.block_poll;
             let wake_at = deadline.map_or(poll, |deadline| deadline.min(poll));
-            // Blocked from the first wait on, for CLIENT UNBLOCK (which takes it back) and
-            // then for INFO.
-            self.set_client(|info| {
-                info.blocked.get_or_insert_with(|| std::sync::Arc::clone(&unblock));
-            });
-            waiter.waits();
+
             tokio::select! {
                 () = waiter.woken() => {}
                 () = tokio::time::sleep_until(wake_at.into()) => {}
