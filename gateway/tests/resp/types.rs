@@ -1913,6 +1913,37 @@ async fn watch_waits_for_the_writers_under_way_on_its_keys() {
     }
 }
 
+/// A client INFO counts as blocked is blocked for CLIENT UNBLOCK too, even while its first
+/// attempt still runs (here held on its key's lock): Redis's tests wait for
+/// `blocked_clients`, then unblock. Unblocked, it answers what its timeout would.
+#[tokio::test]
+async fn client_unblock_finds_a_client_info_counts_as_blocked() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let writer = gateway.sql().await;
+    let (bucket_id, _) = resp_bucket(&writer).await;
+    writer.batch_execute("BEGIN").await.unwrap();
+    lock_as_a_writer(&writer, bucket_id, "l").await;
+    let mut blocked = RawResp::connect(gateway.resp_addr()).await;
+    let Value::Int(id) = blocked.command(&["CLIENT", "ID"]).await else {
+        panic!("CLIENT ID")
+    };
+    blocked.send(&encode(&[b"BLPOP", b"l", b"0"])).await;
+    let mut admin = RawResp::connect(gateway.resp_addr()).await;
+    let watch = gateway.sql().await;
+    common::eventually(
+        Duration::from_secs(10),
+        "BLPOP's first attempt waiting for the lock",
+        || async { (common::lock_waiters(&watch).await > 0).then_some(()) },
+    )
+    .await;
+    assert_eq!(blocked_clients(&mut admin).await, 1);
+    let id = id.to_string();
+    assert_eq!(admin.command(&["CLIENT", "UNBLOCK", &id]).await, Value::Int(1));
+    writer.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(blocked.reply().await, Some(Value::Nil));
+    assert_eq!(admin.command(&["CLIENT", "UNBLOCK", &id]).await, Value::Int(0));
+}
+
 /// Whether a blocked client still has no reply after half a second (five of its attempts at
 /// a 100 ms `--resp-block-poll`).
 async fn still_blocked(blocked: &mut RawResp) -> bool {
