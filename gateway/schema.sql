@@ -1919,6 +1919,11 @@ DECLARE
     total bigint;
     fa bytea[];
     va bytea[];
+    -- Fields in the order they were first added, as Redis's listpack keeps them, while the
+    -- hash is in its small encoding (`added`, 0053_resp_insertion_order.sql; NULL first for
+    -- fields of before it, in byte order); a large one answers in byte order (Redis's
+    -- hashtable answers in no order), read from the primary key.
+    small boolean;
 BEGIN
     err := pgvs3.resp_check(b, ks, strings, ks, 'h', write);
     IF err IS NOT NULL THEN
@@ -1934,6 +1939,9 @@ BEGIN
         END CASE;
         RETURN;
     END IF;
+    IF op IN ('hgetall', 'hkeys', 'hvals', 'hscan') THEN
+        small := NOT coalesce(pgvs3.resp_large(b, k), true);
+    END IF;
     CASE op
     WHEN 'hset' THEN
         PERFORM pgvs3.resp_touch(b, k, 'h');
@@ -1942,19 +1950,21 @@ BEGIN
         -- ints {1} (0039_resp_batched_calls.sql): scores answer, pair by pair, 1 where the pair added its field
         -- (the first pair naming a field that was not there): the gateway runs consecutive
         -- HSETs on one key as one call and gives each command the count of its own pairs.
+        -- New fields are inserted in the order they first appear, which is the order their
+        -- `added` numbers are drawn in (the column's default).
         WITH pairs AS (
-            SELECT f, v, i, i = min(i) OVER (PARTITION BY f) AS first FROM (
+            SELECT f, v, i, min(i) OVER (PARTITION BY f) AS fi FROM (
                 SELECT a AS f, lead(a) OVER (ORDER BY i) AS v, i FROM unnest(args) WITH ORDINALITY u(a, i)
             ) p WHERE i % 2 = 1
         ), input AS (
-            SELECT DISTINCT ON (f) f, v FROM pairs ORDER BY f, i DESC
+            SELECT DISTINCT ON (f) f, v, fi FROM pairs ORDER BY f, i DESC
         ), written AS (
-            INSERT INTO pgvs3.resp_hash AS h (bucket_id, key, field, value) SELECT b, k, f, v FROM input
+            INSERT INTO pgvs3.resp_hash AS h (bucket_id, key, field, value) SELECT b, k, f, v FROM input ORDER BY fi
             ON CONFLICT (bucket_id, key, field) DO UPDATE SET value = EXCLUDED.value
             RETURNING field, xmax = 0 AS inserted
         )
-        SELECT count(*) FILTER (WHERE w.inserted AND p.first),
-               CASE WHEN ints[1] = 1 THEN array_agg((w.inserted AND p.first)::int::float8 ORDER BY p.i) END
+        SELECT count(*) FILTER (WHERE w.inserted AND p.i = p.fi),
+               CASE WHEN ints[1] = 1 THEN array_agg((w.inserted AND p.i = p.fi)::int::float8 ORDER BY p.i) END
           INTO n, scores
           FROM pairs p JOIN written w ON w.field = p.f;
         PERFORM pgvs3.resp_grown(b, k, 'h', args, NULL);
@@ -2023,13 +2033,15 @@ BEGIN
     WHEN 'hlen' THEN
         n := (SELECT count(*) FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k);
     WHEN 'hgetall' THEN
-        SELECT coalesce(array_agg(x ORDER BY field, j), '{}') INTO items
+        SELECT coalesce(array_agg(x ORDER BY CASE WHEN small THEN added END NULLS FIRST, field, j), '{}') INTO items
           FROM pgvs3.resp_hash, LATERAL (VALUES (1, field), (2, value)) AS p(j, x)
          WHERE bucket_id = b AND key = k;
     WHEN 'hkeys' THEN
-        SELECT coalesce(array_agg(field ORDER BY field), '{}') INTO items FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k;
+        SELECT coalesce(array_agg(field ORDER BY CASE WHEN small THEN added END NULLS FIRST, field), '{}') INTO items
+          FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k;
     WHEN 'hvals' THEN
-        SELECT coalesce(array_agg(value ORDER BY field), '{}') INTO items FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k;
+        SELECT coalesce(array_agg(value ORDER BY CASE WHEN small THEN added END NULLS FIRST, field), '{}') INTO items
+          FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k;
     WHEN 'hrandfield' THEN
         -- ints: {count (NULL: none given), with values (1)}. The gateway bounds the count.
         total := (SELECT count(*) FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k);
@@ -2049,6 +2061,14 @@ BEGIN
         END IF;
     WHEN 'hscan' THEN
         -- ints: {cursor (an offset in field order), count}; n: the next cursor, 0 at the end.
+        -- A small hash answers whole, in one reply with cursor 0, as Redis scans a listpack.
+        IF small THEN
+            SELECT coalesce(array_agg(x ORDER BY added NULLS FIRST, field, j), '{}') INTO items
+              FROM pgvs3.resp_hash, LATERAL (VALUES (1, field), (2, value)) AS p(j, x)
+             WHERE bucket_id = b AND key = k;
+            n := 0;
+            RETURN;
+        END IF;
         SELECT coalesce(array_agg(x ORDER BY field, j), '{}'), count(*) / 2 INTO items, total FROM (
             SELECT field, value FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k
              ORDER BY field OFFSET ints[1] LIMIT ints[2]
@@ -2111,7 +2131,7 @@ BEGIN
             SELECT b, dst, type, expires_at, length, list_head, list_tail, large FROM pgvs3.resp_keys WHERE bucket_id = b AND key = src;
         CASE src_type
         WHEN 'h' THEN
-            INSERT INTO pgvs3.resp_hash SELECT b, dst, field, value FROM pgvs3.resp_hash WHERE bucket_id = b AND key = src;
+            INSERT INTO pgvs3.resp_hash SELECT b, dst, field, value, added FROM pgvs3.resp_hash WHERE bucket_id = b AND key = src;
         WHEN 's' THEN
             INSERT INTO pgvs3.resp_set SELECT b, dst, member FROM pgvs3.resp_set WHERE bucket_id = b AND key = src;
         WHEN 'z' THEN
@@ -2164,7 +2184,11 @@ DECLARE
     vals bytea[];
     j int;
 BEGIN
-    err := pgvs3.resp_check(b, ks, strings, ks, 'l', write);
+    -- LMOVE from a missing source answers nil (BLMOVE blocks) whatever the destination holds,
+    -- as Redis looks the destination up only once the source has an element.
+    err := pgvs3.resp_check(b, ks, strings,
+                            CASE WHEN op = 'lmove' AND pgvs3.resp_type(b, k) IS NULL AND NOT k = ANY (strings) THEN ARRAY[k] ELSE ks END,
+                            'l', write);
     IF err IS NOT NULL THEN
         RETURN;
     END IF;
@@ -2537,6 +2561,7 @@ DECLARE
     others text[];
     total bigint;
     ma bytea[];
+    small boolean;
 BEGIN
     err := pgvs3.resp_check(b, ks, strings, CASE WHEN store THEN sources ELSE ks END, 's', write);
     IF err IS NOT NULL THEN
@@ -2561,7 +2586,10 @@ BEGIN
             PERFORM pgvs3.resp_settle(b, k);
         END IF;
     WHEN 'smembers' THEN
-        SELECT coalesce(array_agg(member ORDER BY member), '{}') INTO items
+        -- An intset answers in numeric order, as Redis's does; a large set in byte order
+        -- (Redis's hashtable in none).
+        small := k = ANY (live) AND NOT coalesce(pgvs3.resp_large(b, k), true);
+        SELECT coalesce(array_agg(member ORDER BY CASE WHEN small THEN pgvs3.resp_int(member) END, member), '{}') INTO items
           FROM pgvs3.resp_set WHERE bucket_id = b AND key = k AND k = ANY (live);
     WHEN 'sismember' THEN
         n := (SELECT count(*) FROM pgvs3.resp_set WHERE bucket_id = b AND key = k AND k = ANY (live) AND member = args[1]);
@@ -2589,6 +2617,16 @@ BEGIN
         END IF;
         IF cardinality(items) > 0 THEN
             PERFORM pgvs3.resp_settle(b, k);
+            -- Redis's SPOP with a count that leaves at most a fifth of it builds a new set of
+            -- the members left, member by member, as SADD would (t_set.c
+            -- spopWithCountCommand's CASE 3, SPOP_MOVE_STRATEGY_MUL): an `intset` again when they
+            -- fit one. Counts at most count / 5 + 1 of them.
+            IF ints[1] IS NOT NULL THEN
+                total := (SELECT count(*) FROM (SELECT 1 FROM pgvs3.resp_set WHERE bucket_id = b AND key = k LIMIT ints[1] / 5 + 1) e);
+                IF total > 0 AND total * 5 <= ints[1] THEN
+                    UPDATE pgvs3.resp_keys SET large = NOT pgvs3.resp_fits(b, k, 's') WHERE bucket_id = b AND key = k;
+                END IF;
+            END IF;
         END IF;
     WHEN 'srandmember' THEN
         IF NOT k = ANY (live) THEN
@@ -2643,6 +2681,14 @@ BEGIN
                             WHERE c.bucket_id = b AND c.key = ANY (others) AND c.member = a.member);
     WHEN 'sscan' THEN
         -- ints: {cursor (an offset in member order), count}; n: the next cursor, 0 at the end.
+        -- An intset answers whole, in numeric order and one reply with cursor 0, as Redis
+        -- scans one.
+        IF k = ANY (live) AND NOT coalesce(pgvs3.resp_large(b, k), true) THEN
+            SELECT coalesce(array_agg(member ORDER BY pgvs3.resp_int(member), member), '{}') INTO items
+              FROM pgvs3.resp_set WHERE bucket_id = b AND key = k;
+            n := 0;
+            RETURN;
+        END IF;
         SELECT coalesce(array_agg(member ORDER BY member), '{}') INTO items FROM (
             SELECT member FROM pgvs3.resp_set WHERE bucket_id = b AND key = k AND k = ANY (live)
              ORDER BY member OFFSET ints[1] LIMIT ints[2]) s;
@@ -4674,6 +4720,17 @@ CREATE TABLE pgvs3.resp_function_libraries (
 );
 
 --
+-- Name: resp_hash_added; Type: SEQUENCE; Schema: pgvs3; Owner: -
+--
+
+CREATE SEQUENCE pgvs3.resp_hash_added
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+--
 -- Name: resp_hash; Type: TABLE; Schema: pgvs3; Owner: -
 --
 
@@ -4681,7 +4738,8 @@ CREATE TABLE pgvs3.resp_hash (
     bucket_id bigint NOT NULL,
     key text NOT NULL COLLATE pg_catalog."C",
     field bytea NOT NULL,
-    value bytea NOT NULL
+    value bytea NOT NULL,
+    added bigint DEFAULT nextval('pgvs3.resp_hash_added'::regclass)
 );
 
 --

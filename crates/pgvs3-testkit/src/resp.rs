@@ -7,6 +7,8 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+pub mod live;
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value {
     Simple(String),

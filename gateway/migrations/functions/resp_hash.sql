@@ -12,6 +12,11 @@ DECLARE
     total bigint;
     fa bytea[];
     va bytea[];
+    -- Fields in the order they were first added, as Redis's listpack keeps them, while the
+    -- hash is in its small encoding (`added`, 0053_resp_insertion_order.sql; NULL first for
+    -- fields of before it, in byte order); a large one answers in byte order (Redis's
+    -- hashtable answers in no order), read from the primary key.
+    small boolean;
 BEGIN
     err := pgvs3.resp_check(b, ks, strings, ks, 'h', write);
     IF err IS NOT NULL THEN
@@ -27,6 +32,9 @@ BEGIN
         END CASE;
         RETURN;
     END IF;
+    IF op IN ('hgetall', 'hkeys', 'hvals', 'hscan') THEN
+        small := NOT coalesce(pgvs3.resp_large(b, k), true);
+    END IF;
     CASE op
     WHEN 'hset' THEN
         PERFORM pgvs3.resp_touch(b, k, 'h');
@@ -35,19 +43,21 @@ BEGIN
         -- ints {1} (0039_resp_batched_calls.sql): scores answer, pair by pair, 1 where the pair added its field
         -- (the first pair naming a field that was not there): the gateway runs consecutive
         -- HSETs on one key as one call and gives each command the count of its own pairs.
+        -- New fields are inserted in the order they first appear, which is the order their
+        -- `added` numbers are drawn in (the column's default).
         WITH pairs AS (
-            SELECT f, v, i, i = min(i) OVER (PARTITION BY f) AS first FROM (
+            SELECT f, v, i, min(i) OVER (PARTITION BY f) AS fi FROM (
                 SELECT a AS f, lead(a) OVER (ORDER BY i) AS v, i FROM unnest(args) WITH ORDINALITY u(a, i)
             ) p WHERE i % 2 = 1
         ), input AS (
-            SELECT DISTINCT ON (f) f, v FROM pairs ORDER BY f, i DESC
+            SELECT DISTINCT ON (f) f, v, fi FROM pairs ORDER BY f, i DESC
         ), written AS (
-            INSERT INTO pgvs3.resp_hash AS h (bucket_id, key, field, value) SELECT b, k, f, v FROM input
+            INSERT INTO pgvs3.resp_hash AS h (bucket_id, key, field, value) SELECT b, k, f, v FROM input ORDER BY fi
             ON CONFLICT (bucket_id, key, field) DO UPDATE SET value = EXCLUDED.value
             RETURNING field, xmax = 0 AS inserted
         )
-        SELECT count(*) FILTER (WHERE w.inserted AND p.first),
-               CASE WHEN ints[1] = 1 THEN array_agg((w.inserted AND p.first)::int::float8 ORDER BY p.i) END
+        SELECT count(*) FILTER (WHERE w.inserted AND p.i = p.fi),
+               CASE WHEN ints[1] = 1 THEN array_agg((w.inserted AND p.i = p.fi)::int::float8 ORDER BY p.i) END
           INTO n, scores
           FROM pairs p JOIN written w ON w.field = p.f;
         PERFORM pgvs3.resp_grown(b, k, 'h', args, NULL);
@@ -116,13 +126,15 @@ BEGIN
     WHEN 'hlen' THEN
         n := (SELECT count(*) FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k);
     WHEN 'hgetall' THEN
-        SELECT coalesce(array_agg(x ORDER BY field, j), '{}') INTO items
+        SELECT coalesce(array_agg(x ORDER BY CASE WHEN small THEN added END NULLS FIRST, field, j), '{}') INTO items
           FROM pgvs3.resp_hash, LATERAL (VALUES (1, field), (2, value)) AS p(j, x)
          WHERE bucket_id = b AND key = k;
     WHEN 'hkeys' THEN
-        SELECT coalesce(array_agg(field ORDER BY field), '{}') INTO items FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k;
+        SELECT coalesce(array_agg(field ORDER BY CASE WHEN small THEN added END NULLS FIRST, field), '{}') INTO items
+          FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k;
     WHEN 'hvals' THEN
-        SELECT coalesce(array_agg(value ORDER BY field), '{}') INTO items FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k;
+        SELECT coalesce(array_agg(value ORDER BY CASE WHEN small THEN added END NULLS FIRST, field), '{}') INTO items
+          FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k;
     WHEN 'hrandfield' THEN
         -- ints: {count (NULL: none given), with values (1)}. The gateway bounds the count.
         total := (SELECT count(*) FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k);
@@ -142,6 +154,14 @@ BEGIN
         END IF;
     WHEN 'hscan' THEN
         -- ints: {cursor (an offset in field order), count}; n: the next cursor, 0 at the end.
+        -- A small hash answers whole, in one reply with cursor 0, as Redis scans a listpack.
+        IF small THEN
+            SELECT coalesce(array_agg(x ORDER BY added NULLS FIRST, field, j), '{}') INTO items
+              FROM pgvs3.resp_hash, LATERAL (VALUES (1, field), (2, value)) AS p(j, x)
+             WHERE bucket_id = b AND key = k;
+            n := 0;
+            RETURN;
+        END IF;
         SELECT coalesce(array_agg(x ORDER BY field, j), '{}'), count(*) / 2 INTO items, total FROM (
             SELECT field, value FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k
              ORDER BY field OFFSET ints[1] LIMIT ints[2]

@@ -249,7 +249,7 @@ BEGIN
             SELECT b, dst, type, expires_at, length, list_head, list_tail, large FROM pgvs3.resp_keys WHERE bucket_id = b AND key = src;
         CASE src_type
         WHEN 'h' THEN
-            INSERT INTO pgvs3.resp_hash SELECT b, dst, field, value FROM pgvs3.resp_hash WHERE bucket_id = b AND key = src;
+            INSERT INTO pgvs3.resp_hash SELECT b, dst, field, value, added FROM pgvs3.resp_hash WHERE bucket_id = b AND key = src;
         WHEN 's' THEN
             INSERT INTO pgvs3.resp_set SELECT b, dst, member FROM pgvs3.resp_set WHERE bucket_id = b AND key = src;
         WHEN 'z' THEN

@@ -93,7 +93,11 @@ DECLARE
     vals bytea[];
     j int;
 BEGIN
-    err := pgvs3.resp_check(b, ks, strings, ks, 'l', write);
+    -- LMOVE from a missing source answers nil (BLMOVE blocks) whatever the destination holds,
+    -- as Redis looks the destination up only once the source has an element.
+    err := pgvs3.resp_check(b, ks, strings,
+                            CASE WHEN op = 'lmove' AND pgvs3.resp_type(b, k) IS NULL AND NOT k = ANY (strings) THEN ARRAY[k] ELSE ks END,
+                            'l', write);
     IF err IS NOT NULL THEN
         RETURN;
     END IF;

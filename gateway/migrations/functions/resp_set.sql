@@ -14,6 +14,7 @@ DECLARE
     others text[];
     total bigint;
     ma bytea[];
+    small boolean;
 BEGIN
     err := pgvs3.resp_check(b, ks, strings, CASE WHEN store THEN sources ELSE ks END, 's', write);
     IF err IS NOT NULL THEN
@@ -38,7 +39,10 @@ BEGIN
             PERFORM pgvs3.resp_settle(b, k);
         END IF;
     WHEN 'smembers' THEN
-        SELECT coalesce(array_agg(member ORDER BY member), '{}') INTO items
+        -- An intset answers in numeric order, as Redis's does; a large set in byte order
+        -- (Redis's hashtable in none).
+        small := k = ANY (live) AND NOT coalesce(pgvs3.resp_large(b, k), true);
+        SELECT coalesce(array_agg(member ORDER BY CASE WHEN small THEN pgvs3.resp_int(member) END, member), '{}') INTO items
           FROM pgvs3.resp_set WHERE bucket_id = b AND key = k AND k = ANY (live);
     WHEN 'sismember' THEN
         n := (SELECT count(*) FROM pgvs3.resp_set WHERE bucket_id = b AND key = k AND k = ANY (live) AND member = args[1]);
@@ -66,6 +70,16 @@ BEGIN
         END IF;
         IF cardinality(items) > 0 THEN
             PERFORM pgvs3.resp_settle(b, k);
+            -- Redis's SPOP with a count that leaves at most a fifth of it builds a new set of
+            -- the members left, member by member, as SADD would (t_set.c
+            -- spopWithCountCommand's CASE 3, SPOP_MOVE_STRATEGY_MUL): an `intset` again when they
+            -- fit one. Counts at most count / 5 + 1 of them.
+            IF ints[1] IS NOT NULL THEN
+                total := (SELECT count(*) FROM (SELECT 1 FROM pgvs3.resp_set WHERE bucket_id = b AND key = k LIMIT ints[1] / 5 + 1) e);
+                IF total > 0 AND total * 5 <= ints[1] THEN
+                    UPDATE pgvs3.resp_keys SET large = NOT pgvs3.resp_fits(b, k, 's') WHERE bucket_id = b AND key = k;
+                END IF;
+            END IF;
         END IF;
     WHEN 'srandmember' THEN
         IF NOT k = ANY (live) THEN
@@ -120,6 +134,14 @@ BEGIN
                             WHERE c.bucket_id = b AND c.key = ANY (others) AND c.member = a.member);
     WHEN 'sscan' THEN
         -- ints: {cursor (an offset in member order), count}; n: the next cursor, 0 at the end.
+        -- An intset answers whole, in numeric order and one reply with cursor 0, as Redis
+        -- scans one.
+        IF k = ANY (live) AND NOT coalesce(pgvs3.resp_large(b, k), true) THEN
+            SELECT coalesce(array_agg(member ORDER BY pgvs3.resp_int(member), member), '{}') INTO items
+              FROM pgvs3.resp_set WHERE bucket_id = b AND key = k;
+            n := 0;
+            RETURN;
+        END IF;
         SELECT coalesce(array_agg(member ORDER BY member), '{}') INTO items FROM (
             SELECT member FROM pgvs3.resp_set WHERE bucket_id = b AND key = k AND k = ANY (live)
              ORDER BY member OFFSET ints[1] LIMIT ints[2]) s;

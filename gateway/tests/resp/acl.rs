@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::live_redis::LiveRedis;
+use common::resp::live::LiveRedis;
 use pgvs3_testkit as common;
 
 use common::TestGateway;

@@ -1,22 +1,13 @@
 //! BITOP, BITFIELD and BITFIELD_RO over the wire: every reply, value and error compared byte
-//! for byte with a redis-server 7.0.15 started for the test (live_redis.rs), in MULTI and in
+//! for byte with a redis-server 7.0.15 started for the test (pgvs3-testkit's resp::live), in MULTI and in
 //! scripts too; COMMAND's view of them; redis-rs reading BITFIELD's nils.
 
 use pgvs3_testkit as common;
 
 use common::TestGateway;
-use common::resp::{RawResp, Value, encode};
+use common::resp::{RawResp, Value};
 
-use super::live_redis::{LiveRedis, same_lines, same_replies};
-
-/// Sends `args` (any bytes) to both servers and asserts the replies are the same.
-async fn same_bytes(ours: &mut RawResp, theirs: &mut RawResp, args: &[&[u8]]) {
-    for server in [&mut *ours, &mut *theirs] {
-        server.send(&encode(args)).await;
-    }
-    let expected = theirs.reply().await;
-    assert_eq!(ours.reply().await, expected, "{args:?}");
-}
+use common::resp::live::{LiveRedis, same_bytes, same_lines, same_replies};
 
 #[tokio::test]
 async fn bitop_answers_as_redis_server() {

@@ -12,7 +12,7 @@ use common::{TestGateway, noise};
 use redis::AsyncCommands;
 use redis_rs::{client, command, connect, query};
 
-use super::live_redis::{LiveRedis, same_lines};
+use common::resp::live::{LiveRedis, same_lines};
 
 fn unix_millis() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
@@ -850,10 +850,10 @@ async fn watch_sees_a_key_written_and_written_back() {
 #[tokio::test]
 async fn argument_errors_inside_multi_answer_inside_exec_as_redis_does() {
     let gateway = TestGateway::with_resp(&[]).await;
-    let redis = crate::live_redis::LiveRedis::start().await;
+    let redis = common::resp::live::LiveRedis::start().await;
     let mut ours = RawResp::connect(gateway.resp_addr()).await;
     let mut theirs = redis.connect().await;
-    crate::live_redis::same_lines(
+    common::resp::live::same_lines(
         &mut ours,
         &mut theirs,
         &[

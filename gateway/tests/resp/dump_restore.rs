@@ -1,5 +1,5 @@
 //! DUMP and RESTORE with Redis's payload, both ways with a redis-server 7.0.15 started for the
-//! test (live_redis.rs): what redis-server dumps (its integer, LZF, listpack, intset and
+//! test (pgvs3-testkit's resp::live): what redis-server dumps (its integer, LZF, listpack, intset and
 //! quicklist encodings) restores here, and what pgvs3 dumps restores there, with the same
 //! contents read back; RESTORE's options and errors as redis-server answers them. Also OBJECT
 //! HELP and FREQ.
@@ -9,7 +9,7 @@ use pgvs3_testkit as common;
 use common::TestGateway;
 use common::resp::{RawResp, Value, encode};
 
-use super::live_redis::{LiveRedis, same_replies};
+use common::resp::live::{LiveRedis, same_replies};
 
 async fn call(server: &mut RawResp, args: &[&[u8]]) -> Value {
     server.send(&encode(args)).await;

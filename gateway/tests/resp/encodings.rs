@@ -1,5 +1,5 @@
 //! OBJECT ENCODING of hashes, sets and sorted sets, and the encoding parameters behind it, as a
-//! redis-server 7.0.15 started for the test (live_redis.rs) answers after the same commands:
+//! redis-server 7.0.15 started for the test (pgvs3-testkit's resp::live) answers after the same commands:
 //! a key's small encoding (`listpack`, `intset`) until a write passes a limit, the large one
 //! (`hashtable`, `skiplist`) from then on whatever it shrinks to, CONFIG SET's limits taking
 //! effect for later writes, and the commands that make a key (*STORE, ZRANGESTORE, RESTORE,
@@ -10,7 +10,7 @@ use pgvs3_testkit as common;
 use common::TestGateway;
 use common::resp::{RawResp, Value, encode};
 
-use super::live_redis::{LiveRedis, same_lines};
+use common::resp::live::{LiveRedis, same_lines};
 
 /// Small limits, so that a few elements pass them.
 const LIMITS: &[&str] = &[
@@ -282,12 +282,107 @@ async fn restore_judges_by_contents_and_every_gateway_answers_the_same() {
     // limits.
     let other = TestGateway::with_args(gateway.database_url.clone(), &["--resp-addr", "127.0.0.1:0"]).await;
     let mut second = RawResp::connect(other.resp_addr()).await;
-    for line in [
-        "OBJECT ENCODING h",
-        "OBJECT ENCODING h-restored",
-        "CONFIG GET set-max-intset-entries",
-    ] {
-        let words: Vec<&str> = line.split_ascii_whitespace().collect();
-        assert_eq!(second.command(&words).await, ours.command(&words).await, "{line}");
+    same_lines(
+        &mut second,
+        &mut ours,
+        &[
+            "OBJECT ENCODING h",
+            "OBJECT ENCODING h-restored",
+            "CONFIG GET set-max-intset-entries",
+        ],
+    )
+    .await;
+}
+
+/// The order a small key answers in is its encoding's, as in Redis: a `listpack` hash's fields
+/// in the order they were first added (a field deleted and set again at the end; an update in
+/// place), through HGETALL, HKEYS, HVALS, HSCAN (whole, cursor 0), COPY, DUMP and RESTORE; an
+/// `intset`'s members in numeric order (SMEMBERS, SSCAN). SPOP with a count that leaves at most
+/// a fifth of it rebuilds the set, `intset` again when what is left fits one.
+#[tokio::test]
+async fn small_keys_answer_in_the_order_of_their_encoding_as_redis_server() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let redis = LiveRedis::start().await;
+    let mut ours = RawResp::connect(gateway.resp_addr()).await;
+    let mut theirs = redis.connect().await;
+    same_lines(
+        &mut ours,
+        &mut theirs,
+        &[
+            "HSET h zz 1 b 2 a 3 zz 4 m 5",
+            "HGETALL h",
+            "HSET h b 6 c 7",
+            "HDEL h a",
+            "HSET h a 8 0 9",
+            "HINCRBY h n 1",
+            "HSETNX h _ 1",
+            "HKEYS h",
+            "HVALS h",
+            "HGETALL h",
+            "HSCAN h 0 COUNT 2",
+            "HSCAN h 0 MATCH [a-m]",
+            "COPY h h2",
+            "HGETALL h2",
+            "MULTI",
+            "HSET t y 1 x 2",
+            "HSET t w 3 y 4",
+            "EXEC",
+            "HGETALL t",
+            "RENAME t t2",
+            "HKEYS t2",
+            "SADD s 10 9 -1 100 2",
+            "SMEMBERS s",
+            "SSCAN s 0 COUNT 2",
+            "OBJECT ENCODING s",
+            "SADD big 10 9 -1 100 2 x",
+            "OBJECT ENCODING big",
+            "SREM big x",
+            "OBJECT ENCODING big",
+            // LPOP's arity, as Redis words it.
+            "LPOP l 1 1",
+            "RPOP l 2 2",
+        ],
+    )
+    .await;
+    // SPOP with counts (what it pops is random, how many it leaves decides), of a hashtable
+    // of integers: leaving 2 of 11 (more than a fifth of 9) pops one by one and keeps the
+    // hashtable, leaving 1 rebuilds an intset; under a limit of 2 members, leaving 3 of 18
+    // rebuilds a hashtable, leaving 2 an intset.
+    for (members, count, limit) in [(12, 9, 512), (12, 10, 512), (19, 15, 2), (19, 16, 2)] {
+        let mut add = vec!["SADD".to_owned(), "p".to_owned(), "a".to_owned()];
+        add.extend((1..members).map(|member| member.to_string()));
+        let add: Vec<&str> = add.iter().map(String::as_str).collect();
+        let limit = limit.to_string();
+        let commands: [&[&str]; 4] = [
+            &["DEL", "p"],
+            &["CONFIG", "SET", "set-max-intset-entries", &limit],
+            &add,
+            &["SREM", "p", "a"],
+        ];
+        common::resp::live::same_replies(&mut ours, &mut theirs, &commands).await;
+        for server in [&mut ours, &mut theirs] {
+            server.command(&["SPOP", "p", &count.to_string()]).await;
+        }
+        same_lines(&mut ours, &mut theirs, &["SCARD p", "OBJECT ENCODING p"]).await;
     }
+    // A hash dumped by either restores in its order on both.
+    let mut payloads = Vec::new();
+    for server in [&mut ours, &mut theirs] {
+        let Value::Bulk(payload) = call(server, &[b"DUMP", b"h"]).await else {
+            panic!("DUMP h")
+        };
+        payloads.push(payload);
+    }
+    for (key, payload) in ["h3", "h4"].into_iter().zip(&payloads) {
+        for server in [&mut ours, &mut theirs] {
+            let restored = call(server, &[b"RESTORE", key.as_bytes(), b"0", payload]).await;
+            assert_eq!(restored, Value::Simple("OK".into()));
+        }
+    }
+    same_lines(
+        &mut ours,
+        &mut theirs,
+        &["HGETALL h3", "HGETALL h4", "OBJECT ENCODING h3"],
+    )
+    .await;
 }

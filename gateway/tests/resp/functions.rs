@@ -2,8 +2,8 @@
 //! redis-rs and redis-cli: Redis 7.0.15's replies and error texts (compared with redis-server),
 //! the `no-writes` flag, and libraries kept in PostgreSQL for the whole fleet.
 
-use crate::live_redis::{LiveRedis, same_replies};
 use crate::redis_rs;
+use common::resp::live::{LiveRedis, same_replies};
 use pgvs3_testkit as common;
 
 use common::resp::{RawResp, Value as RawValue, encode};

@@ -1,5 +1,5 @@
 //! The GEO commands over the wire, each reply compared with redis-server 7.0.15's reply to the
-//! same command (run live, see live_redis.rs): scores, positions, distances, geohashes and
+//! same command (run live, see pgvs3-testkit's resp::live): scores, positions, distances, geohashes and
 //! searches (sorted and in Redis's own unsorted order) over a few hundred points.
 
 use pgvs3_testkit as common;
@@ -7,7 +7,7 @@ use pgvs3_testkit as common;
 use common::TestGateway;
 use common::resp::RawResp;
 
-use super::live_redis::{LiveRedis, same_lines, same_replies};
+use common::resp::live::{LiveRedis, same_lines, same_replies};
 
 /// Points spread over Sicily and around it, the same on every run.
 fn points() -> Vec<String> {

@@ -1,12 +1,12 @@
 //! PFADD, PFCOUNT and PFMERGE over the wire: the values are redis-server 7.0.15's own bytes
-//! (sparse and dense) and the counts its counts, compared live (see live_redis.rs).
+//! (sparse and dense) and the counts its counts, compared live (see pgvs3-testkit's resp::live).
 
 use pgvs3_testkit as common;
 
 use common::TestGateway;
 use common::resp::{RawResp, Value, encode};
 
-use super::live_redis::{LiveRedis, same_replies};
+use common::resp::live::{LiveRedis, same_replies};
 
 async fn both(ours: &mut RawResp, theirs: &mut RawResp, words: &[String]) {
     let words: Vec<&str> = words.iter().map(String::as_str).collect();

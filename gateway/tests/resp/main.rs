@@ -15,7 +15,6 @@ mod functions;
 mod geo;
 mod hostile;
 mod hyperloglog;
-mod live_redis;
 mod notifications;
 mod plans;
 mod pubsub;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use common::TestGateway;
 use common::resp::{RawResp, Value, encode};
 
-use super::live_redis::LiveRedis;
+use common::resp::live::LiveRedis;
 
 fn bulk(text: &str) -> Value {
     Value::bulk(text)

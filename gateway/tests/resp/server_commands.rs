@@ -819,10 +819,10 @@ async fn command_getkeys_info_and_docs_answer_as_redis() {
 #[tokio::test]
 async fn getkeysandflags_tell_keys_apart_as_redis_does() {
     let gateway = TestGateway::with_resp(&[]).await;
-    let redis = crate::live_redis::LiveRedis::start().await;
+    let redis = common::resp::live::LiveRedis::start().await;
     let mut ours = RawResp::connect(gateway.resp_addr()).await;
     let mut theirs = redis.connect().await;
-    crate::live_redis::same_lines(
+    common::resp::live::same_lines(
         &mut ours,
         &mut theirs,
         &[

@@ -1,12 +1,12 @@
 //! SORT and SORT_RO over the wire, each reply compared with redis-server 7.0.15's reply to the
-//! same command (run live, see live_redis.rs).
+//! same command (run live, see pgvs3-testkit's resp::live).
 
 use pgvs3_testkit as common;
 
 use common::TestGateway;
 use common::resp::Value;
 
-use super::live_redis::{LiveRedis, same_replies};
+use common::resp::live::{LiveRedis, same_replies};
 
 #[tokio::test]
 async fn sort_answers_as_redis_server() {

@@ -10,8 +10,8 @@ use std::time::Duration;
 use common::TestGateway;
 use common::resp::{RawResp, Value};
 
-use crate::live_redis::{LiveRedis, same_lines};
 use crate::redis_rs;
+use common::resp::live::{LiveRedis, same_lines};
 
 fn bulk(text: &str) -> Value {
     Value::bulk(text)

@@ -7,7 +7,8 @@ use pgvs3_testkit as common;
 use std::time::Duration;
 
 use common::TestGateway;
-use common::resp::{RawResp, Value};
+use common::resp::live::LiveRedis;
+use common::resp::{RawResp, Value, encode};
 use redis_rs::{connect, error, query};
 
 const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
@@ -1214,6 +1215,105 @@ async fn multi_key_pops_answer_as_redis() {
     );
 }
 
+/// INFO's `blocked_clients`.
+async fn blocked_clients(raw: &mut RawResp) -> usize {
+    let Value::Bulk(info) = raw.command(&["INFO", "clients"]).await else {
+        panic!("INFO is a bulk string")
+    };
+    let info = String::from_utf8(info).unwrap();
+    info.lines()
+        .find_map(|line| line.strip_prefix("blocked_clients:"))
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// Clients blocked on the same keys are served in the order they blocked, each from what the
+/// ones before it left, as Redis serves them (its type/list and type/zset units' `BLMPOP/BZMPOP
+/// with multiple blocked clients`), compared live with redis-server 7.0.15.
+#[tokio::test]
+async fn blocked_clients_are_served_in_the_order_they_blocked_as_redis_does() {
+    let gateway = TestGateway::with_resp(&["--resp-block-poll", "60s"]).await;
+    let redis = LiveRedis::start().await;
+    let pops: [&[&str]; 2] = [
+        &[
+            "BLMPOP 0 2 l1 l2 LEFT COUNT 1",
+            "BLMPOP 0 2 l1 l2 RIGHT COUNT 10",
+            "BLMPOP 0 2 l1 l2 LEFT COUNT 10",
+            "BLMPOP 0 2 l1 l2 RIGHT COUNT 1",
+            "MULTI",
+            "LPUSH l1 a b c d e",
+            "LPUSH l2 1 2 3 4 5",
+            "EXEC",
+            "LPUSH l2 1 2 3",
+        ],
+        &[
+            "BZMPOP 0 2 z1 z2 MIN COUNT 1",
+            "BZMPOP 0 2 z1 z2 MAX COUNT 10",
+            "BZMPOP 0 2 z1 z2 MIN COUNT 10",
+            "BZMPOP 0 2 z1 z2 MAX COUNT 1",
+            "MULTI",
+            "ZADD z1 1 a 2 b 3 c 4 d 5 e",
+            "ZADD z2 1 a 2 b 3 c 4 d 5 e",
+            "EXEC",
+            "ZADD z2 1 a 2 b 3 c",
+        ],
+    ];
+    for lines in pops {
+        // Four clients block; a transaction serves three; a last push the fourth.
+        let (blocking, pushes) = lines.split_at(4);
+        let (transaction, last) = pushes.split_at(4);
+        let mut replies = Vec::new();
+        for addr in [gateway.resp_addr(), redis.addr()] {
+            let mut pusher = RawResp::connect(addr).await;
+            let mut blocked = Vec::new();
+            for line in blocking {
+                let mut client = RawResp::connect(addr).await;
+                let args: Vec<&[u8]> = line.split(' ').map(str::as_bytes).collect();
+                client.send(&encode(&args)).await;
+                blocked.push(client);
+                // Blocked before the next one blocks.
+                let deadline = std::time::Instant::now() + Duration::from_secs(30);
+                while blocked_clients(&mut pusher).await != blocked.len() {
+                    assert!(std::time::Instant::now() < deadline, "{line} blocked within 30 s");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+            let mut served = Vec::new();
+            let (first, fourth) = blocked.split_at_mut(3);
+            for (lines, clients) in [(transaction, first), (last, fourth)] {
+                for line in lines {
+                    pusher.command(&line.split(' ').collect::<Vec<_>>()).await;
+                }
+                for client in clients {
+                    served.push(client.reply().await);
+                }
+            }
+            replies.push(served);
+        }
+        assert_eq!(replies[0], replies[1], "{lines:?}");
+    }
+    // A move from a missing list answers nil (BLMOVE blocks until its timeout) whatever its
+    // destination holds: Redis looks the destination up once the source has an element.
+    let mut ours = RawResp::connect(gateway.resp_addr()).await;
+    let mut theirs = redis.connect().await;
+    common::resp::live::same_lines(
+        &mut ours,
+        &mut theirs,
+        &[
+            "SET str x",
+            "LMOVE nolist str LEFT LEFT",
+            "RPOPLPUSH nolist str",
+            "BLMOVE nolist str LEFT LEFT 0.01",
+            "BRPOPLPUSH nolist str 0.01",
+            "RPUSH l a",
+            "LMOVE l str LEFT LEFT",
+            "LRANGE l 0 -1",
+        ],
+    )
+    .await;
+}
+
 #[tokio::test]
 async fn sorted_set_combinations_answer_as_redis() {
     let gateway = TestGateway::with_resp(&[]).await;
@@ -1811,6 +1911,37 @@ async fn watch_waits_for_the_writers_under_way_on_its_keys() {
     ] {
         assert_eq!(watcher.command(args).await, reply, "{args:?}");
     }
+}
+
+/// A client INFO counts as blocked is blocked for CLIENT UNBLOCK too, even while its first
+/// attempt still runs (here held on its key's lock): Redis's tests wait for
+/// `blocked_clients`, then unblock. Unblocked, it answers what its timeout would.
+#[tokio::test]
+async fn client_unblock_finds_a_client_info_counts_as_blocked() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let writer = gateway.sql().await;
+    let (bucket_id, _) = resp_bucket(&writer).await;
+    writer.batch_execute("BEGIN").await.unwrap();
+    lock_as_a_writer(&writer, bucket_id, "l").await;
+    let mut blocked = RawResp::connect(gateway.resp_addr()).await;
+    let Value::Int(id) = blocked.command(&["CLIENT", "ID"]).await else {
+        panic!("CLIENT ID")
+    };
+    blocked.send(&encode(&[b"BLPOP", b"l", b"0"])).await;
+    let mut admin = RawResp::connect(gateway.resp_addr()).await;
+    let watch = gateway.sql().await;
+    common::eventually(
+        Duration::from_secs(10),
+        "BLPOP's first attempt waiting for the lock",
+        || async { (common::lock_waiters(&watch).await > 0).then_some(()) },
+    )
+    .await;
+    assert_eq!(blocked_clients(&mut admin).await, 1);
+    let id = id.to_string();
+    assert_eq!(admin.command(&["CLIENT", "UNBLOCK", &id]).await, Value::Int(1));
+    writer.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(blocked.reply().await, Some(Value::Nil));
+    assert_eq!(admin.command(&["CLIENT", "UNBLOCK", &id]).await, Value::Int(0));
 }
 
 /// Whether a blocked client still has no reply after half a second (five of its attempts at

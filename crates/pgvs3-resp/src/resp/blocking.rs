@@ -5,13 +5,20 @@
 //! blocked on that key here. The same connection listens to `pgvs3_pubsub` for pub/sub
 //! (pubsub.rs) and carries PUBLISH.
 //!
+//! Pops are served in turn, as Redis serves the clients blocked on a key: a notification wakes
+//! the longest-waiting one, which, once served (or having found nothing), wakes the next; so two
+//! clients blocked on one key are served in the order they blocked, each from what the other
+//! left (type/list's and type/zset's `BLMPOP/BZMPOP with multiple blocked clients`). Readers of
+//! streams (XREAD, XREADGROUP) take nothing from one another and are all woken at once. The
+//! order is this gateway's: clients blocked on other gateways race with them.
+//!
 //! While it waits, a blocked client costs a registration here and its connection's task: no
 //! admission slot and no database connection (it takes both again for each attempt), so
 //! hundreds of waiting workers leave the gateway to everyone else, as redis-server does. Their
 //! number is bounded by `--resp-max-clients`, as Redis's by `maxclients`.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -40,8 +47,47 @@ pub struct Wakeups {
 
 #[derive(Default)]
 struct Blocked {
-    by_key: HashMap<String, Vec<(u64, Arc<Notify>)>>,
+    /// In the order the clients blocked.
+    by_key: HashMap<String, Vec<Registered>>,
     clients: usize,
+}
+
+struct Registered {
+    id: u64,
+    /// A pop, woken in turn; else a stream reader, woken with every notification.
+    in_turn: bool,
+    woken: Arc<Notify>,
+    turn: Arc<AtomicU8>,
+}
+
+/// A pop's turn: none, given (woken, not yet tried), taken (an attempt runs).
+const IDLE: u8 = 0;
+const GIVEN: u8 = 1;
+const TAKEN: u8 = 2;
+
+impl Blocked {
+    /// Wakes the first client in turn on `key` after the one numbered `after` (from the
+    /// first with `None`), and with `after` `None` every stream reader.
+    fn wake(&self, key: &str, after: Option<u64>) {
+        let Some(waiters) = self.by_key.get(key) else {
+            return;
+        };
+        let start = after.map_or(0, |after| {
+            waiters
+                .iter()
+                .position(|waiter| waiter.id == after)
+                .map_or(0, |at| at + 1)
+        });
+        if after.is_none() {
+            for waiter in waiters.iter().filter(|waiter| !waiter.in_turn) {
+                waiter.woken.notify_one();
+            }
+        }
+        if let Some(next) = waiters[start..].iter().find(|waiter| waiter.in_turn) {
+            next.turn.store(GIVEN, Ordering::Release);
+            next.woken.notify_one();
+        }
+    }
 }
 
 /// A blocked client's registration: woken when one of its keys gets elements; gone on drop,
@@ -51,6 +97,7 @@ pub struct Waiter {
     id: u64,
     keys: Vec<String>,
     woken: Arc<Notify>,
+    turn: Arc<AtomicU8>,
 }
 
 impl Waiter {
@@ -59,15 +106,52 @@ impl Waiter {
     pub async fn woken(&self) {
         self.woken.notified().await;
     }
+
+    /// Before an attempt: takes the turn if it was given.
+    pub fn take_turn(&self) {
+        let _ = self
+            .turn
+            .compare_exchange(GIVEN, TAKEN, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// After an attempt that found nothing: hands on a turn it took (the notification may have
+    /// been for the same name in another database, or what it told of taken by then by a
+    /// client not blocked), keeping one given meanwhile.
+    pub fn found_nothing(&self) {
+        if self
+            .turn
+            .compare_exchange(TAKEN, IDLE, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            self.pass_on(&self.wakeups.lock());
+        }
+    }
+
+    /// After it was served: what it left may serve the next client, whether or not it had the
+    /// turn.
+    pub fn served(&self) {
+        self.turn.store(IDLE, Ordering::Release);
+        self.pass_on(&self.wakeups.lock());
+    }
+
+    fn pass_on(&self, blocked: &Blocked) {
+        for key in &self.keys {
+            blocked.wake(key, Some(self.id));
+        }
+    }
 }
 
 impl Drop for Waiter {
     fn drop(&mut self) {
         let mut blocked = self.wakeups.lock();
+        // A turn it had and did not use (its timeout passed, it was killed): the next one's.
+        if self.turn.load(Ordering::Acquire) != IDLE {
+            self.pass_on(&blocked);
+        }
         blocked.clients -= 1;
         for key in &self.keys {
             if let Some(waiters) = blocked.by_key.get_mut(key) {
-                waiters.retain(|(id, _)| *id != self.id);
+                waiters.retain(|waiter| waiter.id != self.id);
                 if waiters.is_empty() {
                     blocked.by_key.remove(key);
                 }
@@ -102,21 +186,23 @@ impl Wakeups {
     }
 
     /// Registers a client blocked on `keys`, before its first attempt, so that no wakeup after
-    /// that attempt is missed.
-    pub fn register(self: &Arc<Self>, keys: &[String]) -> Waiter {
+    /// that attempt is missed. `in_turn`: a pop, served in turn (see the module's doc).
+    pub fn register(self: &Arc<Self>, keys: &[String], in_turn: bool) -> Waiter {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let woken = Arc::new(Notify::new());
+        let turn = Arc::new(AtomicU8::new(IDLE));
         let mut keys = keys.to_vec();
         keys.sort_unstable();
         keys.dedup();
         let mut blocked = self.lock();
         blocked.clients += 1;
         for key in &keys {
-            blocked
-                .by_key
-                .entry(key.clone())
-                .or_default()
-                .push((id, Arc::clone(&woken)));
+            blocked.by_key.entry(key.clone()).or_default().push(Registered {
+                id,
+                in_turn,
+                woken: Arc::clone(&woken),
+                turn: Arc::clone(&turn),
+            });
         }
         drop(blocked);
         Waiter {
@@ -124,6 +210,7 @@ impl Wakeups {
             id,
             keys,
             woken,
+            turn,
         }
     }
 
@@ -132,20 +219,16 @@ impl Wakeups {
         self.lock().clients
     }
 
-    /// Wakes the clients blocked on `key`.
+    /// Wakes the clients blocked on `key`: the first pop in turn, every stream reader.
     fn wake(&self, key: &str) {
-        if let Some(waiters) = self.lock().by_key.get(key) {
-            for (_, woken) in waiters {
-                woken.notify_one();
-            }
-        }
+        self.lock().wake(key, None);
     }
 
     /// Wakes every blocked client: notifications may have been missed (a new LISTEN connection).
     fn wake_all(&self) {
         for waiters in self.lock().by_key.values() {
-            for (_, woken) in waiters {
-                woken.notify_one();
+            for waiter in waiters {
+                waiter.woken.notify_one();
             }
         }
     }
@@ -304,7 +387,8 @@ impl Connection {
             .blocking
             .flatten()
             .and_then(|timeout| Instant::now().checked_add(timeout));
-        let waiter = self.server.wakeups.register(&typed.call.keys);
+        let in_turn = matches!(typed.call.family(), Family::List | Family::Zset);
+        let waiter = self.server.wakeups.register(&typed.call.keys, in_turn);
         let typed = match super::stream::last_ids_call(typed) {
             // Read after registering: an entry added in between wakes this client.
             Some(last_ids) => match self.typed_read(&last_ids).await {
@@ -317,7 +401,12 @@ impl Connection {
         let mut nothing: Option<Reply> = None;
         let mut attempt = typed.clone();
         let mut checks = 0;
+        // Blocked for CLIENT UNBLOCK (which takes it back) from its registration, as INFO's
+        // `blocked_clients` counts it: a client that waits for that count and then unblocks it
+        // finds it blocked even while its first attempt runs (which then answers as a
+        // timeout would, when it found nothing).
         let unblock = std::sync::Arc::new(super::clients::Unblock::default());
+        self.set_client(|info| info.blocked = Some(std::sync::Arc::clone(&unblock)));
         loop {
             if self.admitted.is_none() {
                 match self.server.admission.admit_again().await {
@@ -325,6 +414,7 @@ impl Connection {
                     Err(_) => return Reply::error(BUSY),
                 }
             }
+            waiter.take_turn();
             let command = [(KeyCommand::Typed(Box::new(attempt)), spec)];
             let reply = match self.execute(&command, spec.is_write(), &[], None).await {
                 Ok(mut replies) => replies.pop().unwrap_or(Reply::Nil),
@@ -335,29 +425,33 @@ impl Connection {
                 Reply::Nil | Reply::NilArray => {
                     nothing = Some(reply);
                     checks = 0;
+                    waiter.found_nothing();
                 }
                 // An error after the first attempt: what its keys hold decides (blocking.rs).
                 Reply::Error(error) if nothing.is_some() => match self.after_error(&typed, &error).await {
-                    Retry::Wait => {}
-                    Retry::Answer(reply) => return reply,
+                    Retry::Wait => waiter.found_nothing(),
+                    Retry::Answer(reply) => {
+                        waiter.served();
+                        return reply;
+                    }
                     // Bounded: the keys may change under each look.
                     Retry::Attempt(again) if checks < 3 => {
                         checks += 1;
                         attempt = again;
                         continue;
                     }
-                    Retry::Attempt(_) => {}
+                    Retry::Attempt(_) => waiter.found_nothing(),
                 },
-                reply => return reply,
+                reply => {
+                    waiter.served();
+                    return reply;
+                }
             }
             let reply = nothing.clone().expect("set by an attempt that found nothing");
             self.admitted = None;
             let poll = Instant::now() + self.server.settings.block_poll;
             let wake_at = deadline.map_or(poll, |deadline| deadline.min(poll));
-            // Blocked from the first wait on, for CLIENT UNBLOCK (which takes it back).
-            self.set_client(|info| {
-                info.blocked.get_or_insert_with(|| std::sync::Arc::clone(&unblock));
-            });
+
             tokio::select! {
                 () = waiter.woken() => {}
                 () = tokio::time::sleep_until(wake_at.into()) => {}

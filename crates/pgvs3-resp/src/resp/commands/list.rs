@@ -6,7 +6,7 @@ use bytes::Bytes;
 
 use crate::resp::blocking::timeout;
 use crate::resp::codec::Reply;
-use crate::resp::command::{integer, key, syntax_error};
+use crate::resp::command::{integer, key, syntax_error, wrong_arity};
 use crate::resp::typed::{MAX_RANDOM, Shape, Typed};
 use crate::store::ListOp;
 
@@ -38,7 +38,8 @@ pub fn parse(name: &str, args: &[Bytes]) -> Result<Option<Typed>, Reply> {
                         .ok_or_else(|| Reply::error("ERR value is out of range, must be positive"))?;
                     list(op, &[], Shape::ListPop)?.ints(&[Some(count.min(MAX_RANDOM))])
                 }
-                _ => return Err(syntax_error()),
+                // Redis's arity is -2, and its LPOP names the arity for more than a count.
+                _ => return Err(wrong_arity(name)),
             }
         }
         "llen" => list(ListOp::Llen, &[], Shape::Int)?,
