@@ -253,9 +253,7 @@ pub fn body_error(err: &(dyn std::error::Error + Send + Sync + 'static)) -> Stor
     if text.contains("Sha256Mismatch") {
         StoreError::BadDigest(PAYLOAD_SHA256_MISMATCH.into())
     } else if crate::request_body::BodyError::is_idle_timeout(err) {
-        StoreError::BodyTimeout(
-            "Your socket connection to the server was not read from or written to within the timeout period.".into(),
-        )
+        StoreError::BodyTimeout(super::errors::REQUEST_TIMEOUT.into())
     } else {
         StoreError::Body(text)
     }

@@ -5,6 +5,9 @@ use s3s::{S3Error, S3ErrorCode};
 use super::checksum::PAYLOAD_SHA256_MISMATCH;
 use crate::store::StoreError;
 
+/// S3's message for a request body that stalled (400 RequestTimeout).
+pub const REQUEST_TIMEOUT: &str = "Your socket connection to the server was not read from or written to within the timeout period. Idle connections will be closed.";
+
 /// A request id, stamped on every response header and on errors raised by the front.
 #[derive(Clone, Debug)]
 pub struct RequestId(pub String);
