@@ -68,8 +68,9 @@ pub struct HttpArgs {
     #[arg(long, env = "PGVS3_HTTP_FIRST_REQUEST_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub http_first_request_timeout: Duration,
 
-    /// An idle HTTP/1.1 keep-alive connection must send its next request head within this, or it
-    /// is closed (HTTP/2: the PING interval that finds dead peers).
+    /// A keep-alive connection with no request open for this long is closed: HTTP/1.1 must send
+    /// its next request head within it, HTTP/2 is sent GOAWAY (and PINGed at this interval, which
+    /// finds dead peers).
     #[arg(long, env = "PGVS3_HTTP_IDLE_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
     pub http_idle_timeout: Duration,
 
@@ -77,6 +78,12 @@ pub struct HttpArgs {
     /// slot and database connection.
     #[arg(long, env = "PGVS3_HTTP_BODY_IDLE_TIMEOUT", default_value = "20s", value_parser = parse_duration)]
     pub http_body_idle_timeout: Duration,
+
+    /// Connections one client address may hold open on each HTTP listener (0: no cap); beyond
+    /// it a connection is answered 503 and closed. Behind a proxy that does not keep client
+    /// addresses, raise it (or 0): every connection then comes from the proxy.
+    #[arg(long, env = "PGVS3_HTTP_MAX_CONNECTIONS_PER_IP", default_value_t = 1024)]
+    pub http_max_connections_per_ip: usize,
 }
 
 impl HttpArgs {
@@ -84,6 +91,7 @@ impl HttpArgs {
     pub fn limits(&self, max_connections: usize) -> crate::http_server::HttpLimits {
         crate::http_server::HttpLimits {
             max_connections,
+            max_connections_per_ip: self.http_max_connections_per_ip,
             first_request_timeout: self.http_first_request_timeout,
             idle_timeout: self.http_idle_timeout,
             body_idle_timeout: self.http_body_idle_timeout,

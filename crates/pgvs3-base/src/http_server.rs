@@ -1,5 +1,6 @@
-//! The accept loop every HTTP front shares: a cap on open connections, deadlines for a client's
-//! first request, its idle keep-alive and its request bodies, TCP_NODELAY on each socket,
+//! The accept loop every HTTP front shares: a cap on open connections, overall and per client
+//! address, deadlines for a client's first request, its idle keep-alive (HTTP/1.1 and HTTP/2
+//! alike) and its request bodies, TCP_NODELAY on each socket,
 //! HTTP/1.1 keep-alive and HTTP/2 (by preface, or ALPN under TLS), TLS when the listener has a
 //! certificate, and a graceful drain of in-flight requests on shutdown.
 //!
@@ -7,11 +8,13 @@
 //! and a task per connection, both bounded by the cap and released when the connection ends
 //! (also when its task panics).
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
+use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -57,12 +60,16 @@ impl Shutdown {
 pub struct HttpLimits {
     /// Connections open at once; the next one is answered 503 and closed.
     pub max_connections: usize,
+    /// Connections open at once from one client address (0: no cap); the next one from it is
+    /// answered 503 and closed, so that one client cannot take the whole listener.
+    pub max_connections_per_ip: usize,
     /// A new connection must deliver its first request head within this (its TLS handshake
     /// included).
     pub first_request_timeout: Duration,
-    /// HTTP/1.1: an idle keep-alive connection must deliver its next request head within this
-    /// (hyper's header-read timer covers the idle wait and the head alike). HTTP/2: the PING
-    /// interval that finds dead peers.
+    /// A connection with no request open for this long is closed: HTTP/1.1 must deliver its
+    /// next request head within it (hyper's header-read timer covers the idle wait and the head
+    /// alike); HTTP/2 is sent GOAWAY ([`Streams`]), and this is also its PING interval, which
+    /// finds dead peers.
     pub idle_timeout: Duration,
     /// A request body that delivers no byte for this long fails (S3: 400 RequestTimeout).
     pub body_idle_timeout: Duration,
@@ -125,8 +132,12 @@ pub async fn serve<S, B>(
     };
     let graceful = GracefulShutdown::new();
     let slots = Arc::new(Semaphore::new(limits.max_connections.clamp(1, Semaphore::MAX_PERMITS)));
+    let per_ip = PerIp::new(limits.max_connections_per_ip);
     let open = metrics.http_connections.with_label_values(&[name]);
     let refused = metrics.http_connections_refused.with_label_values(&[name, "limit"]);
+    let refused_per_ip = metrics
+        .http_connections_refused
+        .with_label_values(&[name, "per_ip_limit"]);
     let mut accept_errors = AcceptErrors::default();
     loop {
         let accepted = tokio::select! {
@@ -142,25 +153,39 @@ pub async fn serve<S, B>(
                 continue;
             }
         };
-        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
-            refused.inc();
-            // A TLS client could not read a plaintext answer: it is closed without one.
-            if tls.is_none() {
-                refuse(&stream, &busy_response);
+        let admitted = match Arc::clone(&slots).try_acquire_owned() {
+            Err(_) => Err(&refused),
+            Ok(slot) => per_ip
+                .admit(peer.ip())
+                .map(|from_ip| (slot, from_ip))
+                .ok_or(&refused_per_ip),
+        };
+        let (slot, from_ip) = match admitted {
+            Ok(admitted) => admitted,
+            Err(refused) => {
+                refused.inc();
+                // A TLS client could not read a plaintext answer: it is closed without one.
+                if tls.is_none() {
+                    refuse(&stream, &busy_response);
+                }
+                continue;
             }
-            continue;
         };
         if let Err(err) = stream.set_nodelay(true) {
             tracing::debug!(error = %err, "TCP_NODELAY");
         }
         // The watcher is taken now: a shutdown from here on reaches the connection, however
         // long its handshake takes.
-        let connection = serving.connection(peer, graceful.watcher());
+        let connection = serving.connection(peer, graceful.watcher(), shutdown.clone());
         let (open, tls) = (open.clone(), tls.clone());
         open.inc();
         tokio::spawn(async move {
             // Dropped however the task ends, a panic included: the slot and the gauge follow.
-            let _open = OpenConnection { _slot: slot, open };
+            let _open = OpenConnection {
+                _slot: slot,
+                _from_ip: from_ip,
+                open,
+            };
             connection.run(stream, tls).await;
         });
     }
@@ -200,12 +225,14 @@ struct Serving<S> {
 
 impl<S: Clone> Serving<S> {
     /// A connection just accepted from `peer`, its first request due within the limit.
-    fn connection(&self, peer: std::net::SocketAddr, watcher: Watcher) -> Connection<S> {
+    fn connection(&self, peer: std::net::SocketAddr, watcher: Watcher, shutdown: Shutdown) -> Connection<S> {
         let first_request = Arc::new(Notify::new());
+        let streams = Streams::default();
         Connection {
             service: Requests {
                 inner: self.service.clone(),
                 first_request: Arc::clone(&first_request),
+                streams: streams.clone(),
                 body_idle_timeout: self.limits.body_idle_timeout,
                 peer: Peer {
                     addr: peer,
@@ -214,6 +241,9 @@ impl<S: Clone> Serving<S> {
             },
             builder: Arc::clone(&self.builder),
             watcher,
+            shutdown,
+            streams,
+            idle_timeout: self.limits.idle_timeout,
             first_request,
             deadline: Deadline::now() + self.limits.first_request_timeout,
             timed_out: self.timed_out.clone(),
@@ -227,7 +257,12 @@ impl<S: Clone> Serving<S> {
 struct Connection<S> {
     service: Requests<S>,
     builder: Arc<auto::Builder<TokioExecutor>>,
+    /// Held until the connection ends: the listener's drain waits for it.
     watcher: Watcher,
+    shutdown: Shutdown,
+    /// The requests open on it, and how long it may have none.
+    streams: Streams,
+    idle_timeout: Duration,
     first_request: Arc<Notify>,
     deadline: Deadline,
     timed_out: prometheus::IntCounter,
@@ -263,17 +298,33 @@ where
             .builder
             .serve_connection(TokioIo::new(io), self.service)
             .into_owned();
-        let connection = self.watcher.watch(connection);
         tokio::pin!(connection);
-        let peer = self.peer;
-        tokio::select! {
-            ended = &mut connection => if let Err(err) = ended {
-                tracing::debug!(error = %err, %peer, "connection ended with an error");
-            },
-            () = first_request_deadline(&self.first_request, self.deadline) => {
-                self.timed_out.inc();
-                tracing::debug!(%peer, "closed a connection that sent no request in time");
+        let first_request = first_request_deadline(&self.first_request, self.deadline);
+        tokio::pin!(first_request);
+        let (peer, _draining, mut shutdown) = (self.peer, self.watcher, self.shutdown);
+        // Closing: GOAWAY (HTTP/2) or close after the request in flight (HTTP/1.1), at shutdown
+        // or once no request has been open for the idle timeout.
+        let mut closing = false;
+        loop {
+            tokio::select! {
+                ended = &mut connection => {
+                    if let Err(err) = ended {
+                        tracing::debug!(error = %err, %peer, "connection ended with an error");
+                    }
+                    return;
+                }
+                () = &mut first_request => {
+                    self.timed_out.inc();
+                    tracing::debug!(%peer, "closed a connection that sent no request in time");
+                    return;
+                }
+                () = shutdown.wait(), if !closing => {}
+                () = self.streams.idle(self.idle_timeout), if !closing => {
+                    tracing::debug!(%peer, "closing a connection idle for the idle timeout");
+                }
             }
+            closing = true;
+            connection.as_mut().graceful_shutdown();
         }
     }
 
@@ -299,10 +350,64 @@ fn refuse(stream: &TcpStream, busy_response: &[u8]) {
     let _ = stream.try_write(busy_response);
 }
 
-/// A connection's slot under the cap, and its count in the open-connections gauge.
+/// A connection's slot under the cap and its client's, and its count in the open-connections
+/// gauge.
 struct OpenConnection {
     _slot: tokio::sync::OwnedSemaphorePermit,
+    _from_ip: Option<IpSlot>,
     open: prometheus::IntGauge,
+}
+
+/// The connections open from each client address, under `--http-max-connections-per-ip`.
+struct PerIp {
+    max: usize,
+    open: Arc<Mutex<HashMap<IpAddr, usize>>>,
+}
+
+impl PerIp {
+    fn new(max: usize) -> PerIp {
+        PerIp {
+            max,
+            open: Arc::default(),
+        }
+    }
+
+    /// A slot for one more connection from `ip`: `None` when it has its cap open already,
+    /// `Some(None)` when there is no cap.
+    fn admit(&self, ip: IpAddr) -> Option<Option<IpSlot>> {
+        if self.max == 0 {
+            return Some(None);
+        }
+        let mut open = self.open.lock().expect("per-ip connections");
+        let count = open.entry(ip).or_default();
+        if *count >= self.max {
+            return None;
+        }
+        *count += 1;
+        Some(Some(IpSlot {
+            ip,
+            open: Arc::clone(&self.open),
+        }))
+    }
+}
+
+/// One connection's count under its address's cap, returned when it closes (the address
+/// forgotten with its last connection, so the map holds only addresses with one open).
+struct IpSlot {
+    ip: IpAddr,
+    open: Arc<Mutex<HashMap<IpAddr, usize>>>,
+}
+
+impl Drop for IpSlot {
+    fn drop(&mut self) {
+        let mut open = self.open.lock().expect("per-ip connections");
+        if let Some(count) = open.get_mut(&self.ip) {
+            *count -= 1;
+            if *count == 0 {
+                open.remove(&self.ip);
+            }
+        }
+    }
 }
 
 impl Drop for OpenConnection {
@@ -334,12 +439,86 @@ impl AcceptErrors {
     }
 }
 
-/// The per-connection service: marks the first request and gives each request its body with
-/// the idle deadline.
+/// The requests (HTTP/2: streams) open on one connection, from their head to the end of their
+/// response's body. hyper closes an idle HTTP/1.1 connection itself (its header-read timer)
+/// but keeps an HTTP/2 one whose client answers its PINGs for ever: [`Streams::idle`] closes
+/// both alike, so that idle connections cannot fill the listener's cap.
+#[derive(Clone, Default)]
+struct Streams(Arc<watch::Sender<usize>>);
+
+impl Streams {
+    /// One more open request, until the guard drops.
+    fn open(&self) -> OpenStream {
+        self.0.send_modify(|open| *open += 1);
+        OpenStream(self.clone())
+    }
+
+    /// Completes once no request has been open for `limit`; a request opened or closed
+    /// meanwhile starts the wait again.
+    async fn idle(&self, limit: Duration) {
+        let mut changes = self.0.subscribe();
+        loop {
+            if *changes.borrow_and_update() > 0 {
+                let _ = changes.changed().await;
+                continue;
+            }
+            if tokio::time::timeout(limit, changes.changed()).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// A request open on its connection ([`Streams`]).
+struct OpenStream(Streams);
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        self.0.0.send_modify(|open| *open -= 1);
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A response's body, its request counted open until the body ends (or is dropped).
+    struct Tracked<B> {
+        #[pin]
+        inner: B,
+        open: Option<OpenStream>,
+    }
+}
+
+impl<B: http_body::Body> http_body::Body for Tracked<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<B::Data>, B::Error>>> {
+        let this = self.project();
+        let polled = this.inner.poll_frame(cx);
+        if let Poll::Ready(None | Some(Err(_))) = &polled {
+            this.open.take();
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// The per-connection service: marks the first request, counts it open, and gives it its
+/// body with the idle deadline.
 #[derive(Clone)]
 struct Requests<S> {
     inner: S,
     first_request: Arc<Notify>,
+    streams: Streams,
     body_idle_timeout: Duration,
     peer: Peer,
 }
@@ -356,12 +535,13 @@ impl<S, B> Service<http::Request<Incoming>> for Requests<S>
 where
     S: Service<http::Request<RequestBody>, Response = http::Response<B>>,
 {
-    type Response = http::Response<B>;
+    type Response = http::Response<Tracked<B>>;
     type Error = S::Error;
     type Future = Answer<S::Future>;
 
     fn call(&self, request: http::Request<Incoming>) -> Answer<S::Future> {
         self.first_request.notify_one();
+        let open = self.streams.open();
         let idle = self.body_idle_timeout;
         let leftover = if request.version() == http::Version::HTTP_2 {
             Leftover::Drained
@@ -381,6 +561,7 @@ where
         Answer {
             inner: self.inner.call(request),
             close,
+            open: Some(open),
         }
     }
 }
@@ -388,10 +569,12 @@ where
 pin_project_lite::pin_project! {
     /// A handler's answer, which closes its HTTP/1.1 connection when the handler left the
     /// request's body unread (request_body.rs): the body is read on, then the connection ends.
-    pub struct Answer<F> {
+    /// Its request stays counted open (`open`) until its response's body ends.
+    struct Answer<F> {
         #[pin]
         inner: F,
         close: Option<Arc<AtomicBool>>,
+        open: Option<OpenStream>,
     }
 }
 
@@ -399,9 +582,9 @@ impl<F, B, E> Future for Answer<F>
 where
     F: Future<Output = Result<http::Response<B>, E>>,
 {
-    type Output = F::Output;
+    type Output = Result<http::Response<Tracked<B>>, E>;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let mut answer = std::task::ready!(this.inner.poll(cx));
         if let (Ok(response), Some(close)) = (&mut answer, this.close.as_ref())
@@ -411,7 +594,8 @@ where
                 .headers_mut()
                 .insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
         }
-        Poll::Ready(answer)
+        let open = this.open.take();
+        Poll::Ready(answer.map(|response| response.map(|inner| Tracked { inner, open })))
     }
 }
 

@@ -175,8 +175,9 @@ fn connection_metrics(r: &Registry) -> (IntGaugeVec, IntCounterVec) {
     let refused = counter_vec(
         r,
         "pgvs3_http_connections_refused_total",
-        "HTTP connections closed unserved: over the listener's cap (limit), or no request \
-         within the first-request timeout (first_request_timeout)",
+        "HTTP connections closed unserved: over the listener's cap (limit) or its cap per \
+         client address (per_ip_limit), or no request within the first-request timeout \
+         (first_request_timeout)",
         &["server", "reason"],
     );
     (open, refused)

@@ -69,6 +69,11 @@ impl RequestBody {
             progressed: false,
         }
     }
+
+    /// How long the body may deliver nothing.
+    pub fn idle_timeout(&self) -> Duration {
+        self.idle
+    }
 }
 
 /// Why a request body could not be read to its end.

@@ -129,3 +129,105 @@ async fn an_idle_keep_alive_connection_is_closed_after_the_idle_timeout() {
     assert!(took >= Duration::from_millis(900), "closed after {took:?}");
     gw.stop().await;
 }
+
+/// Review of session 28, item 2: HTTP/2 connections were only PINGed, so a client that answers
+/// PINGs kept an idle h2c connection for ever, and 4,096 of them filled `--s3-max-connections`.
+/// An HTTP/2 connection with no request open for the idle timeout is now sent GOAWAY and
+/// closed, as an idle HTTP/1.1 one is; one that keeps sending requests stays open.
+#[tokio::test]
+async fn an_idle_http2_connection_is_closed_after_the_idle_timeout() {
+    let gw = TestGateway::with_args(common::fresh_database().await, &["--http-idle-timeout", "1s"]).await;
+    let s3 = gw.gateway.s3_addr;
+    let (mut sender, connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(TcpStream::connect(s3).await.unwrap()),
+    )
+    .await
+    .unwrap();
+    let mut connection = tokio::spawn(connection);
+    // Busy for longer than the idle timeout: never idle for it, so kept open.
+    for _ in 0..8 {
+        let request = http::Request::get(format!("http://{s3}/"))
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .unwrap();
+        let response = sender
+            .send_request(request)
+            .await
+            .expect("served on the same connection");
+        assert_eq!(response.version(), http::Version::HTTP_2);
+        assert_eq!(response.status(), 403, "an unsigned ListBuckets");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(!connection.is_finished(), "a busy connection is kept");
+    // Then idle: the server ends it (the client answers its PINGs all along).
+    tokio::time::timeout(Duration::from_secs(20), &mut connection)
+        .await
+        .expect("the server closed the idle HTTP/2 connection")
+        .unwrap()
+        .expect("closed with GOAWAY, not an error");
+    common::eventually(Duration::from_secs(10), "its slot back", || async {
+        (gw.metric("pgvs3_http_connections{server=\"s3\"}").await == Some(0.0)).then_some(())
+    })
+    .await;
+    gw.stop().await;
+}
+
+/// Review of session 28, item 2: one client address could hold every connection a listener
+/// takes. With `--http-max-connections-per-ip 4`, a fifth connection from 127.0.0.1 is
+/// answered 503 and closed at once (counted as `per_ip_limit`), while another address
+/// (127.0.0.2) is still served, and the address gets its slots back as its connections close.
+#[tokio::test]
+async fn connections_beyond_one_addresses_cap_are_refused_and_others_still_served() {
+    let gw = TestGateway::with_args(
+        common::fresh_database().await,
+        &[
+            "--http-max-connections-per-ip",
+            "4",
+            "--http-first-request-timeout",
+            "60s",
+        ],
+    )
+    .await;
+    let s3 = gw.gateway.s3_addr;
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(TcpStream::connect(s3).await.unwrap());
+    }
+    common::eventually(Duration::from_secs(10), "four S3 connections open", || async {
+        (gw.metric("pgvs3_http_connections{server=\"s3\"}").await == Some(4.0)).then_some(())
+    })
+    .await;
+    for _ in 0..2 {
+        let mut extra = TcpStream::connect(s3).await.unwrap();
+        let (received, _) = until_closed(&mut extra, Duration::from_secs(10)).await;
+        let text = String::from_utf8_lossy(&received);
+        assert!(text.starts_with("HTTP/1.1 503"), "{text}");
+        assert!(text.contains("<Code>SlowDown</Code>"), "{text}");
+    }
+    assert_eq!(
+        gw.metric("pgvs3_http_connections_refused_total{reason=\"per_ip_limit\",server=\"s3\"}")
+            .await,
+        Some(2.0)
+    );
+    // Another client address has its own four.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+    let mut other = socket.connect(s3).await.unwrap();
+    other
+        .write_all(format!("GET / HTTP/1.1\r\nhost: {s3}\r\nconnection: close\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let (received, _) = until_closed(&mut other, Duration::from_secs(10)).await;
+    let text = String::from_utf8_lossy(&received);
+    assert!(
+        text.starts_with("HTTP/1.1 403"),
+        "an unsigned ListBuckets, served: {text}"
+    );
+    drop(held);
+    common::eventually(Duration::from_secs(10), "the held connections' slots back", || async {
+        (gw.metric("pgvs3_http_connections{server=\"s3\"}").await == Some(0.0)).then_some(())
+    })
+    .await;
+    gw.client.list_buckets().send().await.expect("served again");
+    gw.stop().await;
+}

@@ -168,9 +168,14 @@ async fn boto3_presigned_posts_upload_as_s3_answers_them() {
 }
 
 fn form(boundary: &str, file: &[u8]) -> Vec<u8> {
+    keyed_form(boundary, "anonymous", "f", file)
+}
+
+/// A form whose `key` field is `key` and whose file part is named `filename`.
+fn keyed_form(boundary: &str, key: &str, filename: &str, file: &[u8]) -> Vec<u8> {
     let mut body = format!(
-        "--{boundary}\r\nContent-Disposition: form-data; name=\"key\"\r\n\r\nanonymous\r\n\
-         --{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"f\"\r\n\r\n"
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"key\"\r\n\r\n{key}\r\n\
+         --{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{filename}\"\r\n\r\n"
     )
     .into_bytes();
     body.extend_from_slice(file);
@@ -482,5 +487,159 @@ async fn a_forms_policy_is_checked_on_the_key_with_its_file_name() {
     let gw = TestGateway::start().await;
     gw.python_passes(&format!("{HELPERS}{FILENAME_POLICY}"), "filename policy ok")
         .await;
+    gw.stop().await;
+}
+
+/// Review of session 28, item 1: an anonymous form to a bucket with any policy reserved its
+/// declared length from the buffer budget, whatever the policy let anyone do, and could then
+/// send a byte every ~19 s for ever (four forms held the default budget). A public-read bucket
+/// that lets anyone write only under `uploads/`: forms to other keys are refused once their
+/// fields are in, holding nothing; one whose key is `uploads/${filename}` is decided on the key
+/// its file name makes and stored; and one that may write but trickles, never idle for the
+/// body idle timeout, is cut off at its total time with S3's 400 RequestTimeout, its
+/// reservation returned and nothing stored.
+#[tokio::test]
+async fn anonymous_forms_reserve_only_where_they_may_write_and_must_arrive_in_time() {
+    let args = [
+        "--s3-post-max-size",
+        "4MiB",
+        "--buffer-budget",
+        "12MiB",
+        "--http-body-idle-timeout",
+        "2s",
+    ];
+    let gw = TestGateway::with_args(common::fresh_database().await, &args).await;
+    gw.client.create_bucket().bucket("public").send().await.unwrap();
+    let policy = r#"{"Version":"2012-10-17","Statement":[
+        {"Effect":"Allow","Principal":"*","Action":"s3:GetObject","Resource":"arn:aws:s3:::public/*"},
+        {"Effect":"Allow","Principal":"*","Action":"s3:PutObject","Resource":"arn:aws:s3:::public/uploads/*"}]}"#;
+    gw.client
+        .put_bucket_policy()
+        .bucket("public")
+        .policy(policy)
+        .send()
+        .await
+        .unwrap();
+    let addr = gw.gateway.s3_addr;
+    let head = |length: usize| {
+        let mut head = "POST /public HTTP/1.1\r\n".to_owned();
+        for (name, value) in form_headers(Some(length)) {
+            head.push_str(&format!("{name}: {value}\r\n"));
+        }
+        head + "\r\n"
+    };
+
+    // Forms of 3 MiB to keys no rule lets anyone write: refused before their file is read.
+    let big = keyed_form("BND", "secret", "f", &vec![b'x'; 3 << 20]);
+    let fields_end = big.windows(4).rposition(|w| w == b"\r\n\r\n").unwrap() + 4;
+    let mut refused = Vec::new();
+    for _ in 0..6 {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream.write_all(head(big.len()).as_bytes()).await.unwrap();
+        stream.write_all(&big[..fields_end + (64 << 10)]).await.unwrap();
+        let answer = tokio::time::timeout(Duration::from_secs(10), raw::read_one_response(&mut stream))
+            .await
+            .expect("answered before the file is read");
+        assert_eq!(
+            (answer.status, answer.code()),
+            (403, Some("AccessDenied")),
+            "{}",
+            answer.body
+        );
+        refused.push(stream);
+    }
+    assert_eq!(gw.metric("pgvs3_buffer_bytes_in_use").await, Some(0.0));
+    drop(refused);
+
+    // A form without a key field before its file names nothing it may write.
+    let keyless = [
+        b"--BND\r\nContent-Disposition: form-data; name=\"file\"; filename=\"f\"\r\n\r\n".as_slice(),
+        &vec![b'x'; 200 << 10],
+        b"\r\n--BND--\r\n",
+    ]
+    .concat();
+    let response = raw::send(addr, "POST", "/public", &form_headers(Some(keyless.len())), &keyless).await;
+    assert_eq!(
+        (response.status, response.code()),
+        (400, Some("InvalidArgument")),
+        "{}",
+        response.body
+    );
+
+    // `${filename}` is replaced before the gate decides: `uploads/photo.jpg` may be written.
+    let upload = keyed_form("BND", "uploads/${filename}", "photo.jpg", &vec![b'y'; 200 << 10]);
+    let response = raw::send(addr, "POST", "/public", &form_headers(Some(upload.len())), &upload).await;
+    assert_eq!(response.status, 204, "{}", response.body);
+    let stored = gw
+        .client
+        .head_object()
+        .bucket("public")
+        .key("uploads/photo.jpg")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stored.content_length(), Some(200 << 10));
+
+    // A form that may write, sending a byte every half second after its fields: held no longer
+    // than its total time (2 s idle timeout + 200 KiB at 64 KiB/s).
+    let slow = keyed_form("BND", "uploads/slow", "f", &vec![b'z'; 200 << 10]);
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(head(slow.len()).as_bytes()).await.unwrap();
+    stream.write_all(&slow[..fields_end + 1024]).await.unwrap();
+    common::eventually(Duration::from_secs(10), "the form's reservation", || async {
+        (gw.metric("pgvs3_buffer_bytes_in_use").await? >= slow.len() as f64).then_some(())
+    })
+    .await;
+    let mut sent = fields_end + 1024;
+    let trickled = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            tokio::select! {
+                readable = stream.readable() => break readable.unwrap(),
+                () = tokio::time::sleep(Duration::from_millis(500)) => {
+                    stream.write_all(&slow[sent..sent + 1]).await.unwrap();
+                    sent += 1;
+                }
+            }
+        }
+    })
+    .await;
+    assert!(trickled.is_ok(), "a trickling form is answered");
+    let answer = raw::read_one_response(&mut stream).await;
+    assert_eq!(
+        (answer.status, answer.code()),
+        (400, Some("RequestTimeout")),
+        "{}",
+        answer.body
+    );
+    assert!(
+        answer.body.contains("Idle connections will be closed."),
+        "{}",
+        answer.body
+    );
+    common::eventually(Duration::from_secs(10), "the reservation returned", || async {
+        (gw.metric("pgvs3_buffer_bytes_in_use").await? == 0.0).then_some(())
+    })
+    .await;
+    let missing = gw
+        .client
+        .head_object()
+        .bucket("public")
+        .key("uploads/slow")
+        .send()
+        .await;
+    assert!(missing.is_err(), "nothing of the trickled form was stored");
+
+    // One that stops sending is answered as S3 answers a stalled body too (s3s's was 400
+    // InvalidRequest "failed to read file stream").
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(head(slow.len()).as_bytes()).await.unwrap();
+    stream.write_all(&slow[..fields_end + 1024]).await.unwrap();
+    let answer = raw::read_one_response(&mut stream).await;
+    assert_eq!(
+        (answer.status, answer.code()),
+        (400, Some("RequestTimeout")),
+        "{}",
+        answer.body
+    );
     gw.stop().await;
 }

@@ -66,12 +66,20 @@ async fn a_100_mib_object_streams_in_and_out_intact() {
 
 /// Sends an aws-chunked body with a trailing checksum, as pyarrow and current SDKs do: chunked
 /// transfer encoding (no Content-Length) and `Expect: 100-continue`.
-async fn chunked_upload(gw: &TestGateway, key: &str, data: &[u8], trailer: (&str, String)) -> common::raw::RawResponse {
+/// `declared`: the trailer `x-amz-trailer` names; `sent`: the trailer the body ends with, name
+/// and value (`None`: none).
+async fn chunked_upload(
+    gw: &TestGateway,
+    key: &str,
+    data: &[u8],
+    declared: &str,
+    sent: Option<(&str, &str)>,
+) -> common::raw::RawResponse {
     let path = format!("/stream/{key}");
     let extra = [
         ("content-encoding", "aws-chunked".to_owned()),
         ("x-amz-decoded-content-length", data.len().to_string()),
-        ("x-amz-trailer", trailer.0.to_owned()),
+        ("x-amz-trailer", declared.to_owned()),
     ];
     let signer = Signer {
         access_key: ROOT_ACCESS_KEY.into(),
@@ -91,7 +99,10 @@ async fn chunked_upload(gw: &TestGateway, key: &str, data: &[u8], trailer: (&str
         encoded.extend_from_slice(piece);
         encoded.extend_from_slice(b"\r\n");
     }
-    encoded.extend_from_slice(format!("0\r\n{}:{}\r\n\r\n", trailer.0, trailer.1).as_bytes());
+    match sent {
+        Some((name, value)) => encoded.extend_from_slice(format!("0\r\n{name}:{value}\r\n\r\n").as_bytes()),
+        None => encoded.extend_from_slice(b"0\r\n\r\n"),
+    }
 
     let mut stream = tokio::net::TcpStream::connect(gw.gateway.s3_addr).await.unwrap();
     let mut head =
@@ -134,7 +145,14 @@ async fn aws_chunked_uploads_with_trailing_checksums_are_verified() {
     for (key, size) in [("small", 1000usize), ("large", 1_000_000)] {
         let data = noise(size, size as u64);
         let crc64 = b64(Crc64Nvme::checksum(&data).as_ref());
-        let response = chunked_upload(&gw, key, &data, ("x-amz-checksum-crc64nvme", crc64.clone())).await;
+        let response = chunked_upload(
+            &gw,
+            key,
+            &data,
+            "x-amz-checksum-crc64nvme",
+            Some(("x-amz-checksum-crc64nvme", &crc64)),
+        )
+        .await;
         assert_eq!(response.status, 200, "{key}: {}", response.body);
         let out = gw
             .client
@@ -149,7 +167,14 @@ async fn aws_chunked_uploads_with_trailing_checksums_are_verified() {
         assert!(out.body.collect().await.unwrap().into_bytes().as_ref() == data.as_slice());
 
         let bad = b64(Crc32::checksum(b"not the data").as_ref());
-        let rejected = chunked_upload(&gw, &format!("{key}-bad"), &data, ("x-amz-checksum-crc32", bad)).await;
+        let rejected = chunked_upload(
+            &gw,
+            &format!("{key}-bad"),
+            &data,
+            "x-amz-checksum-crc32",
+            Some(("x-amz-checksum-crc32", &bad)),
+        )
+        .await;
         assert_eq!(rejected.status, 400, "{}", rejected.body);
         assert!(rejected.body.contains("<Code>BadDigest</Code>"), "{}", rejected.body);
         let missing = gw
@@ -160,6 +185,30 @@ async fn aws_chunked_uploads_with_trailing_checksums_are_verified() {
             .send()
             .await;
         assert!(missing.is_err(), "a rejected upload leaves no object");
+
+        // Review of session 28, item 4: a declared trailer that never comes was taken, the
+        // checksum computed here stored in its place. S3 refuses it (400 MalformedTrailerError);
+        // so does one that brings a checksum other than the declared one.
+        for (name, sent) in [
+            ("missing", None),
+            ("other", Some(("x-amz-checksum-crc64nvme", crc64.as_str()))),
+        ] {
+            let key = format!("{key}-{name}");
+            let response = chunked_upload(&gw, &key, &data, "x-amz-checksum-crc32", sent).await;
+            assert_eq!(
+                (response.status, response.code()),
+                (400, Some("MalformedTrailerError")),
+                "{key}: {}",
+                response.body
+            );
+            assert!(
+                response.body.contains("did not conform to our published schema"),
+                "{}",
+                response.body
+            );
+            let missing = gw.client.head_object().bucket("stream").key(&key).send().await;
+            assert!(missing.is_err(), "{key}: nothing stored");
+        }
     }
     gw.stop().await;
 }

@@ -457,6 +457,39 @@ pub fn authorize(
     }
 }
 
+/// Whether an unsigned browser upload to `bucket` may write the key its `fields` name: the
+/// PutObject that [`authorize`] will decide once s3s has read the form (the same key, the
+/// form's fields as its settings), decided before the form's file is read, so that a form no
+/// rule lets write is refused before it reserves the memory s3s holds its file in.
+pub fn unsigned_form_may_write(
+    bucket: &Arc<BucketInfo>,
+    peer: Option<Peer>,
+    headers: &http::HeaderMap,
+    query: Option<&str>,
+    fields: &FormFields,
+) -> bool {
+    let mut settings = headers.clone();
+    settings.extend(fields.settings());
+    let weighed = Weighed {
+        peer,
+        operation: "PutObject",
+        settings: &settings,
+        headers,
+        query,
+        object_key: fields.key(),
+        signed: None,
+        signer_is_root: false,
+        bucket_name: &bucket.name,
+        bucket: Some(bucket),
+        copy: false,
+        versioned: false,
+        own_policy: None,
+        own_on_tags: false,
+    };
+    let mut grant = PolicyGrant::default();
+    weighed.grant_bucket(&mut grant, Requester::Anonymous).is_ok() && grant.covers(&bucket.name)
+}
+
 /// A session key's request: its role's policy decides ([`session_grant`]).
 #[allow(clippy::too_many_arguments)]
 fn session_request(

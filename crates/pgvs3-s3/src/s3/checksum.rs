@@ -220,13 +220,18 @@ impl BodyObserver for UploadCheck {
         let expected = match declared {
             Declared::Nothing => None,
             Declared::Header(value) => Some(value),
-            Declared::Trailer(trailers) => trailers
-                .read(|map| {
-                    map.get(algorithm.header())
-                        .and_then(|v| v.to_str().ok())
-                        .map(str::to_owned)
-                })
-                .flatten(),
+            // A declared trailer that never came is refused as S3 refuses it, not replaced by
+            // the checksum computed here: the client asked for its own value to be checked.
+            Declared::Trailer(trailers) => Some(
+                trailers
+                    .read(|map| {
+                        map.get(algorithm.header())
+                            .and_then(|v| v.to_str().ok())
+                            .map(str::to_owned)
+                    })
+                    .flatten()
+                    .ok_or_else(|| StoreError::BadDigest(MALFORMED_TRAILER.into()))?,
+            ),
         };
         if expected.is_some_and(|expected| expected.trim() != value) {
             return Err(StoreError::BadDigest(format!(
@@ -246,6 +251,12 @@ impl BodyObserver for UploadCheck {
 pub const PAYLOAD_SHA256_MISMATCH: &str =
     "The provided 'x-amz-content-sha256' header does not match what was computed.";
 
+/// Marks a checksum trailer that `x-amz-trailer` declared and the body did not bring (or
+/// brought under another name), so the S3 error mapping can give it S3's own code
+/// (MalformedTrailerError) and text.
+pub const MALFORMED_TRAILER: &str =
+    "The request contained trailing data that was not well-formed or did not conform to our published schema.";
+
 /// An error from the request body stream, as the store sees it. s3s reports a body whose
 /// SHA-256 differs from the signed `x-amz-content-sha256` only through its error text.
 pub fn body_error(err: &(dyn std::error::Error + Send + Sync + 'static)) -> StoreError {
@@ -253,9 +264,7 @@ pub fn body_error(err: &(dyn std::error::Error + Send + Sync + 'static)) -> Stor
     if text.contains("Sha256Mismatch") {
         StoreError::BadDigest(PAYLOAD_SHA256_MISMATCH.into())
     } else if crate::request_body::BodyError::is_idle_timeout(err) {
-        StoreError::BodyTimeout(
-            "Your socket connection to the server was not read from or written to within the timeout period.".into(),
-        )
+        StoreError::BodyTimeout(super::errors::REQUEST_TIMEOUT.into())
     } else {
         StoreError::Body(text)
     }

@@ -2,8 +2,11 @@
 
 use s3s::{S3Error, S3ErrorCode};
 
-use super::checksum::PAYLOAD_SHA256_MISMATCH;
+use super::checksum::{MALFORMED_TRAILER, PAYLOAD_SHA256_MISMATCH};
 use crate::store::StoreError;
+
+/// S3's message for a request body that stalled (400 RequestTimeout).
+pub const REQUEST_TIMEOUT: &str = "Your socket connection to the server was not read from or written to within the timeout period. Idle connections will be closed.";
 
 /// A request id, stamped on every response header and on errors raised by the front.
 #[derive(Clone, Debug)]
@@ -49,6 +52,7 @@ fn code_of(err: &StoreError) -> (S3ErrorCode, String) {
         StoreError::BadDigest(msg) if msg == PAYLOAD_SHA256_MISMATCH => {
             S3ErrorCode::Custom("XAmzContentSHA256Mismatch".into())
         }
+        StoreError::BadDigest(msg) if msg == MALFORMED_TRAILER => S3ErrorCode::Custom("MalformedTrailerError".into()),
         StoreError::BadDigest(_) => S3ErrorCode::BadDigest,
         StoreError::IncompleteBody { .. } | StoreError::Body(_) => S3ErrorCode::IncompleteBody,
         StoreError::BodyTimeout(_) => S3ErrorCode::RequestTimeout,

@@ -283,9 +283,9 @@ impl Endpoint {
     ) -> Result<Response<s3s::Body>, s3s::HttpError> {
         let gate = match form.length(request.headers(), &self.post) {
             Ok(length) => self
-                .unsigned_forms_may_write(&request)
+                .unsigned_form(&request)
                 .await
-                .map(|may| post_form::Gate::new(length, may, &self.post)),
+                .map(|unsigned| post_form::Gate::new(length, unsigned, &self.post)),
             Err(refusal) => Err(refusal),
         };
         let gate = match gate {
@@ -311,11 +311,15 @@ impl Endpoint {
         })
     }
 
-    /// Whether the bucket a form is posted to may let an unsigned form write (it has a policy,
-    /// or ACLs); refused when it does not exist, as S3 does, before a byte of the form is read.
-    async fn unsigned_forms_may_write<B>(&self, request: &Request<B>) -> Result<bool, post_form::Refusal> {
+    /// What decides an unsigned form to the bucket a form is posted to, where its rules (a
+    /// policy, or ACLs) may let one write; refused when it does not exist, as S3 does, before a
+    /// byte of the form is read.
+    async fn unsigned_form<B>(
+        &self,
+        request: &Request<B>,
+    ) -> Result<Option<post_form::UnsignedForm>, post_form::Refusal> {
         let Some(name) = self.bucket_of(request) else {
-            return Ok(false);
+            return Ok(None);
         };
         let bucket = match self.catalog.cached_bucket(&name) {
             Some(bucket) => bucket,
@@ -337,7 +341,13 @@ impl Endpoint {
                 }
             },
         };
-        Ok(bucket.access.policy.is_some() || bucket.access.acls_enabled())
+        let has_rules = bucket.access.policy.is_some() || bucket.access.acls_enabled();
+        Ok(has_rules.then(|| post_form::UnsignedForm {
+            bucket,
+            peer: request.extensions().get::<crate::http_server::Peer>().copied(),
+            headers: request.headers().clone(),
+            query: request.uri().query().map(str::to_owned),
+        }))
     }
 
     /// The bucket a virtual-host-style request names in its Host header (`--s3-domain`).

@@ -6,21 +6,29 @@
 //! has no input member for (the form's `acl`, for one) — for the operation; `${filename}` in the
 //! `key` field is replaced by the file's name before s3s reads it, so s3s checks the policy on
 //! the key as S3 does. Then the form passes its [`Gate`] before s3s reads a byte of the file: an unsigned
-//! form only where the bucket's rules may let one write at all, and the bytes s3s will hold are
-//! reserved from the buffer budget only then — for a signed form, after s3s verified its
-//! signature — so clients that have shown no credential hold no byte of the shared budget,
-//! only the fields' window of their own connection.
+//! form only where its bucket's policy or ACLs let anyone write the key it names (the PutObject
+//! the access check decides later, decided now on the same key and fields), and the bytes s3s
+//! will hold are reserved from the buffer budget only then — for a signed form, after s3s
+//! verified its signature — so clients that have shown no credential, or no right to write,
+//! hold no byte of the shared budget, only the fields' window of their own connection. The
+//! whole form must arrive within [`form_time`] of its head, so that a form that may write
+//! cannot hold its reservation by sending a byte now and then.
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Request, StatusCode};
 use http_body::{Body, Frame, SizeHint};
+use tokio::time::Sleep;
 
 use crate::admission::{BufferBudget, Reservation};
+use crate::http_server::Peer;
 use crate::request_body::{BodyError, RequestBody};
+use crate::s3::authorize;
+use crate::store::BucketInfo;
 
 /// S3's limit on the form fields before the file ("MaxPostPreDataLengthExceeded"); s3s is
 /// configured with it too.
@@ -32,6 +40,26 @@ pub const MAX_PARTS: usize = 200;
 /// The most form bytes before the file part that are kept to find its headers: the fields, their
 /// part headers and the file's own part headers fit well inside.
 const NOTE_WINDOW: usize = 3 * MAX_FIELDS_SIZE;
+
+/// The slowest a form may arrive on average: a form must be in within the body idle timeout
+/// (`--http-body-idle-timeout`) plus its length at this rate. Its file's memory is reserved
+/// from the shared buffer budget while it arrives, and a form that sends a byte now and then,
+/// never idle for long, would otherwise hold it for as long as its client likes. 64 KiB/s is
+/// a slow mobile uplink: the largest form of the default `--s3-post-max-size` (64 MiB) gets
+/// 17 minutes.
+const FORM_MIN_RATE: u64 = 64 << 10;
+
+/// How long a form of `length` bytes may take to arrive.
+fn form_time(length: u64, idle: Duration) -> Duration {
+    idle.saturating_add(Duration::from_secs(length / FORM_MIN_RATE))
+}
+
+/// A form that did not arrive in time ([`form_time`]): S3's answer to a body that stalls.
+const REQUEST_TIMEOUT: Refusal = (
+    StatusCode::BAD_REQUEST,
+    "RequestTimeout",
+    crate::s3::errors::REQUEST_TIMEOUT,
+);
 
 /// Bounds on browser uploads.
 #[derive(Clone)]
@@ -96,11 +124,14 @@ impl FormPost {
         let notes = gate.notes.clone();
         let (mut parts, body) = request.into_parts();
         parts.extensions.insert(notes.clone());
+        let deadline = tokio::time::sleep(form_time(gate.length, body.idle_timeout()));
         let body = NotingBody {
             inner: body,
             boundary: self.boundary,
             window: Vec::new(),
-            notes: Some(notes),
+            notes,
+            noting: true,
+            deadline: Box::pin(deadline),
             gate: Some(gate),
             queued: None,
             ended: false,
@@ -112,9 +143,9 @@ impl FormPost {
 /// What a form must pass once its fields are in, before s3s reads its file.
 pub struct Gate {
     notes: FormNotes,
-    /// The form's bucket has rules (a policy, or ACLs) that may let an unsigned form write;
-    /// where it has none, the access check would refuse an unsigned form anyway.
-    unsigned_may_write: bool,
+    /// What decides an unsigned form; `None` where its bucket has no rules (a policy, or ACLs)
+    /// that could let one write, and the access check would refuse it anyway.
+    unsigned: Option<UnsignedForm>,
     /// The form's declared length: what s3s may hold of it.
     length: u64,
     budget: BufferBudget,
@@ -123,11 +154,37 @@ pub struct Gate {
     armed: bool,
 }
 
+/// An unsigned form's request as its bucket's rules see it: they decide the key its fields
+/// name once they are in.
+pub struct UnsignedForm {
+    pub bucket: Arc<BucketInfo>,
+    pub peer: Option<Peer>,
+    pub headers: HeaderMap,
+    pub query: Option<String>,
+}
+
+impl UnsignedForm {
+    /// Whether its bucket's policy or ACLs let the form write the key it names; a form whose
+    /// `key` field does not come before its file names none, as S3 says.
+    fn may_write(&self, fields: Option<&FormFields>) -> Result<(), Refusal> {
+        let fields = fields.filter(|fields| fields.key().is_some()).ok_or((
+            StatusCode::BAD_REQUEST,
+            "InvalidArgument",
+            "Bucket POST must contain a field named 'key'.  If it is specified, please check the order of the fields.",
+        ))?;
+        match authorize::unsigned_form_may_write(&self.bucket, self.peer, &self.headers, self.query.as_deref(), fields)
+        {
+            true => Ok(()),
+            false => Err((StatusCode::FORBIDDEN, "AccessDenied", "Access Denied")),
+        }
+    }
+}
+
 impl Gate {
-    pub fn new(length: u64, unsigned_may_write: bool, limits: &PostLimits) -> Gate {
+    pub fn new(length: u64, unsigned: Option<UnsignedForm>, limits: &PostLimits) -> Gate {
         Gate {
             notes: FormNotes::default(),
-            unsigned_may_write,
+            unsigned,
             length,
             budget: limits.budget.clone(),
             armed: false,
@@ -140,8 +197,11 @@ impl Gate {
             .notes
             .get()
             .is_some_and(|fields| fields.field("x-amz-signature").is_some() || fields.field("signature").is_some());
-        if !signed && !self.unsigned_may_write {
-            return Err((StatusCode::FORBIDDEN, "AccessDenied", "Access Denied"));
+        if !signed {
+            match &self.unsigned {
+                None => return Err((StatusCode::FORBIDDEN, "AccessDenied", "Access Denied")),
+                Some(unsigned) => unsigned.may_write(self.notes.get())?,
+            }
         }
         let held = self.budget.try_reserve(self.length, "post_object").ok_or((
             StatusCode::SERVICE_UNAVAILABLE,
@@ -265,8 +325,12 @@ struct NotingBody {
     inner: RequestBody,
     boundary: Vec<u8>,
     window: Vec<u8>,
-    /// `None` once the fields are noted (or the window is full without a file part).
-    notes: Option<FormNotes>,
+    notes: FormNotes,
+    /// The fields are being looked for: false once they are noted (or the window is full
+    /// without a file part).
+    noting: bool,
+    /// When the whole form must have arrived ([`form_time`]).
+    deadline: Pin<Box<Sleep>>,
     /// `None` once passed.
     gate: Option<Gate>,
     /// A frame that arrived while the fields were held, answered right after them.
@@ -290,15 +354,23 @@ impl NotingBody {
                     }
                 }
             }
-            if let Some(notes) = self.notes.as_ref() {
-                let _ = notes.0.fields.set(fields);
-            }
+            let _ = self.notes.0.fields.set(fields);
         }
-        self.notes = None;
+        self.noting = false;
         if let Some(gate) = &mut self.gate {
             gate.armed = true;
         }
         Bytes::from(held)
+    }
+
+    /// The next frame of the form; one that stalled for the body idle timeout is answered as
+    /// S3 answers it (s3s would call it an unreadable file stream).
+    fn poll_inner(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Err(BodyError::IdleTimeout(_)))) = &polled {
+            let _ = self.notes.0.refused.set(REQUEST_TIMEOUT);
+        }
+        polled
     }
 }
 
@@ -314,17 +386,21 @@ impl Body for NotingBody {
         if this.ended {
             return Poll::Ready(None);
         }
+        if !this.inner.is_end_stream() && this.deadline.as_mut().poll(cx).is_ready() {
+            let _ = this.notes.0.refused.set(REQUEST_TIMEOUT);
+            return Poll::Ready(Some(Err(BodyError::Refused)));
+        }
         if let Some(gate) = this.gate.take_if(|gate| gate.armed)
             && let Err(refusal) = gate.pass()
         {
             let _ = gate.notes.0.refused.set(refusal);
             return Poll::Ready(Some(Err(BodyError::Refused)));
         }
-        if this.notes.is_none() {
-            return Pin::new(&mut this.inner).poll_frame(cx);
+        if !this.noting {
+            return this.poll_inner(cx);
         }
         loop {
-            let frame = match std::task::ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
+            let frame = match std::task::ready!(this.poll_inner(cx)) {
                 Some(Ok(frame)) => frame,
                 Some(Err(err)) => return Poll::Ready(Some(Err(err))),
                 None => {
@@ -353,14 +429,14 @@ impl Body for NotingBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.queued.is_none() && (self.ended || (self.notes.is_none() && self.inner.is_end_stream()))
+        self.queued.is_none() && (self.ended || (!self.noting && self.inner.is_end_stream()))
     }
 
     /// The held fields may change length, so nothing exact is said until they are passed on.
     fn size_hint(&self) -> SizeHint {
-        match self.notes {
-            Some(_) => SizeHint::default(),
-            None => self.inner.size_hint(),
+        match self.noting {
+            true => SizeHint::default(),
+            false => self.inner.size_hint(),
         }
     }
 }

@@ -108,17 +108,7 @@ pub(super) async fn list_object_versions(
     let bucket = &cx.bucket;
     let page = bucket.list_versions(&request).await.map_err(|e| fail(&req, e))?;
     let owner = acl::bucket_owner(bucket, cx.front.buckets.catalog());
-    let url_encode = input
-        .encoding_type
-        .as_ref()
-        .is_some_and(|e| e.as_str() == EncodingType::URL);
-    let encode = |text: String| {
-        if url_encode {
-            crate::s3::percent_encode(&text, true)
-        } else {
-            text
-        }
-    };
+    let encode = key_encoder(input.encoding_type.as_ref());
     let (versions, delete_markers) = version_entries(page.entries, &owner, &encode);
     let (next_key_marker, next_version_id_marker) = match page.next {
         Some((key, version)) => (Some(encode(key)), version),
@@ -212,11 +202,22 @@ struct Listing {
 
 impl Listing {
     fn encode(&self, text: String) -> String {
-        if self.url_encode {
-            crate::s3::percent_encode(&text, true)
-        } else {
-            text
-        }
+        encode_key(self.url_encode, text)
+    }
+}
+
+/// How a listing answers its key fields for its `encoding-type`: percent-encoded for `url`,
+/// as they are otherwise.
+pub(super) fn key_encoder(encoding_type: Option<&EncodingType>) -> impl Fn(String) -> String + Copy {
+    let url_encode = encoding_type.is_some_and(|e| e.as_str() == EncodingType::URL);
+    move |text| encode_key(url_encode, text)
+}
+
+fn encode_key(url_encode: bool, text: String) -> String {
+    if url_encode {
+        crate::s3::percent_encode(&text, true)
+    } else {
+        text
     }
 }
 

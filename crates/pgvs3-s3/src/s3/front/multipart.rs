@@ -260,13 +260,15 @@ pub(super) async fn list_multipart_uploads(
         .await
         .map_err(|e| fail(&req, e))?;
     let bucket_owner = acl::owner_id(bucket, cx.front.buckets.catalog());
+    // `encoding-type=url` encodes every key field, as ListObjectsV2's.
+    let encode = super::list::key_encoder(input.encoding_type.as_ref());
     let uploads = page
         .uploads
         .into_iter()
         .map(|upload| {
             let (owner, initiator) = parties(upload.parties, &bucket_owner);
             MultipartUpload {
-                key: Some(upload.key),
+                key: Some(encode(upload.key)),
                 upload_id: Some(upload.upload_id),
                 initiated: Some(timestamp(upload.initiated)),
                 owner: Some(owner),
@@ -283,14 +285,17 @@ pub(super) async fn list_multipart_uploads(
     let common_prefixes = page
         .common_prefixes
         .into_iter()
-        .map(|prefix| CommonPrefix { prefix: Some(prefix) })
+        .map(|prefix| CommonPrefix {
+            prefix: Some(encode(prefix)),
+        })
         .collect();
     let (next_key_marker, next_upload_id_marker) = page.next_marker.unzip();
+    let next_key_marker = next_key_marker.map(encode);
     Ok(S3Response::new(ListMultipartUploadsOutput {
         bucket: Some(input.bucket.clone()),
-        prefix: Some(request.prefix),
-        delimiter: input.delimiter.clone().filter(|d| !d.is_empty()),
-        key_marker: input.key_marker.clone(),
+        prefix: Some(encode(request.prefix)),
+        delimiter: input.delimiter.clone().filter(|d| !d.is_empty()).map(encode),
+        key_marker: input.key_marker.clone().map(encode),
         upload_id_marker: input.upload_id_marker.clone(),
         max_uploads: Some(max_uploads),
         is_truncated: Some(next_key_marker.is_some()),
@@ -298,6 +303,7 @@ pub(super) async fn list_multipart_uploads(
         next_upload_id_marker,
         uploads: Some(uploads),
         common_prefixes: Some(common_prefixes),
+        encoding_type: input.encoding_type.clone(),
         ..Default::default()
     }))
 }
