@@ -267,6 +267,11 @@ struct OriginPut {
     /// the system's roots), for this check; gateways take theirs from `serve --origin-ca-file`.
     #[arg(long, env = "PGVS3_ORIGIN_CA_FILE", value_delimiter = ',')]
     origin_ca_file: Vec<std::path::PathBuf>,
+    /// Lets the origin be at a loopback or link-local address for this check, as
+    /// `serve --origin-allow-local-addresses` lets gateways reach it.
+    #[arg(long, env = "PGVS3_ORIGIN_ALLOW_LOCAL_ADDRESSES", num_args = 0..=1, default_value_t = false,
+          default_missing_value = "true", action = clap::ArgAction::Set)]
+    origin_allow_local_addresses: bool,
 }
 
 #[tokio::main]
@@ -656,6 +661,7 @@ async fn admin_origin(catalog: &Catalog, command: OriginCommand) -> anyhow::Resu
                 range_chunk_size,
                 no_verify,
                 origin_ca_file,
+                origin_allow_local_addresses,
             } = *put;
             let origin = Origin {
                 endpoint,
@@ -674,7 +680,10 @@ async fn admin_origin(catalog: &Catalog, command: OriginCommand) -> anyhow::Resu
             };
             if !no_verify {
                 let tls = pgvs3_gateway::cache::origin::OriginTls::load(&origin_ca_file).context("--origin-ca-file")?;
-                CacheTier::verify(&origin, Duration::from_secs(10), &tls)
+                let addresses = pgvs3_gateway::cache::addresses::OriginAddresses {
+                    allow_local: origin_allow_local_addresses,
+                };
+                CacheTier::verify(&origin, Duration::from_secs(10), &tls, addresses)
                     .await
                     .with_context(|| {
                         format!("checking origin bucket {} at {}", origin.origin_bucket, origin.endpoint)
@@ -708,4 +717,32 @@ async fn admin_origin(catalog: &Catalog, command: OriginCommand) -> anyhow::Resu
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    /// A secret taken from the environment never shows in `--help` (clap prints an env
+    /// variable's value there unless told not to).
+    #[test]
+    fn secrets_from_the_environment_stay_out_of_help() {
+        fn walk(command: &clap::Command, shown: &mut Vec<String>) {
+            for arg in command.get_arguments() {
+                let Some(env) = arg.get_env().and_then(|env| env.to_str()) else {
+                    continue;
+                };
+                let secret = ["SECRET", "PASSWORD", "TOKEN", "MASTER_KEY", "DATABASE_URL"]
+                    .iter()
+                    .any(|word| env.contains(word));
+                if secret && !arg.is_hide_env_values_set() {
+                    shown.push(format!("{} {env}", command.get_name()));
+                }
+            }
+            for sub in command.get_subcommands() {
+                walk(sub, shown);
+            }
+        }
+        let mut shown = Vec::new();
+        walk(&<super::Cli as clap::CommandFactory>::command(), &mut shown);
+        assert!(shown.is_empty(), "{shown:?}");
+    }
 }

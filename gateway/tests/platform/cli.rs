@@ -58,6 +58,8 @@ fn serve_command(data_dir: &Path) -> Command {
         .env("PGVS3_PG_SHARED_BUFFERS", "32MB")
         .env("PGVS3_ROOT_ACCESS_KEY", common::ROOT_ACCESS_KEY)
         .env("PGVS3_ROOT_SECRET_KEY", common::ROOT_SECRET_KEY)
+        // The tests' origins listen on loopback.
+        .env("PGVS3_ORIGIN_ALLOW_LOCAL_ADDRESSES", "true")
         .stdout(Stdio::piped())
         .kill_on_drop(true);
     command
@@ -661,6 +663,8 @@ async fn origin_commands_work_and_a_write_back_survives_kill_9() {
                 common::ROOT_SECRET_KEY.into(),
                 "--write-back-threshold".into(),
                 "1MiB".into(),
+                // The test's origin listens on loopback.
+                "--origin-allow-local-addresses".into(),
             ];
             if !verify {
                 args.push("--no-verify".into());
