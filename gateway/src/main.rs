@@ -718,31 +718,3 @@ async fn admin_origin(catalog: &Catalog, command: OriginCommand) -> anyhow::Resu
     }
     Ok(())
 }
-
-#[cfg(test)]
-mod tests {
-    /// A secret taken from the environment never shows in `--help` (clap prints an env
-    /// variable's value there unless told not to).
-    #[test]
-    fn secrets_from_the_environment_stay_out_of_help() {
-        fn walk(command: &clap::Command, shown: &mut Vec<String>) {
-            for arg in command.get_arguments() {
-                let Some(env) = arg.get_env().and_then(|env| env.to_str()) else {
-                    continue;
-                };
-                let secret = ["SECRET", "PASSWORD", "TOKEN", "MASTER_KEY", "DATABASE_URL"]
-                    .iter()
-                    .any(|word| env.contains(word));
-                if secret && !arg.is_hide_env_values_set() {
-                    shown.push(format!("{} {env}", command.get_name()));
-                }
-            }
-            for sub in command.get_subcommands() {
-                walk(sub, shown);
-            }
-        }
-        let mut shown = Vec::new();
-        walk(&<super::Cli as clap::CommandFactory>::command(), &mut shown);
-        assert!(shown.is_empty(), "{shown:?}");
-    }
-}
