@@ -157,7 +157,8 @@ mod tests {
         let refused = GuardedResolver.resolve_dns("localhost").await.unwrap_err();
         let why = std::error::Error::source(&refused).map(ToString::to_string);
         assert!(
-            why.as_deref().is_some_and(|why| why.contains("--origin-allow-local-addresses")),
+            why.as_deref()
+                .is_some_and(|why| why.contains("--origin-allow-local-addresses")),
             "{refused:?}"
         );
     }
