@@ -169,7 +169,7 @@ const CHANGED_SINCE_V10: &[&str] = &[
     "pgvs3.set_bucket_quota(text,bigint,bigint)",
 ];
 
-/// v10 triggers a later layout changed on purpose: v52 revalidates clean write-backs when the
+/// v10 triggers a later layout changed on purpose: v54 revalidates clean write-backs when the
 /// origin's credentials change too.
 const TRIGGERS_CHANGED_SINCE_V10: &[&str] = &["pgvs3.origins origins_revalidate_clean_write_backs"];
 

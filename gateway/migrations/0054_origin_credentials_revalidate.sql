@@ -1,4 +1,4 @@
--- A cache bucket's origin credentials changed (layout v52): what was cached was fetched with
+-- A cache bucket's origin credentials changed (layout v54): what was cached was fetched with
 -- the old ones, which may have reached objects the new ones may not. So a change of access key
 -- or secret marks entries stale like a move to another origin does (functions/cache.sql
 -- `put_origin` for s3c entries; this trigger for clean write-back bodies in s3w). The sealed
