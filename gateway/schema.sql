@@ -1669,8 +1669,10 @@ BEGIN
                EXCLUDED.secret_encrypted, EXCLUDED.path_style, EXCLUDED.mode, EXCLUDED.ttl_seconds,
                EXCLUDED.negative_ttl_seconds, EXCLUDED.fill_concurrency, EXCLUDED.size_limit_bytes,
                EXCLUDED.write_back_threshold, EXCLUDED.range_chunk_bytes);
-    -- Entries cached from another origin must be fetched again.
-    IF previous.endpoint IS DISTINCT FROM endpoint OR previous.origin_bucket IS DISTINCT FROM origin_bucket THEN
+    -- Entries cached from another origin, or with other credentials (which may have read what
+    -- these may not), must be fetched again. The sealed secret changes only with the secret.
+    IF (previous.endpoint, previous.origin_bucket, previous.access_key, previous.secret_encrypted)
+       IS DISTINCT FROM (endpoint, origin_bucket, access_key, secret_encrypted) THEN
         UPDATE s3c.objects SET validated_at = '-infinity' WHERE bucket_id = cache_id;
         DELETE FROM s3c.ranges WHERE bucket_id = cache_id;
     END IF;
@@ -6126,7 +6128,7 @@ CREATE TRIGGER origins_forget AFTER DELETE ON pgvs3.origins FOR EACH ROW EXECUTE
 -- Name: origins origins_revalidate_clean_write_backs; Type: TRIGGER; Schema: pgvs3; Owner: -
 --
 
-CREATE TRIGGER origins_revalidate_clean_write_backs AFTER UPDATE OF endpoint, origin_bucket ON pgvs3.origins FOR EACH ROW WHEN (((old.endpoint IS DISTINCT FROM new.endpoint) OR (old.origin_bucket IS DISTINCT FROM new.origin_bucket))) EXECUTE FUNCTION pgvs3.revalidate_clean_write_backs();
+CREATE TRIGGER origins_revalidate_clean_write_backs AFTER UPDATE OF endpoint, origin_bucket, access_key, secret_encrypted ON pgvs3.origins FOR EACH ROW WHEN (((((old.endpoint IS DISTINCT FROM new.endpoint) OR (old.origin_bucket IS DISTINCT FROM new.origin_bucket)) OR (old.access_key IS DISTINCT FROM new.access_key)) OR (old.secret_encrypted IS DISTINCT FROM new.secret_encrypted))) EXECUTE FUNCTION pgvs3.revalidate_clean_write_backs();
 
 --
 -- Name: resp_acl_users resp_acl_users_catalog_version; Type: TRIGGER; Schema: pgvs3; Owner: -

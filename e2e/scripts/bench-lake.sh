@@ -110,13 +110,14 @@ mb "$origin_s3" warehouse
 # Two caches, with 8 origin fills at once (the default) and with 32: the cold full scans compare them.
 cold_caches=()
 for slots in 8 32; do
-    start_gateway "$bin/pgvs3" "$work/cache-$slots" --fill-concurrency "$slots"
+    # Its origin is a gateway on loopback, which caches reach only when allowed.
+    start_gateway "$bin/pgvs3" "$work/cache-$slots" --fill-concurrency "$slots" --origin-allow-local-addresses
     cold_caches+=("[$slots, \"${gw_s3#http://}\"]")
     # The Iceberg cases run through the default one.
     [ "$slots" = 8 ] && cache_s3=${gw_s3#http://}
     "$bin/pgvs3" admin --data-dir "$work/cache-$slots/data" origin put --bucket warehouse --endpoint "$origin_s3" \
         --origin-bucket warehouse --access-key "$AWS_ACCESS_KEY_ID" --secret-key "$AWS_SECRET_ACCESS_KEY" \
-        --mode write-back --fill-concurrency "$slots" >/dev/null
+        --mode write-back --fill-concurrency "$slots" --origin-allow-local-addresses >/dev/null
 done
 
 fixture_pairs=()

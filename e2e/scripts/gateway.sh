@@ -132,9 +132,10 @@ start_cache_pair() {
     # The origin bucket must exist before the cache verifies it: one small object creates it.
     "$loadgen" s3 --endpoint "$cache_origin" "${keys[@]}" --bucket "$origin_bucket" --ops put --sizes 4KiB \
         --requests 1 --workers 1 >/dev/null || return 1
-    start_gateway "$pgvs3" "$dir/cache" || return 1
+    # The origin is a gateway on loopback, which caches reach only when allowed.
+    start_gateway "$pgvs3" "$dir/cache" --origin-allow-local-addresses || return 1
     "$pgvs3" admin --data-dir "$dir/cache/data" origin put --bucket "$cache_bucket" --endpoint "$cache_origin" \
-        --origin-bucket "$origin_bucket" "${keys[@]}" --mode write-back "$@" >/dev/null
+        --origin-bucket "$origin_bucket" "${keys[@]}" --mode write-back --origin-allow-local-addresses "$@" >/dev/null
 }
 
 #   start_target PGVS3 LOADGEN PROTOCOL DIR

@@ -267,6 +267,11 @@ struct OriginPut {
     /// the system's roots), for this check; gateways take theirs from `serve --origin-ca-file`.
     #[arg(long, env = "PGVS3_ORIGIN_CA_FILE", value_delimiter = ',')]
     origin_ca_file: Vec<std::path::PathBuf>,
+    /// Lets the origin be at a loopback or link-local address for this check, as
+    /// `serve --origin-allow-local-addresses` lets gateways reach it.
+    #[arg(long, env = "PGVS3_ORIGIN_ALLOW_LOCAL_ADDRESSES", num_args = 0..=1, default_value_t = false,
+          default_missing_value = "true", action = clap::ArgAction::Set)]
+    origin_allow_local_addresses: bool,
 }
 
 #[tokio::main]
@@ -656,6 +661,7 @@ async fn admin_origin(catalog: &Catalog, command: OriginCommand) -> anyhow::Resu
                 range_chunk_size,
                 no_verify,
                 origin_ca_file,
+                origin_allow_local_addresses,
             } = *put;
             let origin = Origin {
                 endpoint,
@@ -674,7 +680,10 @@ async fn admin_origin(catalog: &Catalog, command: OriginCommand) -> anyhow::Resu
             };
             if !no_verify {
                 let tls = pgvs3_gateway::cache::origin::OriginTls::load(&origin_ca_file).context("--origin-ca-file")?;
-                CacheTier::verify(&origin, Duration::from_secs(10), &tls)
+                let addresses = pgvs3_gateway::cache::addresses::OriginAddresses {
+                    allow_local: origin_allow_local_addresses,
+                };
+                CacheTier::verify(&origin, Duration::from_secs(10), &tls, addresses)
                     .await
                     .with_context(|| {
                         format!("checking origin bucket {} at {}", origin.origin_bucket, origin.endpoint)

@@ -264,8 +264,19 @@ async fn start_console(
     admin_addr: SocketAddr,
 ) -> anyhow::Result<Option<pgvs3_console::Console>> {
     let tls = &core.tls;
+    if args.console.console_addr.is_some() && args.tls.tls_cert.is_some() && tls.console.is_none() {
+        // Its session cookie and sign-in form would cross the network in the clear.
+        tracing::warn!(
+            "the console speaks plaintext HTTP although --tls-cert is given: it follows the S3 listener, which --tls-plaintext s3 leaves plaintext; put TLS in front of it"
+        );
+    }
+    if args.console.console_addr.is_some() && tls.s3.is_some() && s3.plaintext_addr.is_none() {
+        tracing::warn!(
+            "the console signs in through the S3 listener over TLS on loopback, which fails unless its certificate names 127.0.0.1 and the system's roots trust it: give --s3-plaintext-addr 127.0.0.1:PORT"
+        );
+    }
     let mut gateway =
-        pgvs3_console::Gateway::loopback(s3.addr, s3.plaintext_addr, args.s3.region.clone(), tls.s3.clone());
+        pgvs3_console::Gateway::loopback(s3.addr, s3.plaintext_addr, args.s3.region.clone(), tls.console.clone());
     if let Some(resp) = resp {
         gateway = gateway.with_resp(resp.addr, resp.plaintext_addr, tls.resp.is_some());
     }

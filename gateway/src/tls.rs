@@ -17,15 +17,27 @@ use crate::config::{TlsArgs, TlsListener};
 /// How often, at most, a handshake looks at the certificate files.
 const RECHECK: Duration = Duration::from_secs(1);
 
-/// ALPN of the HTTP listeners: HTTP/2 first, as clients that can prefer it.
-const HTTP_ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
-
 /// The protocol a listener speaks inside TLS.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Protocol {
+    /// HTTP/2 or HTTP/1.1 (S3, OJS, admin).
     Http,
+    /// HTTP/1.1 only: the console's server. Offered h2, a browser picks it and the console
+    /// would not understand it.
+    Http1,
     /// Redis clients send no ALPN.
     Resp,
+}
+
+impl Protocol {
+    /// What the listener offers in ALPN, HTTP/2 first, as clients that can prefer it.
+    fn alpn(self) -> &'static [&'static [u8]] {
+        match self {
+            Protocol::Http => &[b"h2", b"http/1.1"],
+            Protocol::Http1 => &[b"http/1.1"],
+            Protocol::Resp => &[],
+        }
+    }
 }
 
 /// The listeners' certificate and key, shared by all of them.
@@ -148,9 +160,7 @@ pub fn acceptor(
         None => builder.with_no_client_auth(),
     };
     let mut config = builder.with_cert_resolver(Arc::clone(cert) as Arc<dyn ResolvesServerCert>);
-    if protocol == Protocol::Http {
-        config.alpn_protocols = HTTP_ALPN.iter().map(|name| name.to_vec()).collect();
-    }
+    config.alpn_protocols = protocol.alpn().iter().map(|name| name.to_vec()).collect();
     // Resumption skips the certificate signature and key exchange of a full handshake (the
     // cost of a TLS connection to a client that reconnects often); tickets keep no state here.
     config.ticketer = rustls::crypto::ring::Ticketer::new().context("TLS session tickets")?;
@@ -164,6 +174,8 @@ pub struct ListenerTls {
     pub resp: Option<TlsAcceptor>,
     pub ojs: Option<TlsAcceptor>,
     pub admin: Option<TlsAcceptor>,
+    /// The console's (HTTP/1.1 only): it speaks TLS when the S3 listener does.
+    pub console: Option<TlsAcceptor>,
 }
 
 impl ListenerTls {
@@ -171,9 +183,14 @@ impl ListenerTls {
         let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) else {
             return Ok(ListenerTls::default());
         };
+        let on = |listener: TlsListener| !args.tls_plaintext.contains(&listener);
+        if args.admin_tls_client_ca.is_some() && !on(TlsListener::Admin) {
+            anyhow::bail!(
+                "--admin-tls-client-ca asks admin clients for a certificate, but --tls-plaintext admin leaves the admin listener plaintext: drop one of them"
+            );
+        }
         let cert = ReloadingCert::load(cert, key)?;
         let http = acceptor(&cert, Protocol::Http, None)?;
-        let on = |listener: TlsListener| !args.tls_plaintext.contains(&listener);
         Ok(ListenerTls {
             s3: on(TlsListener::S3).then(|| http.clone()),
             ojs: on(TlsListener::Ojs).then(|| http.clone()),
@@ -183,6 +200,10 @@ impl ListenerTls {
             },
             admin: match on(TlsListener::Admin) {
                 true => Some(acceptor(&cert, Protocol::Http, args.admin_tls_client_ca.as_deref())?),
+                false => None,
+            },
+            console: match on(TlsListener::S3) {
+                true => Some(acceptor(&cert, Protocol::Http1, None)?),
                 false => None,
             },
         })

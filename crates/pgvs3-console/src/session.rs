@@ -14,6 +14,9 @@ use rand::RngCore;
 const MAX_LIFETIME: Duration = Duration::from_secs(12 * 3600);
 /// Sessions held at once; a sign-in beyond it first drops expired ones, then is refused.
 const MAX_SESSIONS: usize = 10_000;
+/// Sessions one key holds at once; its next sign-in ends its oldest, so no key (whoever holds
+/// it) can fill the table and keep everyone else out.
+const MAX_SESSIONS_PER_KEY: usize = 20;
 /// Ended sessions are dropped (with their RESP connections) at most this long after they end.
 const SWEEP_EVERY: Duration = Duration::from_secs(60);
 
@@ -85,6 +88,21 @@ impl Sessions {
     pub fn create(&self, session: Session) -> Option<String> {
         let now = Instant::now();
         let mut entries = self.entries.lock().unwrap();
+        let mut held: Vec<(&String, Instant)> = entries
+            .iter()
+            .filter(|(_, entry)| entry.session.access_key == session.access_key)
+            .map(|(id, entry)| (id, entry.created))
+            .collect();
+        if held.len() >= MAX_SESSIONS_PER_KEY {
+            held.sort_by_key(|(_, created)| *created);
+            let oldest: Vec<String> = held[..=held.len() - MAX_SESSIONS_PER_KEY]
+                .iter()
+                .map(|(id, _)| (*id).clone())
+                .collect();
+            for id in oldest {
+                entries.remove(&id);
+            }
+        }
         if entries.len() >= MAX_SESSIONS {
             entries.retain(|_, entry| self.alive(entry, now));
             if entries.len() >= MAX_SESSIONS {
@@ -147,17 +165,19 @@ impl Sessions {
     }
 }
 
-/// Failed sign-ins per client address and per access key, in a sliding window: past the limit,
-/// sign-in is refused (429) until the window has moved on, whether the secret is right or not.
+/// Failed sign-ins per client address and per access key from that address, in a sliding
+/// window: past either limit, sign-in from that address is refused (429) until the window has
+/// moved on, whether the secret is right or not. A key is not locked as a whole: wrong secrets
+/// for it from elsewhere would otherwise lock its holder out.
 pub struct Throttle {
     failures: Mutex<HashMap<String, VecDeque<Instant>>>,
 }
 
 const WINDOW: Duration = Duration::from_secs(300);
 const PER_ADDRESS: usize = 20;
-const PER_KEY: usize = 5;
-/// Addresses and keys tracked at once; a flood of new ones past it is refused outright (it is an
-/// attack in itself) rather than evicting the ones being throttled.
+const PER_KEY_AND_ADDRESS: usize = 5;
+/// Subjects tracked at once; past it the one whose last failure is oldest is forgotten (a flood
+/// of new addresses must not refuse everyone).
 const MAX_TRACKED: usize = 100_000;
 
 impl Default for Throttle {
@@ -169,8 +189,8 @@ impl Default for Throttle {
 }
 
 impl Throttle {
-    /// The buckets a sign-in counts against. IPv6 clients are counted per /64, which one
-    /// client usually holds whole.
+    /// The counts a sign-in is judged by. IPv6 clients are counted per /64, which one client
+    /// usually holds whole.
     pub fn subjects(peer: IpAddr, access_key: &str) -> [(String, usize); 2] {
         let address = match peer {
             IpAddr::V4(v4) => v4.to_string(),
@@ -181,19 +201,13 @@ impl Throttle {
         };
         [
             (format!("addr {address}"), PER_ADDRESS),
-            (format!("key {access_key}"), PER_KEY),
+            (format!("key {access_key} from {address}"), PER_KEY_AND_ADDRESS),
         ]
     }
 
     pub fn allowed(&self, subjects: &[(String, usize)]) -> bool {
         let now = Instant::now();
         let mut failures = self.failures.lock().unwrap();
-        if failures.len() >= MAX_TRACKED {
-            failures.retain(|_, times| times.back().is_some_and(|last| now.duration_since(*last) < WINDOW));
-            if failures.len() >= MAX_TRACKED {
-                return false;
-            }
-        }
         subjects.iter().all(|(subject, limit)| {
             failures.get_mut(subject).is_none_or(|times| {
                 while times.front().is_some_and(|first| now.duration_since(*first) >= WINDOW) {
@@ -208,11 +222,96 @@ impl Throttle {
         let now = Instant::now();
         let mut failures = self.failures.lock().unwrap();
         for (subject, limit) in subjects {
+            if !failures.contains_key(subject) && failures.len() >= MAX_TRACKED {
+                failures.retain(|_, times| times.back().is_some_and(|last| now.duration_since(*last) < WINDOW));
+                if failures.len() >= MAX_TRACKED
+                    && let Some(oldest) = failures
+                        .iter()
+                        .min_by_key(|(_, times)| times.back().copied())
+                        .map(|(subject, _)| subject.clone())
+                {
+                    failures.remove(&oldest);
+                }
+            }
             let times = failures.entry(subject.clone()).or_default();
             times.push_back(now);
             while times.len() > *limit {
                 times.pop_front();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session(access_key: &str) -> Session {
+        let config = aws_sdk_s3::Config::builder()
+            .behavior_version_latest()
+            .region(aws_sdk_s3::config::Region::new("us-east-1"))
+            .build();
+        let client = aws_sdk_s3::Client::from_conf(config);
+        Session {
+            access_key: access_key.into(),
+            csrf: random_token(),
+            s3: client.clone(),
+            presign: client,
+            secret: "secret".into(),
+            keyspace: Default::default(),
+            admin: false,
+        }
+    }
+
+    #[test]
+    fn one_key_cannot_hold_more_than_its_share_of_sessions() {
+        let sessions = Sessions::new(Duration::from_secs(3600));
+        let first = sessions.create(session("busy")).unwrap();
+        let mut last = first.clone();
+        for _ in 0..MAX_SESSIONS_PER_KEY * 3 {
+            last = sessions.create(session("busy")).unwrap();
+        }
+        let other = sessions.create(session("other")).unwrap();
+        let held = sessions.entries.lock().unwrap().len();
+        assert_eq!(held, MAX_SESSIONS_PER_KEY + 1, "the busy key's oldest sessions ended");
+        assert!(sessions.get(&first).is_none(), "the oldest is gone");
+        assert!(sessions.get(&last).is_some() && sessions.get(&other).is_some());
+    }
+
+    #[test]
+    fn wrong_secrets_from_one_address_do_not_lock_the_key_out_elsewhere() {
+        let throttle = Throttle::default();
+        let attacker = Throttle::subjects("203.0.113.9".parse().unwrap(), "root");
+        for _ in 0..PER_KEY_AND_ADDRESS {
+            assert!(throttle.allowed(&attacker));
+            throttle.failed(&attacker);
+        }
+        assert!(
+            !throttle.allowed(&attacker),
+            "the attacker's address is throttled for the key"
+        );
+        let holder = Throttle::subjects("198.51.100.7".parse().unwrap(), "root");
+        assert!(throttle.allowed(&holder), "the key's holder elsewhere is not");
+        // The attacker's address is still counted over all keys.
+        let sprayed = Throttle::subjects("203.0.113.9".parse().unwrap(), "another");
+        assert!(throttle.allowed(&sprayed));
+    }
+
+    #[test]
+    fn a_full_table_forgets_its_oldest_rather_than_refusing_everyone() {
+        let throttle = Throttle::default();
+        {
+            let mut failures = throttle.failures.lock().unwrap();
+            let now = Instant::now();
+            for n in 0..MAX_TRACKED {
+                failures.insert(format!("addr flood-{n}"), VecDeque::from([now]));
+            }
+        }
+        let newcomer = Throttle::subjects("192.0.2.1".parse().unwrap(), "root");
+        assert!(throttle.allowed(&newcomer));
+        throttle.failed(&newcomer);
+        let failures = throttle.failures.lock().unwrap();
+        assert!(failures.len() <= MAX_TRACKED);
+        assert!(newcomer.iter().all(|(subject, _)| failures.contains_key(subject)));
     }
 }

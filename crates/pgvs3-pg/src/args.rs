@@ -13,7 +13,7 @@ use pgvs3_base::args::{parse_bytes, parse_duration};
 pub struct DatabaseArgs {
     /// PostgreSQL connection URL (postgres://user:pass@host:port/db). Without it, pgvs3 starts
     /// (or, for admin commands, reaches) an embedded PostgreSQL in --data-dir.
-    #[arg(long, global = true, env = "PGVS3_DATABASE_URL")]
+    #[arg(long, global = true, env = "PGVS3_DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
 
     /// Data directory of the embedded PostgreSQL (cluster, master key, logs).

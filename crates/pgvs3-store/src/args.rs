@@ -37,6 +37,14 @@ pub struct CacheArgs {
     /// Repeat it (or separate files with commas) for several bundles.
     #[arg(long, env = "PGVS3_ORIGIN_CA_FILE", value_delimiter = ',')]
     pub origin_ca_file: Vec<PathBuf>,
+
+    /// Lets origins be at loopback, link-local (169.254.0.0/16, fe80::/10: the cloud metadata
+    /// service), unspecified, multicast and broadcast addresses, which are refused otherwise
+    /// (an origin's endpoint would let a cache bucket fetch what this host serves to itself).
+    /// Private networks are always allowed. For tests and single-host setups.
+    #[arg(long, env = "PGVS3_ORIGIN_ALLOW_LOCAL_ADDRESSES", num_args = 0..=1, default_value_t = false,
+          default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub origin_allow_local_addresses: bool,
 }
 
 impl CacheArgs {
@@ -48,6 +56,9 @@ impl CacheArgs {
             upload_concurrency: self.write_back_concurrency,
             stale_if_error: self.origin_stale_if_error,
             origin_tls: crate::cache::origin::OriginTls::load(&self.origin_ca_file).context("--origin-ca-file")?,
+            origin_addresses: crate::cache::addresses::OriginAddresses {
+                allow_local: self.origin_allow_local_addresses,
+            },
         })
     }
 }

@@ -314,6 +314,9 @@ pub fn serve_args(database_url: &str, extra: &[&str]) -> ServeArgs {
         ("--s3-addr", "127.0.0.1:0"),
         ("--maintenance-interval", "1h"),
         ("--webhook-allow-networks", "127.0.0.0/8"),
+        // Origins of the tests' cache buckets are gateways on 127.0.0.1, which caches may not
+        // reach by default; a test of that refusal passes `false`.
+        ("--origin-allow-local-addresses", "true"),
         ("--pool-size", "16"),
         // The tests' clients do not AUTH or send a token unless a test of that says so.
         ("--resp-auth", "none"),

@@ -119,10 +119,11 @@ BEGIN
     RETURN NULL;
 END $$;
 
--- put_origin marks s3c entries stale when a cache moves to another origin; clean bodies in s3w
--- were vouched for by the old origin too.
--- Trigger: origins_revalidate_clean_write_backs, AFTER UPDATE OF endpoint, origin_bucket ON
--- pgvs3.origins, FOR EACH ROW WHEN the pair changed (migration 0010).
+-- put_origin marks s3c entries stale when a cache moves to another origin or its credentials
+-- change; clean bodies in s3w were vouched for through the old origin or credentials too.
+-- Trigger: origins_revalidate_clean_write_backs, AFTER UPDATE OF endpoint, origin_bucket,
+-- access_key, secret_encrypted ON pgvs3.origins, FOR EACH ROW WHEN one of them changed
+-- (migration 0010; credentials since 0052).
 CREATE OR REPLACE FUNCTION pgvs3.revalidate_clean_write_backs() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     UPDATE s3w.objects SET validated_at = '-infinity' WHERE bucket_id = NEW.bucket_id AND origin_etag IS NOT NULL;
@@ -179,8 +180,10 @@ BEGIN
                EXCLUDED.secret_encrypted, EXCLUDED.path_style, EXCLUDED.mode, EXCLUDED.ttl_seconds,
                EXCLUDED.negative_ttl_seconds, EXCLUDED.fill_concurrency, EXCLUDED.size_limit_bytes,
                EXCLUDED.write_back_threshold, EXCLUDED.range_chunk_bytes);
-    -- Entries cached from another origin must be fetched again.
-    IF previous.endpoint IS DISTINCT FROM endpoint OR previous.origin_bucket IS DISTINCT FROM origin_bucket THEN
+    -- Entries cached from another origin, or with other credentials (which may have read what
+    -- these may not), must be fetched again. The sealed secret changes only with the secret.
+    IF (previous.endpoint, previous.origin_bucket, previous.access_key, previous.secret_encrypted)
+       IS DISTINCT FROM (endpoint, origin_bucket, access_key, secret_encrypted) THEN
         UPDATE s3c.objects SET validated_at = '-infinity' WHERE bucket_id = cache_id;
         DELETE FROM s3c.ranges WHERE bucket_id = cache_id;
     END IF;

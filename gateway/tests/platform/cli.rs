@@ -58,6 +58,8 @@ fn serve_command(data_dir: &Path) -> Command {
         .env("PGVS3_PG_SHARED_BUFFERS", "32MB")
         .env("PGVS3_ROOT_ACCESS_KEY", common::ROOT_ACCESS_KEY)
         .env("PGVS3_ROOT_SECRET_KEY", common::ROOT_SECRET_KEY)
+        // The tests' origins listen on loopback.
+        .env("PGVS3_ORIGIN_ALLOW_LOCAL_ADDRESSES", "true")
         .stdout(Stdio::piped())
         .kill_on_drop(true);
     command
@@ -627,6 +629,33 @@ async fn an_explicit_database_needs_a_master_key() {
 /// `admin origin` manages cache buckets beside a running serve; a write-back acknowledged just
 /// before a kill -9 (its origin unreachable, so it cannot have been uploaded yet) reaches the
 /// origin after a restart.
+/// A secret taken from the environment never shows in `--help` (clap prints an env
+/// variable's value there unless told not to): the database URL carries a password.
+#[tokio::test]
+async fn help_never_shows_secrets_from_the_environment() {
+    const SECRET: &str = "sekrit-in-the-env";
+    for args in [&["serve", "--help"][..], &["admin", "origin", "put", "--help"]] {
+        let out = Command::new(BIN)
+            .args(args)
+            .env("PGVS3_DATABASE_URL", format!("postgres://pgvs3:{SECRET}@db/pgvs3"))
+            .env("PGVS3_MASTER_KEY", SECRET)
+            .env("PGVS3_ROOT_SECRET_KEY", SECRET)
+            .env("PGVS3_RESP_PASSWORD", SECRET)
+            .env("PGVS3_OJS_TOKEN", SECRET)
+            .env("PGVS3_OJS_TENANT_TOKENS", format!("tenant={SECRET}"))
+            .env("PGVS3_ORIGIN_SECRET_KEY", SECRET)
+            .output()
+            .await
+            .unwrap();
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && help.contains("--database-url"),
+            "{args:?}: {help}"
+        );
+        assert!(!help.contains(SECRET), "{args:?} shows a secret: {help}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn origin_commands_work_and_a_write_back_survives_kill_9() {
     let origin = common::TestGateway::start().await;
@@ -661,6 +690,8 @@ async fn origin_commands_work_and_a_write_back_survives_kill_9() {
                 common::ROOT_SECRET_KEY.into(),
                 "--write-back-threshold".into(),
                 "1MiB".into(),
+                // The test's origin listens on loopback.
+                "--origin-allow-local-addresses".into(),
             ];
             if !verify {
                 args.push("--no-verify".into());

@@ -281,6 +281,52 @@ async fn ojs_over_https_by_alpn_and_admin_only_with_a_client_certificate() {
     assert!(refused, "the admin port answered a certificate from another CA");
 }
 
+/// The console speaks HTTP/1.1 only: offered `h2` first (as every browser does), its TLS
+/// listener must not pick it, or the browser would speak HTTP/2 to a server that cannot.
+#[tokio::test]
+async fn the_console_over_tls_offers_only_http1() {
+    let ca = TestCa::new("console");
+    let server = ca.issue("server", "localhost", "DNS:localhost");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let console: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut flags = tls_flags(&server);
+    flags.extend(["--console-addr".into(), console.to_string()]);
+    let _gw = gateway(&flags).await;
+    let stream = tls_connect(console, client_config(&ca.ca_pem(), &[b"h2", b"http/1.1"], None))
+        .await
+        .unwrap();
+    assert_eq!(stream.get_ref().1.alpn_protocol(), Some(&b"http/1.1"[..]));
+    let mut sender = http1(stream).await;
+    let (status, body) = http1_get(&mut sender, "/login").await.unwrap();
+    assert_eq!(status, 200, "{body}");
+}
+
+/// `--admin-tls-client-ca` with a plaintext admin listener would ask no one for a certificate:
+/// the gateway refuses to start rather than run the admin port open.
+#[tokio::test]
+async fn a_client_ca_for_a_plaintext_admin_listener_is_refused_at_start() {
+    let ca = TestCa::new("admin-plain");
+    let server = ca.issue("server", "localhost", "DNS:localhost");
+    let mut flags = tls_flags(&server);
+    flags.extend([
+        "--admin-tls-client-ca".into(),
+        ca.ca_cert().display().to_string(),
+        "--tls-plaintext".into(),
+        "admin".into(),
+    ]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let refused = RunningGateway::start(&common::serve_args(&fresh_database().await, &flags)).await;
+    let err = format!("{:#}", refused.err().expect("the gateway refuses to start"));
+    assert!(
+        err.contains("--admin-tls-client-ca") && err.contains("--tls-plaintext admin"),
+        "{err}"
+    );
+}
+
 #[tokio::test]
 async fn resp_over_tls_with_redis_rs_and_redis_cli() {
     let ca = TestCa::new("resp");

@@ -117,6 +117,9 @@ async fn gateway_on(database: &str) -> RunningGateway {
         "8",
         "--maintenance-interval",
         "1h",
+        // A cache bucket of the health page's test has its origin on loopback.
+        "--origin-allow-local-addresses",
+        "true",
     ]);
     Box::pin(RunningGateway::start(&cli.serve))
         .await

@@ -16,7 +16,7 @@ pub struct RequestId(pub String);
 /// answered with S3's generic text: database and internal messages never reach the client.
 /// Client faults are not logged (metrics count them): a client must not be able to fill the log.
 pub fn s3_error(err: StoreError, request_id: Option<&RequestId>) -> S3Error {
-    let (code, message) = code_of(&err);
+    let (code, message) = code_of(&err, request_id);
     let mut error = S3Error::with_message(code.clone(), message);
     if let S3ErrorCode::Custom(_) = code {
         error.set_status_code(match err {
@@ -35,9 +35,11 @@ pub fn s3_error(err: StoreError, request_id: Option<&RequestId>) -> S3Error {
 }
 
 /// S3's code for a store error, and the message the client gets (S3's generic text for a
-/// server fault, logged here).
-fn code_of(err: &StoreError) -> (S3ErrorCode, String) {
+/// server fault, logged here; for a cache origin's failure, a fixed text naming its status and
+/// code, its whole answer logged here with the request id).
+fn code_of(err: &StoreError, request_id: Option<&RequestId>) -> (S3ErrorCode, String) {
     let mut message = err.to_string();
+    let request_id = request_id.map_or("", |RequestId(id)| id.as_str());
     let code = match err {
         StoreError::NoSuchBucket => S3ErrorCode::NoSuchBucket,
         StoreError::NoSuchKey => S3ErrorCode::NoSuchKey,
@@ -73,14 +75,24 @@ fn code_of(err: &StoreError) -> (S3ErrorCode, String) {
         StoreError::NotModified { .. } => S3ErrorCode::NotModified,
         StoreError::InvalidTag(_) => S3ErrorCode::InvalidTag,
         StoreError::NoSuchTagSet => S3ErrorCode::NoSuchTagSet,
-        StoreError::OriginThrottled(_) => S3ErrorCode::SlowDown,
-        StoreError::OriginTimeout(_) => {
-            tracing::error!(error = %err, "cache origin timed out");
+        StoreError::OriginThrottled(fault) => {
+            tracing::warn!(request_id, error = %fault.detail, "cache origin throttled");
+            message = fault.said.clone();
+            S3ErrorCode::SlowDown
+        }
+        StoreError::OriginTimeout(fault) => {
+            tracing::error!(request_id, error = %fault.detail, "cache origin timed out");
+            message = fault.said.clone();
             S3ErrorCode::Custom("GatewayTimeout".into())
         }
-        StoreError::OriginDenied(_) => S3ErrorCode::AccessDenied,
-        StoreError::OriginFailed(_) => {
-            tracing::error!(error = %err, "cache origin failed");
+        StoreError::OriginDenied(fault) => {
+            tracing::error!(request_id, error = %fault.detail, "cache origin refused the request");
+            message = fault.said.clone();
+            S3ErrorCode::AccessDenied
+        }
+        StoreError::OriginFailed(fault) => {
+            tracing::error!(request_id, error = %fault.detail, "cache origin failed");
+            message = fault.said.clone();
             S3ErrorCode::Custom("BadGateway".into())
         }
         // What MinIO answers (400) for a write beyond a bucket's hard quota; S3 has no quotas.

@@ -7,6 +7,7 @@
 //! before they are acknowledged; larger ones (in write-back mode) are acknowledged once stored,
 //! and the outbox worker uploads them. Deletes go to the origin and invalidate the entry.
 
+pub mod addresses;
 mod metrics;
 pub mod origin;
 mod outbox;
@@ -20,6 +21,7 @@ use futures::StreamExt;
 use md5::{Digest, Md5};
 use tokio::sync::{Notify, OwnedMutexGuard, OwnedSemaphorePermit, Semaphore, mpsc};
 
+use addresses::OriginAddresses;
 pub use metrics::CacheMetrics;
 use origin::{ChannelBody, Fetch, OriginClient, OriginError, OriginTls};
 pub use outbox::spawn_uploader;
@@ -28,8 +30,8 @@ use crate::admission::{BufferBudget, Reservation};
 
 use crate::store::{
     BodyStream, BucketInfo, ByteRange, CacheEntry, CacheMode, EntryHead, FillLock, ListPage, ListRequest, ObjectHead,
-    ObjectRead, Origin, PutOutcome, RangeLookup, ReadOptions, Store, StoreError, StoreResult, Upload, WriteCondition,
-    WriteEvent, check_declared_length, held_body, read_prefix,
+    ObjectRead, Origin, OriginFault, PutOutcome, RangeLookup, ReadOptions, Store, StoreError, StoreResult, Upload,
+    WriteCondition, WriteEvent, check_declared_length, held_body, read_prefix,
 };
 
 #[derive(Debug, Clone)]
@@ -48,6 +50,8 @@ pub struct CacheSettings {
     pub stale_if_error: Duration,
     /// What origins' TLS certificates are verified with.
     pub origin_tls: OriginTls,
+    /// Whether origins may be at local addresses.
+    pub origin_addresses: OriginAddresses,
 }
 
 /// A cache bucket's origin client and fill limit, rebuilt when its catalog row changes.
@@ -134,7 +138,9 @@ impl CacheTier {
                 origin,
                 self.inner.settings.origin_timeout,
                 &self.inner.settings.origin_tls,
-            ),
+                self.inner.settings.origin_addresses,
+            )
+            .map_err(|err| self.origin_error(err))?,
             fills: Arc::new(Semaphore::new(origin.fill_concurrency.max(1) as usize)),
         });
         remotes.insert(bucket.id, Arc::clone(&remote));
@@ -457,7 +463,9 @@ impl CacheTier {
     ) -> StoreResult<Box<origin::Fetched>> {
         match remote.client.get(key, range, None).await {
             Ok(Fetch::Body(fetched)) => Ok(fetched),
-            Ok(Fetch::NotModified) => Err(StoreError::OriginFailed("unexpected 304 from the origin".into())),
+            Ok(Fetch::NotModified) => Err(StoreError::OriginFailed(OriginFault::plain(
+                "unexpected 304 from the origin",
+            ))),
             Err(err) => Err(self.origin_error(err)),
         }
     }
@@ -900,8 +908,13 @@ impl CacheTier {
     }
 
     /// Checks that an origin is reachable with its credentials, for `admin origin put`.
-    pub async fn verify(origin: &Origin, timeout: Duration, tls: &OriginTls) -> StoreResult<()> {
-        OriginClient::new(origin, timeout, tls)
+    pub async fn verify(
+        origin: &Origin,
+        timeout: Duration,
+        tls: &OriginTls,
+        addresses: OriginAddresses,
+    ) -> StoreResult<()> {
+        OriginClient::new(origin, timeout, tls, addresses)?
             .verify()
             .await
             .map_err(StoreError::from)
@@ -943,9 +956,9 @@ fn range_answer(
     options.conditions.check(&head)?;
     let span = range.resolve(head.size)?;
     if span.0 < fetched.0 || span.1 > fetched.1 {
-        return Err(StoreError::OriginFailed(
-            "the origin answered another range than asked".into(),
-        ));
+        return Err(StoreError::OriginFailed(OriginFault::plain(
+            "the origin answered another range than asked",
+        )));
     }
     let bytes = data.slice((span.0 - fetched.0) as usize..(span.1 - fetched.0) as usize);
     Ok(ObjectRead {

@@ -15,8 +15,9 @@ use bytes::Bytes;
 use futures::Stream;
 use tokio::sync::mpsc;
 
+use super::addresses::OriginAddresses;
 use crate::store::{
-    BodyStream, ByteRange, EntryHead, ListPage, ListRequest, ListedObject, ObjectMeta, Origin, StoreError,
+    BodyStream, ByteRange, EntryHead, ListPage, ListRequest, ListedObject, ObjectMeta, Origin, OriginFault, StoreError,
     WriteCondition,
 };
 
@@ -26,20 +27,20 @@ pub enum OriginError {
     /// 404: the origin has no such key (or bucket).
     Missing,
     /// The origin throttled (503 SlowDown and friends).
-    Throttled(String),
+    Throttled(OriginFault),
     /// No answer within the origin timeout.
-    Timeout(String),
+    Timeout(OriginFault),
     /// The origin refused the cache's credentials or request.
-    Denied(String),
+    Denied(OriginFault),
     /// The origin could not be reached at all.
-    Unreachable(String),
+    Unreachable(OriginFault),
     /// A precondition sent on to the origin did not hold.
     PreconditionFailed,
     /// 304 to a conditional GET.
     NotModified,
     /// 416: the range starts past the object's end.
     InvalidRange,
-    Failed(String),
+    Failed(OriginFault),
 }
 
 impl From<OriginError> for StoreError {
@@ -47,11 +48,11 @@ impl From<OriginError> for StoreError {
         match err {
             OriginError::Missing => StoreError::NoSuchKey,
             OriginError::PreconditionFailed => StoreError::PreconditionFailed,
-            OriginError::Throttled(msg) => StoreError::OriginThrottled(msg),
-            OriginError::Timeout(msg) => StoreError::OriginTimeout(msg),
-            OriginError::Denied(msg) => StoreError::OriginDenied(msg),
-            OriginError::Unreachable(msg) | OriginError::Failed(msg) => StoreError::OriginFailed(msg),
-            OriginError::NotModified => StoreError::OriginFailed("unexpected 304 from the origin".into()),
+            OriginError::Throttled(fault) => StoreError::OriginThrottled(fault),
+            OriginError::Timeout(fault) => StoreError::OriginTimeout(fault),
+            OriginError::Denied(fault) => StoreError::OriginDenied(fault),
+            OriginError::Unreachable(fault) | OriginError::Failed(fault) => StoreError::OriginFailed(fault),
+            OriginError::NotModified => StoreError::OriginFailed(OriginFault::plain("unexpected 304 from the origin")),
             OriginError::InvalidRange => StoreError::InvalidRange { size: 0 },
         }
     }
@@ -72,6 +73,13 @@ impl OriginError {
             OriginError::Failed(_) => "failed",
         }
     }
+
+    fn timeout(endpoint: &str, detail: String) -> OriginError {
+        OriginError::Timeout(OriginFault {
+            said: "the origin did not answer in time".into(),
+            detail: format!("origin {endpoint} {detail}"),
+        })
+    }
 }
 
 fn classify<E: ProvideErrorMetadata + std::error::Error + 'static>(
@@ -79,49 +87,72 @@ fn classify<E: ProvideErrorMetadata + std::error::Error + 'static>(
     err: SdkError<E, aws_sdk_s3::config::http::HttpResponse>,
 ) -> OriginError {
     match &err {
-        SdkError::TimeoutError(_) => return OriginError::Timeout(format!("origin {endpoint} did not answer in time")),
+        SdkError::TimeoutError(_) => return OriginError::timeout(endpoint, "did not answer in time".into()),
         SdkError::DispatchFailure(failure) if failure.is_timeout() => {
-            return OriginError::Timeout(format!("origin {endpoint} did not answer in time"));
+            return OriginError::timeout(endpoint, "did not answer in time".into());
         }
         SdkError::DispatchFailure(_) => {
-            // A refused certificate will be refused again: say which check failed and what to
-            // do, as the client's 502 message (the client's own text buries it in its causes).
+            // A refused certificate will be refused again: the log says which check failed and
+            // what to do (the client's own text buries it in its causes).
             if let Some(why) = pgvs3_pgtls::refused_certificate(&err) {
-                return OriginError::Unreachable(pgvs3_pgtls::certificate_refusal(
-                    why,
-                    &pgvs3_pgtls::Refused {
-                        whose: &format!("origin {endpoint}'s"),
-                        roots: "the system's roots or the gateway's --origin-ca-file",
-                        name_remedy: "use an endpoint URL with one of its names",
-                        see: "see the origin's endpoint and --origin-ca-file",
-                    },
-                ));
+                return OriginError::Unreachable(OriginFault {
+                    said: "the origin could not be reached: its TLS certificate was refused".into(),
+                    detail: pgvs3_pgtls::certificate_refusal(
+                        why,
+                        &pgvs3_pgtls::Refused {
+                            whose: &format!("origin {endpoint}'s"),
+                            roots: "the system's roots or the gateway's --origin-ca-file",
+                            name_remedy: "use an endpoint URL with one of its names",
+                            see: "see the origin's endpoint and --origin-ca-file",
+                        },
+                    ),
+                });
             }
-            return OriginError::Unreachable(format!(
-                "origin {endpoint} unreachable: {}",
-                aws_sdk_s3::error::DisplayErrorContext(&err)
-            ));
+            return OriginError::Unreachable(OriginFault {
+                said: "the origin could not be reached".into(),
+                detail: format!(
+                    "origin {endpoint} unreachable: {}",
+                    aws_sdk_s3::error::DisplayErrorContext(&err)
+                ),
+            });
         }
         _ => {}
     }
     let status = err.raw_response().map(|response| response.status().as_u16());
     let code = err.code().unwrap_or("").to_owned();
-    let message = format!(
-        "origin {endpoint} answered {}: {}",
-        status.map(|s| s.to_string()).unwrap_or_else(|| "an error".into()),
-        aws_sdk_s3::error::DisplayErrorContext(&err)
-    );
+    // What the client hears names the status and, when it looks like one, S3's error code:
+    // never a text of the origin's own.
+    let answer = match (status, plain_code(&code)) {
+        (Some(status), Some(code)) => format!(" ({status} {code})"),
+        (Some(status), None) => format!(" ({status})"),
+        (None, Some(code)) => format!(" ({code})"),
+        (None, None) => String::new(),
+    };
+    let fault = |said: &str| OriginFault {
+        said: format!("{said}{answer}"),
+        detail: format!(
+            "origin {endpoint} answered {}: {}",
+            status.map(|s| s.to_string()).unwrap_or_else(|| "an error".into()),
+            aws_sdk_s3::error::DisplayErrorContext(&err)
+        ),
+    };
     match status {
         Some(304) => OriginError::NotModified,
         Some(404) => OriginError::Missing,
         Some(416) => OriginError::InvalidRange,
         Some(412) => OriginError::PreconditionFailed,
-        Some(401 | 403) => OriginError::Denied(message),
-        Some(429 | 503) => OriginError::Throttled(message),
-        Some(504) => OriginError::Timeout(message),
-        _ if code == "SlowDown" => OriginError::Throttled(message),
-        _ => OriginError::Failed(message),
+        Some(401 | 403) => OriginError::Denied(fault("the origin refused the request")),
+        Some(429 | 503) => OriginError::Throttled(fault("the origin is throttling requests")),
+        Some(504) => OriginError::Timeout(fault("the origin did not answer in time")),
+        _ if code == "SlowDown" => OriginError::Throttled(fault("the origin is throttling requests")),
+        _ => OriginError::Failed(fault("the origin failed the request")),
     }
+}
+
+/// An origin's error code as the client may hear it: S3's codes are short words of letters and
+/// digits; anything else is the origin's own text, which stays in the log.
+fn plain_code(code: &str) -> Option<&str> {
+    (!code.is_empty() && code.len() <= 64 && code.bytes().all(|b| b.is_ascii_alphanumeric())).then_some(code)
 }
 
 /// The head of a GET or HEAD answer (their output types share the field names).
@@ -216,7 +247,19 @@ const PART_SIZE: usize = 16 * 1024 * 1024;
 
 impl OriginClient {
     /// `timeout` bounds connecting and waiting for each response's head (not the transfer).
-    pub fn new(origin: &Origin, timeout: Duration, tls: &OriginTls) -> OriginClient {
+    /// Refused when the origin is at an address `addresses` does not allow.
+    pub fn new(
+        origin: &Origin,
+        timeout: Duration,
+        tls: &OriginTls,
+        addresses: OriginAddresses,
+    ) -> Result<OriginClient, OriginError> {
+        addresses.check(&origin.endpoint).map_err(|refused| {
+            OriginError::Unreachable(OriginFault {
+                said: "the origin is at an address this gateway may not reach".into(),
+                detail: format!("origin {}: {refused}", origin.endpoint),
+            })
+        })?;
         let mut http =
             aws_smithy_http_client::Builder::new().tls_provider(aws_smithy_http_client::tls::Provider::Rustls(
                 aws_smithy_http_client::tls::rustls_provider::CryptoMode::Ring,
@@ -224,7 +267,10 @@ impl OriginClient {
         if let Some(context) = &tls.0 {
             http = http.tls_context(context.clone());
         }
-        let http = http.build_https();
+        let http = match addresses.resolver() {
+            Some(resolver) => http.build_with_resolver(resolver),
+            None => http.build_https(),
+        };
         let config = aws_sdk_s3::Config::builder()
             .behavior_version_latest()
             .region(Region::new(origin.region.clone()))
@@ -246,12 +292,12 @@ impl OriginClient {
             .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
             .response_checksum_validation(ResponseChecksumValidation::WhenRequired)
             .build();
-        OriginClient {
+        Ok(OriginClient {
             client: aws_sdk_s3::Client::from_conf(config),
             bucket: origin.origin_bucket.clone(),
             endpoint: origin.endpoint.clone(),
             timeout,
-        }
+        })
     }
 
     async fn timed<T, E>(&self, request: impl Future<Output = Result<T, E>>) -> Result<T, OriginError>
@@ -260,10 +306,10 @@ impl OriginClient {
     {
         match tokio::time::timeout(self.timeout, request).await {
             Ok(result) => result.map_err(Into::into),
-            Err(_) => Err(OriginError::Timeout(format!(
-                "origin {} did not answer within {:?}",
-                self.endpoint, self.timeout
-            ))),
+            Err(_) => Err(OriginError::timeout(
+                &self.endpoint,
+                format!("did not answer within {:?}", self.timeout),
+            )),
         }
     }
 
@@ -310,10 +356,15 @@ impl OriginClient {
             Err(err) => return Err(err),
         };
         let length = output.content_length.unwrap_or(0).max(0) as u64;
-        let (span, size) = match output.content_range.as_deref().and_then(parse_content_range) {
-            Some((start, end, total)) => ((start, end), total),
-            None => ((0, length), length),
-        };
+        let (span, size) = answered_span(output.content_range.as_deref(), length).map_err(|range| {
+            OriginError::Failed(OriginFault {
+                said: "the origin answered a range without the object's size".into(),
+                detail: format!(
+                    "origin {} answered Content-Range {range:?}, not bytes FIRST-LAST/SIZE",
+                    self.endpoint
+                ),
+            })
+        })?;
         let head = entry_head!(output, size);
         Ok(Fetch::Body(Box::new(Fetched {
             head,
@@ -401,7 +452,7 @@ impl OriginClient {
             .timed(async { create.await.map_err(|err| self.classify(err)) })
             .await?
             .upload_id
-            .ok_or_else(|| OriginError::Failed("origin returned no upload id".into()))?;
+            .ok_or_else(|| OriginError::Failed(OriginFault::plain("the origin returned no upload id")))?;
         let parts = match self.upload_parts(key, &upload_id, body).await {
             Ok(parts) => parts,
             Err(err) => {
@@ -445,9 +496,12 @@ impl OriginClient {
         while !ended {
             while buffer.len() < PART_SIZE {
                 match body.next().await {
-                    Some(piece) => buffer.extend_from_slice(
-                        &piece.map_err(|err| OriginError::Failed(format!("reading the stored body: {err}")))?,
-                    ),
+                    Some(piece) => buffer.extend_from_slice(&piece.map_err(|err| {
+                        OriginError::Failed(OriginFault {
+                            said: "reading the stored body failed".into(),
+                            detail: format!("reading the stored body: {err}"),
+                        })
+                    })?),
                     None => {
                         ended = true;
                         break;
@@ -557,6 +611,20 @@ fn system_time(time: Option<DateTime>) -> SystemTime {
         .unwrap_or_else(SystemTime::now)
 }
 
+/// The bytes a GET's answer holds, `(start, end)` exclusive, and the object's size: the whole
+/// object without a Content-Range. A Content-Range that does not name the object's size
+/// (`bytes 0-99/*`) is refused (`Err` holds it): its bytes taken for the whole object would be
+/// cached as the object, and S3 clients need the size in the range answered to them.
+fn answered_span(content_range: Option<&str>, length: u64) -> Result<((u64, u64), u64), &str> {
+    match content_range {
+        None => Ok(((0, length), length)),
+        Some(range) => match parse_content_range(range) {
+            Some((start, end, total)) => Ok(((start, end), total)),
+            None => Err(range),
+        },
+    }
+}
+
 /// `bytes 0-99/1000` → (0, 100, 1000).
 fn parse_content_range(text: &str) -> Option<(u64, u64, u64)> {
     let rest = text.strip_prefix("bytes ")?;
@@ -576,7 +644,10 @@ fn body_stream(mut body: ByteStream) -> BodyStream {
             let piece = match body.next().await {
                 None => break,
                 Some(Ok(bytes)) => Ok(bytes),
-                Some(Err(err)) => Err(StoreError::OriginFailed(format!("origin body failed: {err}"))),
+                Some(Err(err)) => Err(StoreError::OriginFailed(OriginFault {
+                    said: "the origin's body failed".into(),
+                    detail: format!("origin body failed: {err}"),
+                })),
             };
             let failed = piece.is_err();
             if sender.send(piece).await.is_err() || failed {
@@ -624,5 +695,13 @@ mod tests {
         assert_eq!(parse_content_range("bytes 5-5/6"), Some((5, 6, 6)));
         assert_eq!(parse_content_range("bytes */1000"), None);
         assert_eq!(parse_content_range("items 0-1/2"), None);
+    }
+
+    #[test]
+    fn a_range_of_unknown_size_is_never_taken_for_the_whole_object() {
+        assert_eq!(answered_span(None, 10), Ok(((0, 10), 10)));
+        assert_eq!(answered_span(Some("bytes 0-9/100"), 10), Ok(((0, 10), 100)));
+        assert_eq!(answered_span(Some("bytes 0-9/*"), 10), Err("bytes 0-9/*"));
+        assert_eq!(answered_span(Some("bytes 0-9"), 10), Err("bytes 0-9"));
     }
 }

@@ -2,6 +2,28 @@ use std::fmt;
 
 use super::StoreResult;
 
+/// A cache origin's failure, told twice. `said` is all an S3 client hears: a fixed text naming at
+/// most the origin's HTTP status and error code. `detail` is for the log and the operator
+/// (`admin origin put`): the origin's endpoint and the HTTP client's account of its answer, which
+/// carries every response header and the raw body (an AWS SignatureDoesNotMatch body holds the
+/// string to sign, the canonical request and the access key id).
+#[derive(Debug, Clone)]
+pub struct OriginFault {
+    pub said: String,
+    pub detail: String,
+}
+
+impl OriginFault {
+    /// A fault whose one text holds nothing of the origin's (both sides hear it).
+    pub fn plain(text: impl Into<String>) -> OriginFault {
+        let said = text.into();
+        OriginFault {
+            detail: said.clone(),
+            said,
+        }
+    }
+}
+
 /// What can go wrong in the store, in terms every protocol front can map to its own errors.
 #[derive(Debug)]
 pub enum StoreError {
@@ -54,13 +76,13 @@ pub enum StoreError {
     /// The bucket has no tags.
     NoSuchTagSet,
     /// A cache bucket's origin throttled the request.
-    OriginThrottled(String),
+    OriginThrottled(OriginFault),
     /// A cache bucket's origin did not answer in time.
-    OriginTimeout(String),
+    OriginTimeout(OriginFault),
     /// A cache bucket's origin refused the cache's credentials.
-    OriginDenied(String),
+    OriginDenied(OriginFault),
     /// A cache bucket's origin could not be reached or failed.
-    OriginFailed(String),
+    OriginFailed(OriginFault),
     /// The write would take the bucket past its quota (bytes or objects); nothing was written.
     QuotaExceeded(String),
     /// An operation this kind of bucket does not offer (answered, never pretended).
@@ -138,10 +160,10 @@ impl fmt::Display for StoreError {
                 f.write_str("at least one of the preconditions you specified did not hold")
             }
             StoreError::NotModified { .. } => f.write_str("not modified"),
-            StoreError::OriginThrottled(msg)
-            | StoreError::OriginTimeout(msg)
-            | StoreError::OriginDenied(msg)
-            | StoreError::OriginFailed(msg) => f.write_str(msg),
+            StoreError::OriginThrottled(fault)
+            | StoreError::OriginTimeout(fault)
+            | StoreError::OriginDenied(fault)
+            | StoreError::OriginFailed(fault) => f.write_str(&fault.detail),
             StoreError::QuotaExceeded(usage) => write!(f, "bucket quota exceeded ({usage})"),
             StoreError::NotImplemented(msg) | StoreError::InvalidRequest(msg) | StoreError::InvalidBucketState(msg) => {
                 f.write_str(msg)

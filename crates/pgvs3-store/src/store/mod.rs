@@ -46,7 +46,7 @@ pub use copy::CopySource;
 pub use encryption::{
     CustomerKey, Mode as EncryptionMode, Requested as RequestedEncryption, Sealed as SealedEncryption,
 };
-pub use error::StoreError;
+pub use error::{OriginFault, StoreError};
 pub use kv::{
     EncodingParameter, FunctionLibrary, KvBatch, KvEntry, KvValue, LibraryPolicy, LibraryRefusal, RegisteredFunction,
     StringForm, Watches,

@@ -29,6 +29,9 @@ use pgvs3_gateway::store::{CacheMode, Origin};
 
 const ORIGIN_BUCKET: &str = "origin-data";
 const CACHE: &str = "cached";
+/// The tests' origins listen on loopback.
+const LOCAL_ORIGINS: pgvs3_gateway::cache::addresses::OriginAddresses =
+    pgvs3_gateway::cache::addresses::OriginAddresses { allow_local: true };
 
 /// An origin gateway with its bucket, and a cache gateway (own database) in front of it.
 struct Pair {

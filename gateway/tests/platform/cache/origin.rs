@@ -213,7 +213,8 @@ async fn an_origin_with_a_private_ca_is_trusted_with_the_origin_ca_file() {
         status_of_get(&untrusting.client, CACHE, "private").await,
         (502, Some("BadGateway".into()))
     );
-    // The 502 says which check failed and what to do, as `admin origin put`'s check does.
+    // The 502 says only that the certificate was refused; the log and `admin origin put`'s
+    // check say which check failed and what to do.
     let failed = untrusting
         .client
         .get_object()
@@ -225,16 +226,21 @@ async fn an_origin_with_a_private_ca_is_trusted_with_the_origin_ca_file() {
     let message = aws_sdk_s3::error::ProvideErrorMetadata::message(&failed)
         .unwrap_or_default()
         .to_owned();
-    assert!(
-        message.contains(&format!(
-            "origin {}'s TLS certificate is refused: unknown CA",
-            settings.endpoint
-        )) && message.contains("--origin-ca-file"),
-        "{message}"
+    assert_eq!(
+        message,
+        "the origin could not be reached: its TLS certificate was refused"
     );
     let refused =
-        pgvs3_gateway::cache::CacheTier::verify(&settings, Duration::from_secs(10), &Default::default()).await;
-    assert!(format!("{refused:?}").contains("unknown CA"), "{refused:?}");
+        pgvs3_gateway::cache::CacheTier::verify(&settings, Duration::from_secs(10), &Default::default(), LOCAL_ORIGINS)
+            .await
+            .unwrap_err();
+    assert!(
+        refused.to_string().contains(&format!(
+            "origin {}'s TLS certificate is refused: unknown CA",
+            settings.endpoint
+        )) && refused.to_string().contains("--origin-ca-file"),
+        "{refused}"
+    );
 
     // With the CA bundle (one of several, as the operator mounts one per OriginCache) it is
     // verified and served.
@@ -254,7 +260,7 @@ async fn an_origin_with_a_private_ca_is_trusted_with_the_origin_ca_file() {
         b"behind a private CA"
     );
     let tls = pgvs3_gateway::cache::origin::OriginTls::load(&[ca.ca_cert()]).unwrap();
-    pgvs3_gateway::cache::CacheTier::verify(&settings, Duration::from_secs(10), &tls)
+    pgvs3_gateway::cache::CacheTier::verify(&settings, Duration::from_secs(10), &tls, LOCAL_ORIGINS)
         .await
         .unwrap();
     // A file that holds no CA certificate is refused at start, not at the first request.
@@ -278,9 +284,10 @@ async fn bad_origin_credentials_are_refused_at_configuration_and_request_time() 
         .unwrap();
     let mut settings = origin_settings(&origin, CacheMode::WriteBack);
     settings.secret_key = "not-the-secret".into();
-    let refused = pgvs3_gateway::cache::CacheTier::verify(&settings, Duration::from_secs(5), &Default::default())
-        .await
-        .unwrap_err();
+    let refused =
+        pgvs3_gateway::cache::CacheTier::verify(&settings, Duration::from_secs(5), &Default::default(), LOCAL_ORIGINS)
+            .await
+            .unwrap_err();
     assert!(
         matches!(refused, pgvs3_gateway::store::StoreError::OriginDenied(_)),
         "{refused:?}"
@@ -305,8 +312,102 @@ async fn bad_origin_credentials_are_refused_at_configuration_and_request_time() 
         .unwrap_err();
     use aws_sdk_s3::error::ProvideErrorMetadata;
     assert_eq!(err.code(), Some("AccessDenied"));
-    assert!(err.message().unwrap_or_default().contains("origin"), "{err:?}");
+    // The client hears the origin's status and code, never its answer: an AWS
+    // SignatureDoesNotMatch body carries the string to sign and the access key id.
+    assert_eq!(
+        err.message(),
+        Some("the origin refused the request (403 SignatureDoesNotMatch)"),
+        "{err:?}"
+    );
+    let raw = cache.signed("GET", &format!("/{CACHE}/k"), &[], b"").await;
+    assert_eq!(raw.status, 403);
+    for secret in [
+        settings.endpoint.as_str(),
+        settings.access_key.as_str(),
+        "StringToSign",
+        "CanonicalRequest",
+    ] {
+        assert!(!raw.body.contains(secret), "{secret:?} in {}", raw.body);
+    }
     cache.stop().await;
+    origin.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn origins_at_local_addresses_are_refused_unless_the_gateway_allows_them() {
+    let origin = TestGateway::start().await;
+    origin
+        .client
+        .create_bucket()
+        .bucket(ORIGIN_BUCKET)
+        .send()
+        .await
+        .unwrap();
+    put_object(&origin.client, ORIGIN_BUCKET, "k", b"on loopback".to_vec()).await;
+    let strict = TestGateway::with_args(
+        common::fresh_database().await,
+        &["--origin-allow-local-addresses", "false"],
+    )
+    .await;
+    let port = origin.gateway.s3_addr.port();
+    let before = origin_requests_total(&origin).await;
+    // Written as an address, as a name that resolves to loopback, and the metadata service.
+    for endpoint in [
+        format!("http://127.0.0.1:{port}"),
+        format!("http://localhost:{port}"),
+        format!("http://[::ffff:127.0.0.1]:{port}"),
+        "http://169.254.169.254".to_owned(),
+    ] {
+        let settings = Origin {
+            endpoint: endpoint.clone(),
+            ..origin_settings(&origin, CacheMode::ReadThrough)
+        };
+        strict
+            .gateway
+            .store
+            .catalog()
+            .put_origin(CACHE, &settings)
+            .await
+            .unwrap();
+        let err = strict
+            .client
+            .get_object()
+            .bucket(CACHE)
+            .key("k")
+            .send()
+            .await
+            .unwrap_err();
+        assert_eq!(http_status(&err), 502, "{endpoint}: {err:?}");
+        let refused = pgvs3_gateway::cache::CacheTier::verify(
+            &settings,
+            Duration::from_secs(5),
+            &Default::default(),
+            Default::default(),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            refused.to_string().contains("--origin-allow-local-addresses"),
+            "{endpoint}: {refused}"
+        );
+    }
+    assert_eq!(
+        origin_requests_total(&origin).await,
+        before,
+        "the refused origin was never reached"
+    );
+    // With the flag (as every other test runs), the same origin serves.
+    let allowed = TestGateway::start().await;
+    allowed
+        .gateway
+        .store
+        .catalog()
+        .put_origin(CACHE, &origin_settings(&origin, CacheMode::ReadThrough))
+        .await
+        .unwrap();
+    assert_eq!(read_object(&allowed.client, CACHE, "k").await, b"on loopback");
+    allowed.stop().await;
+    strict.stop().await;
     origin.stop().await;
 }
 
@@ -368,7 +469,7 @@ async fn an_rclone_origin_fills_takes_writes_through_and_back_and_lists() {
         write_back_threshold: 1 << 20,
         range_chunk: 64 << 10,
     };
-    pgvs3_gateway::cache::CacheTier::verify(&settings, Duration::from_secs(5), &Default::default())
+    pgvs3_gateway::cache::CacheTier::verify(&settings, Duration::from_secs(5), &Default::default(), LOCAL_ORIGINS)
         .await
         .unwrap();
     cache

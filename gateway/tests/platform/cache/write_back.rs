@@ -297,3 +297,50 @@ async fn a_clean_write_back_body_is_evicted_by_last_use_and_a_pending_one_never(
     assert_eq!(read_object(client, CACHE, "pending.bin").await, pending);
     pair.stop().await;
 }
+
+/// New origin credentials may not reach what the old ones did: what was cached with the old
+/// ones is fetched again with the new (re-applying the same settings changes nothing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn new_origin_credentials_mark_what_was_cached_stale() {
+    let pair = Pair::start(CacheMode::WriteBack).await;
+    let client = &pair.cache.client;
+    let sql = pair.cache.sql().await;
+    put_object(client, CACHE, "clean.bin", noise(2 << 20, 90)).await;
+    uploaded(&pair.cache, "clean.bin").await;
+    pair.put_at_origin("filled", noise(1000, 91)).await;
+    read_object(client, CACHE, "filled").await;
+    filled(&pair.cache, "filled").await;
+    let expired = || async {
+        let row = sql
+            .query_one(
+                "SELECT (SELECT bool_and(validated_at = '-infinity') FROM s3c.objects) AS filled,
+                        (SELECT bool_and(validated_at = '-infinity') FROM s3w.objects WHERE key = 'clean.bin') AS clean",
+                &[],
+            )
+            .await
+            .unwrap();
+        (row.get::<_, bool>("filled"), row.get::<_, bool>("clean"))
+    };
+    let store = &pair.cache.gateway.store;
+    let mut settings = origin_settings(&pair.origin, CacheMode::WriteBack);
+    store.catalog().put_origin(CACHE, &settings).await.unwrap();
+    assert_eq!(
+        expired().await,
+        (false, false),
+        "the same settings again change nothing"
+    );
+
+    settings.secret_key = "another-secret".into();
+    store.catalog().put_origin(CACHE, &settings).await.unwrap();
+    assert_eq!(expired().await, (true, true));
+    // The new credentials are refused at the origin: the stale entry is not served.
+    let err = client
+        .get_object()
+        .bucket(CACHE)
+        .key("filled")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(http_status(&err), 403, "{err:?}");
+    pair.stop().await;
+}
