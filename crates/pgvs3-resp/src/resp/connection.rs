@@ -18,7 +18,7 @@ use super::command::{self, KeyCommand, Spec, wrong_arity};
 use super::commands::pubsub::is_subscription;
 use super::commands::transactions::{Fingerprint, MultiQueue, Queued, WatchRegistration};
 use super::execute::Run;
-use super::pubsub::Mailbox;
+use super::pubsub::{Mailbox, Readable};
 use crate::bucket::Keyspace;
 use crate::http_server::Shutdown;
 use crate::store::{Access, Principal, StoreError};
@@ -82,6 +82,9 @@ pub struct Connection {
     /// Pub/sub: where this connection's messages wait, once it has subscribed, and what it is
     /// subscribed to (all empty: not in subscribe mode).
     pub(crate) mailbox: Option<Arc<Mailbox>>,
+    /// The keyspaces whose events and BCAST invalidations reach this client, as its key's rights
+    /// were when last looked at ([`Connection::refresh_readable`]).
+    pub(crate) readable: Readable,
     pub(crate) channels: HashSet<Bytes>,
     pub(crate) patterns: HashSet<Bytes>,
     pub(crate) shard_channels: HashSet<Bytes>,
@@ -139,6 +142,7 @@ impl Connection {
             reply_memory: Vec::new(),
             reply_mode: ReplyMode::On,
             mailbox: None,
+            readable: Readable::default(),
             channels: HashSet::new(),
             patterns: HashSet::new(),
             shard_channels: HashSet::new(),
@@ -566,6 +570,9 @@ impl Connection {
                 }
                 None if is_subscription(spec.name) => {
                     self.flush(&mut run, out).await;
+                    if matches!(spec.name, "subscribe" | "psubscribe" | "ssubscribe") {
+                        self.refresh_readable().await;
+                    }
                     let started = Instant::now();
                     self.subscription(spec.name, &args[1..], out);
                     self.count(spec, started.elapsed(), &Reply::OK);
@@ -817,6 +824,29 @@ impl Connection {
 
     pub(crate) async fn keyspace(&self, access: Access) -> Result<Keyspace, Reply> {
         self.keyspace_of(self.db, access).await
+    }
+
+    /// Looks again at which keyspaces this connection's key may read (every one for the root
+    /// key), for the keyspace events and invalidations it gets from now on: before it
+    /// subscribes, turns tracking on, or signs in as another key.
+    pub(crate) async fn refresh_readable(&mut self) {
+        let readable = match self.principal.as_ref() {
+            Some(principal) if principal.is_root => Readable::All,
+            Some(_) => {
+                let mut buckets = Vec::new();
+                for db in self.server.settings.databases.keys() {
+                    if let Ok(keyspace) = self.keyspace_of(*db, Access::Read).await {
+                        buckets.push(keyspace.bucket().to_owned());
+                    }
+                }
+                Readable::Buckets(Arc::new(buckets))
+            }
+            None => Readable::default(),
+        };
+        if let Some(mailbox) = &self.mailbox {
+            mailbox.set_readable(readable.clone());
+        }
+        self.readable = readable;
     }
 }
 

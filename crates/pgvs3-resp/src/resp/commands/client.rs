@@ -78,7 +78,14 @@ impl Connection {
 
     async fn authenticate(&mut self, user: Option<&Bytes>, password: &Bytes) -> Reply {
         match self.check_credentials(user, password).await {
-            Ok(()) => Reply::OK,
+            Ok(()) => {
+                // A subscriber or tracking client signed in as another key gets what that key
+                // may read from now on.
+                if self.mailbox.is_some() {
+                    self.refresh_readable().await;
+                }
+                Reply::OK
+            }
             Err(reply) => reply,
         }
     }
