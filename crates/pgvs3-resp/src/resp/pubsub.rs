@@ -41,6 +41,8 @@ pub struct Limits {
     pub max_subscriptions: usize,
     /// Longest channel pattern PSUBSCRIBE takes.
     pub max_pattern: usize,
+    /// Largest message PUBLISH and SPUBLISH take.
+    pub max_message: usize,
 }
 
 /// A message for one subscriber.
@@ -297,6 +299,13 @@ impl PubSub {
     /// Sends a message to every gateway of the database; answers how many subscribers of this
     /// gateway it reaches (those of other gateways get it too, uncounted).
     pub async fn publish(&self, shard: bool, channel: &[u8], message: &[u8]) -> Result<i64, Reply> {
+        // Checked before anything is encoded or sent: every gateway would read it back.
+        if message.len() > self.limits.max_message {
+            return Err(Reply::error(format!(
+                "ERR message longer than {} bytes (--resp-max-message)",
+                self.limits.max_message
+            )));
+        }
         self.send(if shard { SHARD } else { PLAIN }, channel, message).await?;
         Ok(self.receivers(shard, channel))
     }
