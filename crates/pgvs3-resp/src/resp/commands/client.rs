@@ -66,6 +66,11 @@ impl Connection {
             "select" => match command::parse_integer(&args[1]) {
                 None => command::not_an_integer(),
                 Some(db) if u32::try_from(db).is_ok_and(|db| self.server.settings.databases.contains_key(&db)) => {
+                    // A database whose bucket the key may not read is refused here, as its
+                    // commands would be: a tenant does not learn by OK which databases exist.
+                    if let Err(reply) = self.keyspace_of(db as u32, crate::store::Access::Read).await {
+                        return reply;
+                    }
                     self.db = db as u32;
                     Reply::OK
                 }
