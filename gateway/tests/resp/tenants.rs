@@ -404,3 +404,21 @@ async fn multi_queues_count_their_arguments() {
         "EXECABORT Transaction discarded because of previous errors."
     );
 }
+
+/// PUBLISH takes messages up to `--resp-max-message` (1 MiB): a larger one is refused before
+/// it is encoded and sent through PostgreSQL to every gateway (one of 150 MB held every other
+/// tenant's publishes, keyspace events and wakeups for most of a minute).
+#[tokio::test]
+async fn publish_messages_are_bounded() {
+    let gateway = two_tenants(&[]).await;
+    let mut b = tenant(&gateway, B).await;
+    let largest = "m".repeat(1024 * 1024);
+    assert_eq!(b.command(&["PUBLISH", "news", &largest]).await, Value::Int(0));
+    let over = format!("{largest}m");
+    for publish in ["PUBLISH", "SPUBLISH"] {
+        assert_eq!(
+            b.command(&[publish, "news", &over]).await.error(),
+            "ERR message longer than 1048576 bytes (--resp-max-message)"
+        );
+    }
+}
