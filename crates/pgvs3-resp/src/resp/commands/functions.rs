@@ -4,7 +4,7 @@
 //! A library is kept in PostgreSQL (`pgvs3.resp_function_libraries`, migration 0035), so it
 //! survives restarts and every gateway of the fleet sees it at once; FCALL reads its library
 //! from there each time (one indexed row), so no gateway can call a stale copy. Libraries belong
-//! to a keyspace (the database's bucket, layout v52), as Redis's to a server: every subcommand
+//! to a keyspace (the database's bucket, layout v55), as Redis's to a server: every subcommand
 //! and FCALL act on the connection's database's alone, reading them takes a key that may read
 //! it and changing them one that may write it, so that no tenant sees, replaces or runs
 //! another's. The Lua engine

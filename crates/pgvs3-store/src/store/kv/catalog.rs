@@ -6,7 +6,7 @@ use crate::store::{Catalog, StoreResult};
 
 /// A library of Redis Functions (FUNCTION LOAD), kept in `pgvs3.resp_function_libraries`: one
 /// set of libraries per keyspace (bucket), as Redis keeps one per server, so that tenants
-/// neither see nor run each other's (layout v52).
+/// neither see nor run each other's (layout v55).
 #[derive(Debug, Clone, PartialEq)]
 pub struct FunctionLibrary {
     pub name: String,

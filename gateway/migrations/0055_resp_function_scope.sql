@@ -1,4 +1,4 @@
--- Redis Functions per keyspace (layout v52): a library belongs to one RESP database's bucket,
+-- Redis Functions per keyspace (layout v55): a library belongs to one RESP database's bucket,
 -- as Redis's belong to one server, so that a tenant (an access key owning some buckets) can
 -- neither see, replace, delete nor call another's libraries. Before, one set served every
 -- database of the fleet: a tenant's FUNCTION LOAD REPLACE changed what another's FCALL ran, in
