@@ -4718,7 +4718,8 @@ CREATE TABLE pgvs3.resp_function_libraries (
     functions text[] NOT NULL,
     flags text[] NOT NULL,
     descriptions text[] NOT NULL,
-    loaded_at timestamp with time zone DEFAULT now() NOT NULL
+    loaded_at timestamp with time zone DEFAULT now() NOT NULL,
+    bucket_id bigint NOT NULL
 );
 
 --
@@ -5485,7 +5486,7 @@ ALTER TABLE ONLY pgvs3.resp_expired
 --
 
 ALTER TABLE ONLY pgvs3.resp_function_libraries
-    ADD CONSTRAINT resp_function_libraries_pkey PRIMARY KEY (name);
+    ADD CONSTRAINT resp_function_libraries_pkey PRIMARY KEY (bucket_id, name);
 
 --
 -- Name: resp_hash resp_hash_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -
@@ -6306,6 +6307,13 @@ ALTER TABLE ONLY pgvs3.outbox
 
 ALTER TABLE ONLY pgvs3.resp_encoding_parameters
     ADD CONSTRAINT resp_encoding_parameters_bucket_id_fkey FOREIGN KEY (bucket_id) REFERENCES pgvs3.buckets(id) ON DELETE CASCADE;
+
+--
+-- Name: resp_function_libraries resp_function_libraries_bucket_id_fkey; Type: FK CONSTRAINT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.resp_function_libraries
+    ADD CONSTRAINT resp_function_libraries_bucket_id_fkey FOREIGN KEY (bucket_id) REFERENCES pgvs3.buckets(id) ON DELETE CASCADE;
 
 --
 -- Name: resp_hash resp_hash_bucket_id_key_fkey; Type: FK CONSTRAINT; Schema: pgvs3; Owner: -

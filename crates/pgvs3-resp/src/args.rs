@@ -97,6 +97,11 @@ pub struct RespArgs {
     #[arg(long, env = "PGVS3_RESP_MAX_SUBSCRIPTIONS", default_value_t = 10_000)]
     pub resp_max_subscriptions: usize,
 
+    /// Largest message (bytes) PUBLISH and SPUBLISH take, a script's included: each goes
+    /// through PostgreSQL to every gateway of the fleet (Redis's bound is `proto-max-bulk-len`).
+    #[arg(long, env = "PGVS3_RESP_MAX_MESSAGE", default_value = "1MiB", value_parser = parse_bytes)]
+    pub resp_max_message: u64,
+
     /// Longest pattern (bytes) PSUBSCRIBE takes.
     #[arg(long, env = "PGVS3_RESP_MAX_PATTERN", default_value_t = 1024)]
     pub resp_max_pattern: usize,

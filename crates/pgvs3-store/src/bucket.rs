@@ -822,6 +822,11 @@ impl Keyspace {
         &self.bucket.name
     }
 
+    /// Its bucket's id: what keyspace-scoped catalog rows (function libraries) are keyed by.
+    pub fn bucket_id(&self) -> i64 {
+        self.bucket.id
+    }
+
     fn writable(&self) -> StoreResult<()> {
         match self.access {
             Access::Write => Ok(()),

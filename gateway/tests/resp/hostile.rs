@@ -801,7 +801,7 @@ async fn multi_queues_are_bounded_in_count_and_bytes() {
     let refused = raw.command(&["INCR", "n"]).await;
     assert_eq!(
         refused.error(),
-        "ERR MULTI queue full: at most 100000 commands and 536870912 bytes per transaction"
+        "ERR MULTI queue full: at most 100000 commands, 4194304 arguments and 536870912 bytes per transaction"
     );
     assert_eq!(
         raw.command(&["EXEC"]).await.error(),

@@ -26,6 +26,7 @@ mod server_commands;
 mod sort;
 mod stream_groups;
 mod streams;
+mod tenants;
 mod tracking;
 mod types;
 

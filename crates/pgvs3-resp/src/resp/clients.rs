@@ -117,6 +117,8 @@ pub struct KillFilter {
     pub other_type: bool,
     /// The client asking, unless SKIPME no.
     pub skip: Option<u64>,
+    /// The user whose clients alone may be closed (a key that is not the root key's own).
+    pub owner: Option<String>,
 }
 
 impl KillFilter {
@@ -130,6 +132,7 @@ impl KillFilter {
             && self.max_age.is_none_or(|age| info.connected.elapsed().as_secs() >= age)
             && !self.other_type
             && self.skip != Some(id)
+            && self.owner.as_ref().is_none_or(|owner| *owner == info.user)
     }
 }
 
@@ -179,9 +182,15 @@ impl Clients {
         killed
     }
 
-    /// CLIENT UNBLOCK: wakes client `id` if it is blocked; whether it was.
-    pub fn unblock(&self, id: u64, error: bool) -> bool {
-        let Some(unblock) = self.connected().get_mut(&id).and_then(|info| info.blocked.take()) else {
+    /// CLIENT UNBLOCK: wakes client `id` if it is blocked (and `owner`'s, when given); whether
+    /// it was.
+    pub fn unblock(&self, id: u64, error: bool, owner: Option<&str>) -> bool {
+        let mut connected = self.connected();
+        let Some(unblock) = connected
+            .get_mut(&id)
+            .filter(|info| owner.is_none_or(|owner| owner == info.user))
+            .and_then(|info| info.blocked.take())
+        else {
             return false;
         };
         unblock.error.store(error, Ordering::Relaxed);
@@ -233,10 +242,24 @@ impl Clients {
         self.connected().get(&id).map(|info| info.line(id))
     }
 
-    /// CLIENT LIST's text: a line per client, in order of connection.
-    pub fn list(&self) -> String {
+    /// CLIENT INFO's line for client `id`, if it is `owner`'s (any one's for `None`): CLIENT
+    /// LIST ID's.
+    pub fn line_of(&self, id: u64, owner: Option<&str>) -> Option<String> {
+        self.connected()
+            .get(&id)
+            .filter(|info| owner.is_none_or(|owner| owner == info.user))
+            .map(|info| info.line(id))
+    }
+
+    /// CLIENT LIST's text: a line per client (of `owner`'s, when given), in order of
+    /// connection.
+    pub fn list(&self, owner: Option<&str>) -> String {
         let connected = self.connected();
-        let mut ids: Vec<&u64> = connected.keys().collect();
+        let mut ids: Vec<&u64> = connected
+            .iter()
+            .filter(|(_, info)| owner.is_none_or(|owner| owner == info.user))
+            .map(|(id, _)| id)
+            .collect();
         ids.sort();
         ids.into_iter().map(|id| connected[id].line(*id)).collect()
     }
@@ -293,7 +316,7 @@ mod tests {
         .await;
         assert!(panicked.unwrap_err().is_panic());
         assert_eq!(clients.len(), 1);
-        assert!(clients.list().starts_with(&format!("id={} ", first.id())));
+        assert!(clients.list(None).starts_with(&format!("id={} ", first.id())));
         drop(first);
         assert_eq!(clients.len(), 0);
         assert!(clients.register(2, info()).is_some());

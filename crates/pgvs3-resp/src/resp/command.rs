@@ -319,14 +319,27 @@ pub fn wrong_arity(name: &str) -> Reply {
     Reply::error(format!("ERR wrong number of arguments for '{name}' command"))
 }
 
-/// Redis's text for an unknown command: the name and the first arguments, each cut short.
+/// Redis's text for an unknown command: the name cut at 128 bytes, then the arguments, quoted,
+/// until they fill 128 bytes (Redis's processCommand: each cut to what is left of the 128, none
+/// after), so that a request of many arguments gets a short error.
 pub fn unknown_command(args: &[Bytes]) -> Reply {
-    let quoted = |arg: &Bytes| String::from_utf8_lossy(&arg[..arg.len().min(128)]).into_owned();
-    let mut text = format!("ERR unknown command '{}', with args beginning with: ", quoted(&args[0]));
+    const LIMIT: usize = 128;
+    let name = &args[0][..args[0].len().min(LIMIT)];
+    let mut quoted: Vec<u8> = Vec::new();
     for arg in &args[1..] {
-        text.push_str(&format!("'{}' ", quoted(arg)));
+        if quoted.len() >= LIMIT {
+            break;
+        }
+        let room = LIMIT - quoted.len();
+        quoted.push(b'\'');
+        quoted.extend_from_slice(&arg[..arg.len().min(room)]);
+        quoted.extend_from_slice(b"' ");
     }
-    Reply::Error(text)
+    Reply::Error(format!(
+        "ERR unknown command '{}', with args beginning with: {}",
+        String::from_utf8_lossy(name),
+        String::from_utf8_lossy(&quoted)
+    ))
 }
 
 /// Integers as Redis reads them (`string2ll`): optional minus, no plus, no spaces, no leading

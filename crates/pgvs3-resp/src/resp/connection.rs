@@ -18,7 +18,7 @@ use super::command::{self, KeyCommand, Spec, wrong_arity};
 use super::commands::pubsub::is_subscription;
 use super::commands::transactions::{Fingerprint, MultiQueue, Queued, WatchRegistration};
 use super::execute::Run;
-use super::pubsub::Mailbox;
+use super::pubsub::{Mailbox, Readable};
 use crate::bucket::Keyspace;
 use crate::http_server::Shutdown;
 use crate::store::{Access, Principal, StoreError};
@@ -82,6 +82,9 @@ pub struct Connection {
     /// Pub/sub: where this connection's messages wait, once it has subscribed, and what it is
     /// subscribed to (all empty: not in subscribe mode).
     pub(crate) mailbox: Option<Arc<Mailbox>>,
+    /// The keyspaces whose events and BCAST invalidations reach this client, as its key's rights
+    /// were when last looked at ([`Connection::refresh_readable`]).
+    pub(crate) readable: Readable,
     pub(crate) channels: HashSet<Bytes>,
     pub(crate) patterns: HashSet<Bytes>,
     pub(crate) shard_channels: HashSet<Bytes>,
@@ -139,6 +142,7 @@ impl Connection {
             reply_memory: Vec::new(),
             reply_mode: ReplyMode::On,
             mailbox: None,
+            readable: Readable::default(),
             channels: HashSet::new(),
             patterns: HashSet::new(),
             shard_channels: HashSet::new(),
@@ -215,6 +219,19 @@ impl Connection {
                 if unauthenticated {
                     break;
                 }
+            }
+            // The parsed requests hold a handle per argument beyond the input's bytes: in the
+            // budget too, so that a batch of requests of many (even empty) arguments is.
+            let handles: usize = requests
+                .iter()
+                .map(|args: &Vec<Bytes>| args.len() * size_of::<Bytes>())
+                .sum();
+            if handles > 0 && !input_budget.cover(input.capacity() + parser.held_bytes() + handles) {
+                Reply::error(INPUT_OVER_BUDGET).encode(self.resp3, &mut output);
+                if stream.write_all(&output).await.is_ok() {
+                    close_after_error(&mut stream).await;
+                }
+                break;
             }
             if requests.is_empty() && broken.is_none() {
                 // The parser grows the buffer ahead of a large request's bytes; that memory must
@@ -492,7 +509,12 @@ impl Connection {
                             self.multi_failed = true;
                             self.reject(Some(spec), reply, out);
                         } else {
-                            self.queue(Queued::Failed(reply, spec), request_size(&args), spec, out);
+                            self.queue(
+                                Queued::Failed(reply, spec),
+                                (request_size(&args), args.len()),
+                                spec,
+                                out,
+                            );
                         }
                     } else {
                         self.flush(&mut run, out).await;
@@ -504,7 +526,7 @@ impl Connection {
             };
             let spec = spec.expect("admitted commands are known");
             self.server.monitors.feed(spec, self.db, || self.addr(), &args);
-            if self.server.pause.active() {
+            if self.server.pause.active() && !self.passes_pause(spec, &args) {
                 self.flush(&mut run, out).await;
                 if let Err(reply) = self.wait_out_pause(spec).await {
                     self.reject(Some(spec), reply, out);
@@ -515,7 +537,7 @@ impl Connection {
                 self.remember_reads(spec, key_command.as_ref());
             }
             if self.multi.is_some() && queues_in_multi(spec) {
-                let size = request_size(&args);
+                let size = (request_size(&args), args.len());
                 let queued = match key_command {
                     Some(command) => Queued::Key(command, spec),
                     None if matches!(spec.name, "select" | "auth" | "hello" | "client" | "monitor")
@@ -548,6 +570,9 @@ impl Connection {
                 }
                 None if is_subscription(spec.name) => {
                     self.flush(&mut run, out).await;
+                    if matches!(spec.name, "subscribe" | "psubscribe" | "ssubscribe") {
+                        self.refresh_readable().await;
+                    }
                     let started = Instant::now();
                     self.subscription(spec.name, &args[1..], out);
                     self.count(spec, started.elapsed(), &Reply::OK);
@@ -573,9 +598,10 @@ impl Connection {
     }
 
     /// Queues a command inside MULTI (answering QUEUED), or refuses it when the queue is full,
-    /// which fails the transaction.
-    fn queue(&mut self, queued: Queued, size: usize, spec: &'static Spec, out: &mut BytesMut) {
-        let pushed = self.multi.as_mut().map(|multi| multi.push(queued, size));
+    /// which fails the transaction. `(bytes, args)`: what its request holds ([`request_size`])
+    /// and its count of arguments.
+    fn queue(&mut self, queued: Queued, (bytes, args): (usize, usize), spec: &'static Spec, out: &mut BytesMut) {
+        let pushed = self.multi.as_mut().map(|multi| multi.push(queued, bytes, args));
         match pushed {
             Some(Err(reply)) => {
                 self.multi_failed = true;
@@ -643,6 +669,9 @@ impl Connection {
                     )));
                 }
                 return Err(denied.reply());
+            }
+            if !self.user.unrestricted() {
+                self.user.check_sort(spec, args)?;
             }
             if !self.resp3 && self.subscribed() && !SUBSCRIBE_MODE.contains(&spec.name) {
                 return Err(Reply::error(format!(
@@ -752,8 +781,33 @@ impl Connection {
         &self.server.settings.databases[&self.db]
     }
 
-    fn principal(&self) -> &Principal {
+    /// The key this connection acts as: whose tenant its scripts, functions and clients are.
+    pub(crate) fn principal(&self) -> &Principal {
         self.principal.as_ref().expect("authenticated before any key command")
+    }
+
+    /// Whether this connection acts as the root (admin) key: the one that may run what acts on
+    /// the whole gateway or on every tenant (CLIENT PAUSE, MONITOR, ACL's users, ...).
+    pub(crate) fn is_root(&self) -> bool {
+        self.principal.as_ref().is_some_and(|principal| principal.is_root)
+    }
+
+    /// Refuses `command` (`monitor`, `client|pause`) to any key but the root key, with Redis's
+    /// NOPERM text.
+    pub(crate) fn root_only(&self, command: &str) -> Result<(), Reply> {
+        match self.is_root() {
+            true => Ok(()),
+            false => Err(Reply::error(format!(
+                "NOPERM this user has no permissions to run the '{command}' command"
+            ))),
+        }
+    }
+
+    /// The clients this connection may see and act on (CLIENT LIST, KILL, UNBLOCK): every one
+    /// for the root key (`None`), else those of its own user, so that no tenant lists or closes
+    /// another's connections.
+    pub(crate) fn own_clients(&self) -> Option<&str> {
+        (!self.is_root()).then_some(self.username.as_str())
     }
 
     /// Database `db` as a keyspace this connection may use as `access` says: its one
@@ -770,6 +824,41 @@ impl Connection {
 
     pub(crate) async fn keyspace(&self, access: Access) -> Result<Keyspace, Reply> {
         self.keyspace_of(self.db, access).await
+    }
+
+    /// Looks again at which keyspaces this connection's key may read (every one for the root
+    /// key), for the keyspace events and invalidations it gets from now on: before it
+    /// subscribes, turns tracking on, or signs in as another key.
+    pub(crate) async fn refresh_readable(&mut self) {
+        let readable = match self.principal.as_ref() {
+            Some(principal) if principal.is_root => Readable::All,
+            Some(_) => {
+                let mut buckets = Vec::new();
+                for db in self.server.settings.databases.keys() {
+                    if let Ok(keyspace) = self.keyspace_of(*db, Access::Read).await {
+                        buckets.push(keyspace.bucket().to_owned());
+                    }
+                }
+                Readable::Buckets(Arc::new(buckets))
+            }
+            None => Readable::default(),
+        };
+        if let Some(mailbox) = &self.mailbox {
+            mailbox.set_readable(readable.clone());
+        }
+        self.readable = readable;
+    }
+}
+
+impl Connection {
+    /// What runs during a CLIENT PAUSE ALL, unlike in Redis: AUTH (a client can always sign in,
+    /// as the root key, to end the pause) and the root key's CLIENT UNPAUSE, so that no pause
+    /// holds the gateway until it ends.
+    fn passes_pause(&self, spec: &Spec, args: &[Bytes]) -> bool {
+        spec.name == "auth"
+            || (spec.name == "client"
+                && args.get(1).is_some_and(|sub| sub.eq_ignore_ascii_case(b"unpause"))
+                && self.is_root())
     }
 }
 
@@ -796,8 +885,10 @@ fn refused_by_lookup(reply: &Reply) -> bool {
         if error.starts_with("ERR unknown subcommand") || error.starts_with("ERR wrong number of arguments"))
 }
 
+/// What a request's arguments hold in memory: their bytes and each one's handle (an empty
+/// argument costs its handle, so a request of a million empty ones is 32 MB, not 0).
 fn request_size(args: &[Bytes]) -> usize {
-    args.iter().map(Bytes::len).sum()
+    args.iter().map(|arg| arg.len() + size_of::<Bytes>()).sum()
 }
 
 /// Whether a request is a blocking pop or XREAD BLOCK (its batch may wait long; see

@@ -19,8 +19,8 @@ impl Connection {
     /// a user ACL rules allow `monitor`, checked before): the lines show every key's commands
     /// and data.
     pub(crate) fn start_monitor(&mut self) -> Reply {
-        if !self.principal.as_ref().is_some_and(|principal| principal.is_root) {
-            return Reply::error("NOPERM this user has no permissions to run the 'monitor' command");
+        if let Err(reply) = self.root_only("monitor") {
+            return reply;
         }
         if self.monitor.is_none() {
             self.monitor = Some(self.server.monitors.add(self.server.settings.pubsub.output_limit));

@@ -41,6 +41,8 @@ pub struct Limits {
     pub max_subscriptions: usize,
     /// Longest channel pattern PSUBSCRIBE takes.
     pub max_pattern: usize,
+    /// Largest message PUBLISH and SPUBLISH take.
+    pub max_message: usize,
 }
 
 /// A message for one subscriber.
@@ -106,12 +108,39 @@ impl Delivery {
     }
 }
 
+/// The keyspaces (buckets) whose keyspace events and BCAST invalidations a client may get,
+/// since they name their keys: every one for the root key, else those its key may read (when it
+/// subscribed, turned tracking on or signed in), so that no tenant learns another's key names.
+#[derive(Debug, Clone)]
+pub enum Readable {
+    All,
+    Buckets(Arc<Vec<String>>),
+}
+
+impl Default for Readable {
+    /// None: what a client gets before its key's rights are known.
+    fn default() -> Self {
+        Readable::Buckets(Arc::default())
+    }
+}
+
+impl Readable {
+    pub fn allows(&self, bucket: &[u8]) -> bool {
+        match self {
+            Readable::All => true,
+            Readable::Buckets(buckets) => buckets.iter().any(|known| known.as_bytes() == bucket),
+        }
+    }
+}
+
 /// What waits for one subscribed connection.
 #[derive(Default)]
 pub struct Mailbox {
     queue: Mutex<(VecDeque<Delivery>, usize)>,
     overflowed: AtomicBool,
     arrived: tokio::sync::Notify,
+    /// Whose keyspace events it may get.
+    readable: Mutex<Readable>,
 }
 
 /// Shown in a client's entry (its size, not its messages).
@@ -126,6 +155,14 @@ impl std::fmt::Debug for Mailbox {
 }
 
 impl Mailbox {
+    pub(crate) fn set_readable(&self, readable: Readable) {
+        *self.readable.lock().expect("mailbox lock") = readable;
+    }
+
+    fn may_read(&self, bucket: &[u8]) -> bool {
+        self.readable.lock().expect("mailbox lock").allows(bucket)
+    }
+
     pub(crate) fn push(&self, delivery: Delivery, limit: usize) {
         let mut queue = self.queue.lock().expect("mailbox lock");
         let size = delivery.size();
@@ -262,6 +299,13 @@ impl PubSub {
     /// Sends a message to every gateway of the database; answers how many subscribers of this
     /// gateway it reaches (those of other gateways get it too, uncounted).
     pub async fn publish(&self, shard: bool, channel: &[u8], message: &[u8]) -> Result<i64, Reply> {
+        // Checked before anything is encoded or sent: every gateway would read it back.
+        if message.len() > self.limits.max_message {
+            return Err(Reply::error(format!(
+                "ERR message longer than {} bytes (--resp-max-message)",
+                self.limits.max_message
+            )));
+        }
         self.send(if shard { SHARD } else { PLAIN }, channel, message).await?;
         Ok(self.receivers(shard, channel))
     }
@@ -403,7 +447,7 @@ impl PubSub {
             notify::TRACKERS => self.events.trackers_changed(channel, None),
             notify::FLUSHED if message[..] != self.events.token.to_be_bytes() => self.tracking.invalidate_all(),
             notify::FLUSHED => {}
-            _ => self.deliver_to(kind, Bytes::copy_from_slice(channel), message),
+            _ => self.deliver_to(kind, Bytes::copy_from_slice(channel), message, None),
         }
     }
 
@@ -422,16 +466,19 @@ impl PubSub {
             .filter(|(_, name)| name.as_bytes() == received.bucket)
         {
             for (channel, message) in received.deliveries(*db) {
-                self.deliver_to(PLAIN, channel, message);
+                self.deliver_to(PLAIN, channel, message, Some(received.bucket));
             }
         }
     }
 
-    fn deliver_to(&self, kind: u8, channel: Bytes, message: Bytes) {
+    /// Hands a message to the subscribers of `channel` and of the patterns it matches; a
+    /// keyspace event of `bucket` to those that may read it alone.
+    fn deliver_to(&self, kind: u8, channel: Bytes, message: Bytes, bucket: Option<&[u8]>) {
         let limit = self.limits.output_limit;
         let registry = self.registry.lock().expect("pubsub lock");
+        let reaches = |mailbox: &&Arc<Mailbox>| bucket.is_none_or(|bucket| mailbox.may_read(bucket));
         if let Some(subscribers) = registry.channels.get(&(kind, channel.clone())) {
-            for mailbox in subscribers.values() {
+            for mailbox in subscribers.values().filter(reaches) {
                 mailbox.push(
                     Delivery::Message {
                         shard: kind == SHARD,
@@ -445,7 +492,7 @@ impl PubSub {
         if kind == PLAIN {
             for (pattern, subscribers) in &registry.patterns {
                 if glob::matches(pattern, &channel) {
-                    for mailbox in subscribers.values() {
+                    for mailbox in subscribers.values().filter(reaches) {
                         mailbox.push(
                             Delivery::Pattern {
                                 pattern: pattern.clone(),

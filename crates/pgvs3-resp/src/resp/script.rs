@@ -38,7 +38,7 @@ use super::lua::{self, Limits, Outcome, Stop};
 use super::notify::Recorder;
 use super::pubsub::PubSub;
 use crate::bucket::Keyspace;
-use crate::store::{KvBatch, StoreError, StoreResult, Watches};
+use crate::store::{KvBatch, Principal, StoreError, StoreResult, Watches};
 
 const NOSCRIPT: &str = "NOSCRIPT No matching script. Please use EVAL.";
 /// The largest script EVAL and SCRIPT LOAD take.
@@ -53,11 +53,13 @@ pub fn is_script(name: &str) -> bool {
 }
 
 /// The scripts this gateway knows (each gateway its own: they are not in the database) and
-/// those running now.
+/// those running now. Both are per tenant (the access key a client acts as): a key's SCRIPT
+/// LOAD, EXISTS and FLUSH see its own cache entries alone, and its SCRIPT KILL and FUNCTION KILL
+/// stop its own runs alone (the root key's stop every tenant's), so that no tenant can learn of,
+/// flush or kill another's scripts.
 pub struct Scripts {
     cache: Mutex<Cache>,
-    /// Each with whether it is a function (FUNCTION KILL's) or an EVAL script (SCRIPT KILL's).
-    running: Mutex<Vec<(Arc<Stop>, bool)>>,
+    running: Mutex<Vec<Runner>>,
     limits: Limits,
     /// Interpreters that may run at once. Each holds a blocking thread and up to the memory
     /// limit, and a runaway one a core until its time limit: without a bound, as many scripts
@@ -69,11 +71,23 @@ pub struct Scripts {
     pubsub: Arc<PubSub>,
 }
 
+/// A run on the list of those running.
+struct Runner {
+    stop: Arc<Stop>,
+    /// A function's (FUNCTION KILL's), or an EVAL script's (SCRIPT KILL's).
+    function: bool,
+    /// The access key it runs for.
+    tenant: String,
+}
+
+/// Cached scripts by tenant (access key) and SHA1. The bounds are the gateway's, shared: a
+/// tenant that loads many scripts can push another's out, which then costs that one's client
+/// an EVAL after NOSCRIPT, as client libraries do.
 #[derive(Default)]
 struct Cache {
-    scripts: HashMap<String, Bytes>,
+    scripts: HashMap<(String, String), Bytes>,
     /// Oldest first.
-    order: VecDeque<String>,
+    order: VecDeque<(String, String)>,
     bytes: usize,
 }
 
@@ -93,6 +107,8 @@ pub struct Request {
     read_only: bool,
     /// Whose permissions its calls are checked against (none: a user no rule narrowed).
     caller: Option<Caller>,
+    /// The access key it runs for (whose SCRIPT KILL or FUNCTION KILL stops it).
+    tenant: String,
 }
 
 impl Request {
@@ -109,12 +125,21 @@ impl Request {
             argv,
             read_only,
             caller: None,
+            tenant: String::new(),
         }
     }
 
     /// The request with its calls checked against `caller`'s permissions.
     pub(crate) fn called_by(self, caller: Option<Caller>) -> Request {
         Request { caller, ..self }
+    }
+
+    /// The request run for access key `tenant`.
+    pub(crate) fn run_for(self, tenant: &str) -> Request {
+        Request {
+            tenant: tenant.to_owned(),
+            ..self
+        }
     }
 }
 
@@ -176,7 +201,7 @@ impl Drop for Running<'_> {
             .running
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        running.retain(|(stop, _)| !Arc::ptr_eq(stop, &self.stop));
+        running.retain(|runner| !Arc::ptr_eq(&runner.stop, &self.stop));
     }
 }
 
@@ -204,34 +229,43 @@ impl Scripts {
     /// client answered, before the connections drain).
     pub fn shut_down(&self) {
         let running = self.running.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        for (stop, _) in running.iter() {
-            stop.shut_down();
+        for runner in running.iter() {
+            runner.stop.shut_down();
         }
     }
 
-    /// Puts a run on the list of those running (`function`: a function's, or a library's
-    /// load), until the returned guard is dropped.
-    fn start(&self, function: bool) -> Running<'_> {
+    /// Puts a run for access key `tenant` on the list of those running (`function`: a
+    /// function's, or a library's load), until the returned guard is dropped.
+    fn start(&self, function: bool, tenant: &str) -> Running<'_> {
         let stop = Arc::new(Stop::default());
         self.running
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .push((Arc::clone(&stop), function));
+            .push(Runner {
+                stop: Arc::clone(&stop),
+                function,
+                tenant: tenant.to_owned(),
+            });
         Running { scripts: self, stop }
     }
 
-    /// SCRIPT KILL (`functions` false) or FUNCTION KILL: stops every EVAL script, or every
-    /// function, running on this gateway (Redis runs one at a time). Each is rolled back, so
-    /// killing one that wrote is safe, where Redis answers UNKILLABLE. When only the other kind
-    /// runs, Redis's BUSY names the other KILL.
-    pub fn kill(&self, functions: bool) -> Reply {
+    /// SCRIPT KILL (`functions` false) or FUNCTION KILL by `by`: stops every EVAL script, or
+    /// every function, running on this gateway for `by`'s tenant (for any, by the root key)
+    /// (Redis runs one at a time). Each is rolled back, so killing one that wrote is safe, where
+    /// Redis answers UNKILLABLE. When only the other kind runs, Redis's BUSY names the other
+    /// KILL; another tenant's runs are not there to this one.
+    pub fn kill(&self, functions: bool, by: &Principal) -> Reply {
         let running = self.running.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if running.is_empty() {
+        let mut visible = running
+            .iter()
+            .filter(|runner| by.is_root || runner.tenant == by.access_key)
+            .peekable();
+        if visible.peek().is_none() {
             return Reply::error("NOTBUSY No scripts in execution right now.");
         }
         let mut killed = false;
-        for (stop, _) in running.iter().filter(|(_, function)| *function == functions) {
-            stop.kill();
+        for runner in visible.filter(|runner| runner.function == functions) {
+            runner.stop.kill();
             killed = true;
         }
         match (killed, functions) {
@@ -249,13 +283,14 @@ impl Scripts {
         self.cache.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Caches a script; returns its SHA1.
-    fn remember(&self, body: &Bytes) -> String {
+    /// Caches a script of access key `tenant`'s; returns its SHA1.
+    fn remember(&self, tenant: &str, body: &Bytes) -> String {
         let sha = sha1_hex(body);
+        let entry = (tenant.to_owned(), sha.clone());
         let mut cache = self.cache();
-        if !cache.scripts.contains_key(&sha) {
-            cache.scripts.insert(sha.clone(), body.clone());
-            cache.order.push_back(sha.clone());
+        if !cache.scripts.contains_key(&entry) {
+            cache.scripts.insert(entry.clone(), body.clone());
+            cache.order.push_back(entry);
             cache.bytes += body.len();
             while cache.scripts.len() > CACHE_SCRIPTS || cache.bytes > CACHE_BYTES {
                 let Some(oldest) = cache.order.pop_front() else { break };
@@ -267,17 +302,18 @@ impl Scripts {
         sha
     }
 
-    /// Parses EVAL, EVALSHA and their _RO forms (arity checked).
-    pub fn request(&self, name: &str, args: &[Bytes]) -> Result<Request, Reply> {
+    /// Parses EVAL, EVALSHA and their _RO forms (arity checked), run for access key `tenant`
+    /// (EVALSHA finds its scripts alone).
+    pub fn request(&self, name: &str, args: &[Bytes], tenant: &str) -> Result<Request, Reply> {
         let (body, sha) = if name.starts_with("evalsha") {
             let sha = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
-            let body = self.cache().scripts.get(&sha).cloned();
+            let body = self.cache().scripts.get(&(tenant.to_owned(), sha.clone())).cloned();
             (body.ok_or_else(|| Reply::error(NOSCRIPT))?, sha)
         } else {
             if args[1].len() > MAX_SCRIPT_BYTES {
                 return Err(too_large());
             }
-            let sha = self.remember(&args[1]);
+            let sha = self.remember(tenant, &args[1]);
             (args[1].clone(), sha)
         };
         let numkeys = command::parse_integer(&args[2]).ok_or_else(command::not_an_integer)?;
@@ -299,22 +335,24 @@ impl Scripts {
             read_only: no_writes || name.ends_with("_ro"),
             body,
             caller: None,
+            tenant: tenant.to_owned(),
         })
     }
 
-    /// SCRIPT LOAD / EXISTS / FLUSH / KILL / HELP.
-    pub fn command(&self, args: &[Bytes]) -> Reply {
+    /// SCRIPT LOAD / EXISTS / FLUSH / KILL / HELP, by `by` (on its tenant's scripts).
+    pub fn command(&self, args: &[Bytes], by: &Principal) -> Reply {
         let subcommand = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
+        let tenant = &by.access_key;
         match (subcommand.as_str(), &args[2..]) {
             ("load", [body]) if body.len() > MAX_SCRIPT_BYTES => too_large(),
-            ("load", [body]) => Reply::text(&self.remember(body)),
+            ("load", [body]) => Reply::text(&self.remember(tenant, body)),
             ("exists", shas) if !shas.is_empty() => {
                 let cache = self.cache();
                 Reply::Array(
                     shas.iter()
                         .map(|sha| {
                             let sha = String::from_utf8_lossy(sha).to_ascii_lowercase();
-                            Reply::bool(cache.scripts.contains_key(&sha))
+                            Reply::bool(cache.scripts.contains_key(&(tenant.clone(), sha)))
                         })
                         .collect(),
                 )
@@ -326,10 +364,22 @@ impl Scripts {
                 if !mode_ok {
                     return Reply::error("ERR SCRIPT FLUSH only support SYNC|ASYNC option");
                 }
-                *self.cache() = Cache::default();
+                let mut cache = self.cache();
+                cache.order.retain(|(owner, _)| owner != tenant);
+                let gone: Vec<(String, String)> = cache
+                    .scripts
+                    .keys()
+                    .filter(|(owner, _)| owner == tenant)
+                    .cloned()
+                    .collect();
+                for entry in gone {
+                    if let Some(body) = cache.scripts.remove(&entry) {
+                        cache.bytes -= body.len();
+                    }
+                }
                 Reply::OK
             }
-            ("kill", []) => self.kill(false),
+            ("kill", []) => self.kill(false, by),
             ("help", []) => Reply::Array(
                 [
                     "SCRIPT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
@@ -503,14 +553,14 @@ impl Scripts {
     /// Runs code that makes no `redis.call` (FUNCTION LOAD's run of a library, which only
     /// registers its functions) in an interpreter of its own, bounded as scripts are and
     /// stoppable by SCRIPT KILL / FUNCTION KILL, and returns what it returned or raised.
-    pub async fn evaluate_alone(&self, body: Bytes) -> Reply {
+    pub async fn evaluate_alone(&self, body: Bytes, tenant: &str) -> Reply {
         let interpreter = tokio::time::timeout(self.busy_wait, Arc::clone(&self.interpreters).acquire_owned()).await;
         let Ok(Ok(interpreter)) = interpreter else {
             return Reply::error(
                 "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.",
             );
         };
-        let running = self.start(true);
+        let running = self.start(true, tenant);
         let stop = Arc::clone(&running.stop);
         // No call has anywhere to go: the channel's receiving end is dropped at once.
         let (calls, _) = mpsc::channel::<lua::Call>(1);
@@ -541,7 +591,7 @@ impl Scripts {
                 "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.",
             ));
         };
-        let running = self.start(request.function);
+        let running = self.start(request.function, &request.tenant);
         let stop = Arc::clone(&running.stop);
         // One call at a time: the script waits for each reply.
         let (calls, mut pending) = mpsc::channel::<lua::Call>(1);

@@ -26,7 +26,7 @@ use bytes::Bytes;
 
 use super::clients::Clients;
 use super::codec::Reply;
-use super::pubsub::Delivery;
+use super::pubsub::{Delivery, Readable};
 
 /// Redis's default `tracking-table-max-keys`.
 pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
@@ -150,6 +150,8 @@ fn overlaps(a: &[u8], b: &[u8]) -> bool {
 /// A tracking client of this gateway.
 struct Tracker {
     mode: Mode,
+    /// The keyspaces whose changes BCAST may tell it of.
+    readable: Readable,
     /// Its REDIRECT's client was gone when an invalidation was due (TRACKINGINFO's
     /// `broken_redirect`).
     broken: bool,
@@ -274,7 +276,8 @@ impl Tracking {
 
     /// CLIENT TRACKING ON (checked): its options replace the last ones, but BCAST prefixes add
     /// up, as in Redis.
-    pub fn enable(&self, id: u64, mut mode: Mode) {
+    /// Client `id` tracks as `mode` says; in BCAST mode, the keys of `readable` keyspaces.
+    pub fn enable(&self, id: u64, mut mode: Mode, readable: Readable) {
         let mut state = self.state();
         if mode.bcast {
             if mode.prefixes.is_empty() {
@@ -290,7 +293,14 @@ impl Tracking {
                 mode.prefixes = prefixes;
             }
         }
-        state.trackers.insert(id, Tracker { mode, broken: false });
+        state.trackers.insert(
+            id,
+            Tracker {
+                mode,
+                readable,
+                broken: false,
+            },
+        );
     }
 
     /// CLIENT TRACKING OFF, or the connection ended.
@@ -378,7 +388,10 @@ impl Tracking {
                 }
                 let first = seen.insert(key);
                 for (id, tracker) in &state.trackers {
-                    if !tracker.mode.bcast || (tracker.mode.noloop && own(*id)) {
+                    if !tracker.mode.bcast
+                        || (tracker.mode.noloop && own(*id))
+                        || !tracker.readable.allows(bucket.as_bytes())
+                    {
                         continue;
                     }
                     for (at, prefix) in tracker.mode.prefixes.iter().enumerate() {
@@ -559,7 +572,7 @@ mod tests {
     #[test]
     fn a_key_is_invalidated_once_for_its_readers_and_the_table_is_bounded() {
         let tracking = Tracking::new(1 << 20, Arc::default());
-        tracking.enable(1, Mode::default());
+        tracking.enable(1, Mode::default(), Readable::All);
         tracking.remember(1, "b", [&b"k"[..], b"j"]);
         assert_eq!(tracking.state().remembered, 2);
         tracking.invalidate(b"b", false, [(&b"k"[..], 0)].into_iter());

@@ -71,6 +71,11 @@ impl Connection {
         if !fits || (arity == -2 && args.len() > 3) {
             return command::wrong_arity(&format!("acl|{sub}"));
         }
+        if matches!(sub.as_str(), "users" | "list" | "log")
+            && let Err(reply) = self.admin(&sub)
+        {
+            return reply;
+        }
         match sub.as_str() {
             "whoami" => Reply::text(&self.username),
             "cat" => categories(args.get(2)),
@@ -101,14 +106,10 @@ impl Connection {
         }
     }
 
-    /// Only an admin (root) key changes users; any other key's denial names the subcommand.
+    /// Only an admin (root) key changes users, or lists them and the log (which name every
+    /// tenant's keys); any other key's denial names the subcommand.
     fn admin(&self, sub: &str) -> Result<(), Reply> {
-        match self.principal.as_ref().is_some_and(|principal| principal.is_root) {
-            true => Ok(()),
-            false => Err(Reply::error(format!(
-                "NOPERM this user has no permissions to run the 'acl|{sub}' command"
-            ))),
-        }
+        self.root_only(&format!("acl|{sub}"))
     }
 
     /// Whether `name` is a user: `default`, or a static access key that is not disabled.

@@ -11,6 +11,11 @@ use crate::resp::codec::Reply;
 use crate::resp::command::{self, Spec, syntax_error, wrong_arity};
 use crate::resp::connection::{Connection, ReplyMode, STS_REFUSED, WRONGPASS, store_error};
 
+/// The longest client name, lib-name or lib-ver.
+const MAX_CLIENT_ATTRIBUTE: usize = 512;
+/// The longest CLIENT PAUSE: a longer one ends then (CLIENT UNPAUSE ends any sooner).
+const MAX_PAUSE: Duration = Duration::from_secs(3600);
+
 impl Connection {
     pub(crate) async fn connection_command(&mut self, spec: &'static Spec, args: &[Bytes]) -> Reply {
         match spec.name {
@@ -61,6 +66,11 @@ impl Connection {
             "select" => match command::parse_integer(&args[1]) {
                 None => command::not_an_integer(),
                 Some(db) if u32::try_from(db).is_ok_and(|db| self.server.settings.databases.contains_key(&db)) => {
+                    // A database whose bucket the key may not read is refused here, as its
+                    // commands would be: a tenant does not learn by OK which databases exist.
+                    if let Err(reply) = self.keyspace_of(db as u32, crate::store::Access::Read).await {
+                        return reply;
+                    }
                     self.db = db as u32;
                     Reply::OK
                 }
@@ -73,7 +83,14 @@ impl Connection {
 
     async fn authenticate(&mut self, user: Option<&Bytes>, password: &Bytes) -> Reply {
         match self.check_credentials(user, password).await {
-            Ok(()) => Reply::OK,
+            Ok(()) => {
+                // A subscriber or tracking client signed in as another key gets what that key
+                // may read from now on.
+                if self.mailbox.is_some() {
+                    self.refresh_readable().await;
+                }
+                Reply::OK
+            }
             Err(reply) => reply,
         }
     }
@@ -215,12 +232,13 @@ impl Connection {
     }
 
     fn set_name(&self, name: &[u8]) -> Reply {
-        if name.iter().any(|&byte| !(b'!'..=b'~').contains(&byte)) {
-            return Reply::error("ERR Client names cannot contain spaces, newlines or special characters.");
+        match client_attribute(name, "Client names") {
+            Ok(name) => {
+                self.set_client(|info| info.name = name);
+                Reply::OK
+            }
+            Err(reply) => reply,
         }
-        let name = String::from_utf8_lossy(name).into_owned();
-        self.set_client(|info| info.name = name);
-        Reply::OK
     }
 
     async fn client(&mut self, args: &[Bytes]) -> Reply {
@@ -240,7 +258,14 @@ impl Connection {
                 .line(self.id())
                 .map_or(Reply::Nil, |line| Reply::text(&line)),
             (b"setinfo", 4) => {
-                let value = String::from_utf8_lossy(&args[3]).into_owned();
+                let attribute = String::from_utf8_lossy(&args[2]);
+                let value = match args[2].to_ascii_lowercase().as_slice() {
+                    b"lib-name" | b"lib-ver" => match client_attribute(&args[3], &attribute) {
+                        Ok(value) => value,
+                        Err(reply) => return reply,
+                    },
+                    _ => String::new(),
+                };
                 match args[2].to_ascii_lowercase().as_slice() {
                     b"lib-name" => self.set_client(|info| info.lib_name = value),
                     b"lib-ver" => self.set_client(|info| info.lib_version = value),
@@ -260,6 +285,9 @@ impl Connection {
                 _ => syntax_error(),
             },
             (b"pause", 3 | 4) => {
+                if let Err(reply) = self.root_only("client|pause") {
+                    return reply;
+                }
                 let Some(timeout) = command::parse_integer(&args[2]) else {
                     return Reply::error("ERR timeout is not an integer or out of range");
                 };
@@ -272,13 +300,18 @@ impl Connection {
                     Some(mode) if mode == b"write" => false,
                     Some(_) => return Reply::error("ERR CLIENT PAUSE mode must be WRITE or ALL"),
                 };
-                let Some(until) = Instant::now().checked_add(Duration::from_millis(timeout)) else {
+                // Capped: a pause past the cap would hold every client of the gateway for as
+                // long as it says (CLIENT UNPAUSE still ends it).
+                let Some(until) = Instant::now().checked_add(Duration::from_millis(timeout).min(MAX_PAUSE)) else {
                     return Reply::error("ERR timeout is not an integer or out of range");
                 };
                 self.server.pause.pause(until, all);
                 Reply::OK
             }
             (b"unpause", 2) => {
+                if let Err(reply) = self.root_only("client|unpause") {
+                    return reply;
+                }
                 self.server.pause.unpause();
                 Reply::OK
             }
@@ -292,7 +325,8 @@ impl Connection {
                     Some(reason) if reason == b"error" => true,
                     Some(_) => return Reply::error("ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR"),
                 };
-                let unblocked = u64::try_from(id).is_ok_and(|id| self.server.clients.unblock(id, error));
+                let unblocked =
+                    u64::try_from(id).is_ok_and(|id| self.server.clients.unblock(id, error, self.own_clients()));
                 Reply::Integer(i64::from(unblocked))
             }
             (b"reply", 3) => match args[2].to_ascii_lowercase().as_slice() {
@@ -318,6 +352,7 @@ impl Connection {
                 // The old form: CLIENT KILL addr:port.
                 let filter = KillFilter {
                     addr: Some(String::from_utf8_lossy(&args[2]).into_owned()),
+                    owner: self.own_clients().map(str::to_owned),
                     ..Default::default()
                 };
                 match self.server.clients.kill(&filter) {
@@ -347,14 +382,16 @@ impl Connection {
     }
 
     /// CLIENT LIST's options, as Redis 7 reads them: `TYPE <type>`, or `ID <id> [<id> ...]`
-    /// (the clients among them that exist, in the order given).
+    /// (the clients among them that exist, in the order given). A key that is not the root key
+    /// sees its own user's clients alone.
     fn client_list(&self, options: &[Bytes]) -> Reply {
         let clients = &self.server.clients;
+        let owner = self.own_clients();
         match options {
-            [] => Reply::text(&clients.list()),
+            [] => Reply::text(&clients.list(owner)),
             [option, kind] if option.eq_ignore_ascii_case(b"type") => match client_type(kind) {
                 // Every client of pgvs3 is a normal one.
-                Ok(normal) => Reply::text(&if normal { clients.list() } else { String::new() }),
+                Ok(normal) => Reply::text(&if normal { clients.list(owner) } else { String::new() }),
                 Err(reply) => reply,
             },
             [option, ids @ ..] if option.eq_ignore_ascii_case(b"id") && !ids.is_empty() => {
@@ -363,7 +400,7 @@ impl Connection {
                     let Some(id) = command::parse_integer(id) else {
                         return Reply::error("ERR Invalid client ID");
                     };
-                    if let Some(line) = u64::try_from(id).ok().and_then(|id| clients.line(id)) {
+                    if let Some(line) = u64::try_from(id).ok().and_then(|id| clients.line_of(id, owner)) {
                         text.push_str(&line);
                     }
                 }
@@ -378,6 +415,7 @@ impl Connection {
     fn kill_filter(&self, args: &[Bytes]) -> Result<KillFilter, Reply> {
         let mut filter = KillFilter {
             skip: Some(self.id()),
+            owner: self.own_clients().map(str::to_owned),
             ..Default::default()
         };
         for pair in args.chunks(2) {
@@ -429,6 +467,24 @@ fn client_type(name: &[u8]) -> Result<bool, Reply> {
             String::from_utf8_lossy(name)
         ))),
     }
+}
+
+/// A client name, lib-name or lib-ver (`what` in the error), as Redis 7.2 takes them: printable
+/// ASCII without spaces, so that a CLIENT LIST line stays one line of `field=value` words; and,
+/// unlike Redis, at most [`MAX_CLIENT_ATTRIBUTE`] bytes, since every one is kept (and listed)
+/// for as long as its connection lasts.
+fn client_attribute(value: &[u8], what: &str) -> Result<String, Reply> {
+    if value.iter().any(|&byte| !(b'!'..=b'~').contains(&byte)) {
+        return Err(Reply::error(format!(
+            "ERR {what} cannot contain spaces, newlines or special characters."
+        )));
+    }
+    if value.len() > MAX_CLIENT_ATTRIBUTE {
+        return Err(Reply::error(format!(
+            "ERR pgvs3 takes client names, lib-name and lib-ver of at most {MAX_CLIENT_ATTRIBUTE} bytes"
+        )));
+    }
+    Ok(String::from_utf8_lossy(value).into_owned())
 }
 
 fn constant_time_eq(expected: &[u8], given: &[u8]) -> bool {

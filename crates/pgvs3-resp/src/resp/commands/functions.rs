@@ -3,7 +3,11 @@
 //!
 //! A library is kept in PostgreSQL (`pgvs3.resp_function_libraries`, migration 0035), so it
 //! survives restarts and every gateway of the fleet sees it at once; FCALL reads its library
-//! from there each time (one indexed row), so no gateway can call a stale copy. The Lua engine
+//! from there each time (one indexed row), so no gateway can call a stale copy. Libraries belong
+//! to a keyspace (the database's bucket, layout v55), as Redis's to a server: every subcommand
+//! and FCALL act on the connection's database's alone, reading them takes a key that may read
+//! it and changing them one that may write it, so that no tenant sees, replaces or runs
+//! another's. The Lua engine
 //! is the one EVAL runs (`script.rs`, `lua.rs`): a library runs as a chunk that holds its code
 //! as a function, with the globals Redis gives a library while it loads (`redis` with
 //! `register_function`) and, once loaded, a function's (see [`RUNTIME`]), followed by the call
@@ -22,7 +26,7 @@ use crate::store::{Access, FunctionLibrary, LibraryPolicy, LibraryRefusal, Regis
 
 /// The largest library FUNCTION LOAD takes (as EVAL's largest script).
 const MAX_LIBRARY_BYTES: usize = 1024 * 1024;
-/// Most libraries the fleet keeps, and functions one library registers.
+/// Most libraries a keyspace keeps, and functions one library registers.
 const MAX_LIBRARIES: i64 = 1000;
 const MAX_FUNCTIONS: usize = 1000;
 /// Longest library or function name.
@@ -391,7 +395,10 @@ impl Connection {
                         )));
                     }
                 }
-                let libraries = catalog.function_libraries().await.map_err(store_error)?;
+                let libraries = catalog
+                    .function_libraries(self.readable_functions().await?)
+                    .await
+                    .map_err(store_error)?;
                 Ok(Reply::Array(
                     libraries
                         .iter()
@@ -405,9 +412,13 @@ impl Connection {
                 ))
             }
             ("delete", [name]) => {
-                self.may_change_functions().await?;
+                let keyspace = self.may_change_functions().await?;
                 let name = String::from_utf8_lossy(name);
-                match catalog.delete_function_library(&name).await.map_err(store_error)? {
+                match catalog
+                    .delete_function_library(keyspace, &name)
+                    .await
+                    .map_err(store_error)?
+                {
                     true => Ok(Reply::OK),
                     false => Err(Reply::error("ERR Library not found")),
                 }
@@ -422,12 +433,15 @@ impl Connection {
                 if !mode_ok {
                     return Err(Reply::error("ERR FUNCTION FLUSH only supports SYNC|ASYNC option"));
                 }
-                self.may_change_functions().await?;
-                catalog.flush_function_libraries().await.map_err(store_error)?;
+                let keyspace = self.may_change_functions().await?;
+                catalog.flush_function_libraries(keyspace).await.map_err(store_error)?;
                 Ok(Reply::OK)
             }
             ("stats", []) => {
-                let libraries = catalog.function_libraries().await.map_err(store_error)?;
+                let libraries = catalog
+                    .function_libraries(self.readable_functions().await?)
+                    .await
+                    .map_err(store_error)?;
                 let functions: usize = libraries.iter().map(|library| library.functions.len()).sum();
                 // What runs now runs on some gateway of the fleet: this one does not know.
                 Ok(Reply::Map(vec![
@@ -444,9 +458,12 @@ impl Connection {
                     ),
                 ]))
             }
-            ("kill", []) => Ok(self.server.scripts.kill(true)),
+            ("kill", []) => Ok(self.server.scripts.kill(true, self.principal())),
             ("dump", []) => {
-                let libraries = catalog.function_libraries().await.map_err(store_error)?;
+                let libraries = catalog
+                    .function_libraries(self.readable_functions().await?)
+                    .await
+                    .map_err(store_error)?;
                 Ok(Reply::bulk(rdb::dump_functions(
                     libraries.iter().map(|library| library.code.as_str()),
                 )))
@@ -476,20 +493,29 @@ impl Connection {
         }
     }
 
-    /// LOAD, DELETE and FLUSH change what every client of the fleet runs: they take a key that
-    /// may write to the connection's database, and a primary.
-    async fn may_change_functions(&self) -> Result<(), Reply> {
-        self.keyspace(Access::Write).await.map(|_| ())
+    /// LIST, STATS and DUMP read the libraries of the connection's database: they take a key
+    /// that may read it. The keyspace's bucket id.
+    async fn readable_functions(&self) -> Result<i64, Reply> {
+        self.keyspace(Access::Read).await.map(|keyspace| keyspace.bucket_id())
+    }
+
+    /// LOAD, DELETE, FLUSH and RESTORE change what every client of the keyspace runs: they
+    /// take a key that may write to the connection's database, and a primary. The keyspace's
+    /// bucket id.
+    async fn may_change_functions(&self) -> Result<i64, Reply> {
+        self.keyspace(Access::Write).await.map(|keyspace| keyspace.bucket_id())
     }
 
     async fn load(&mut self, code: &Bytes, policy: LibraryPolicy) -> Result<Reply, Reply> {
-        self.may_change_functions().await?;
+        let keyspace = self.may_change_functions().await?;
         let library = self.compile(code).await?;
         let name = library.name.clone();
-        self.store(&[library], policy).await?.map_err(|refusal| match refusal {
-            LibraryRefusal::Exists(name) => Reply::error(format!("ERR Library '{name}' already exists")),
-            other => refused(other),
-        })?;
+        self.store(keyspace, &[library], policy)
+            .await?
+            .map_err(|refusal| match refusal {
+                LibraryRefusal::Exists(name) => Reply::error(format!("ERR Library '{name}' already exists")),
+                other => refused(other),
+            })?;
         Ok(Reply::bulk(name))
     }
 
@@ -501,7 +527,7 @@ impl Connection {
         if codes.len() as i64 > MAX_LIBRARIES {
             return Err(refused(LibraryRefusal::TooMany));
         }
-        self.may_change_functions().await?;
+        let keyspace = self.may_change_functions().await?;
         let mut libraries: Vec<FunctionLibrary> = Vec::with_capacity(codes.len());
         for code in &codes {
             let library = self.compile(code).await?;
@@ -521,10 +547,12 @@ impl Connection {
             }
             libraries.push(library);
         }
-        self.store(&libraries, policy).await?.map_err(|refusal| match refusal {
-            LibraryRefusal::Exists(name) => Reply::error(format!("ERR Library {name} already exists")),
-            other => refused(other),
-        })?;
+        self.store(keyspace, &libraries, policy)
+            .await?
+            .map_err(|refusal| match refusal {
+                LibraryRefusal::Exists(name) => Reply::error(format!("ERR Library {name} already exists")),
+                other => refused(other),
+            })?;
         Ok(Reply::OK)
     }
 
@@ -542,7 +570,7 @@ impl Connection {
         let reply = self
             .server
             .scripts
-            .evaluate_alone(chunk(code, "return __registered"))
+            .evaluate_alone(chunk(code, "return __registered"), &self.principal().access_key)
             .await;
         Ok(FunctionLibrary {
             name,
@@ -553,13 +581,14 @@ impl Connection {
 
     async fn store(
         &self,
+        keyspace: i64,
         libraries: &[FunctionLibrary],
         policy: LibraryPolicy,
     ) -> Result<Result<(), LibraryRefusal>, Reply> {
         self.server
             .buckets
             .catalog()
-            .put_function_libraries(libraries, policy, MAX_LIBRARIES)
+            .put_function_libraries(keyspace, libraries, policy, MAX_LIBRARIES)
             .await
             .map_err(store_error)
     }
@@ -576,7 +605,11 @@ impl Connection {
         let Some(name) = std::str::from_utf8(&args[1]).ok().filter(|name| valid_name(name)) else {
             return Reply::error("ERR Function not found");
         };
-        let library = match self.server.buckets.catalog().function_library_of(name).await {
+        let keyspace = match self.readable_functions().await {
+            Ok(keyspace) => keyspace,
+            Err(reply) => return reply,
+        };
+        let library = match self.server.buckets.catalog().function_library_of(keyspace, name).await {
             Ok(Some(library)) => library,
             Ok(None) => return Reply::error("ERR Function not found"),
             Err(err) => return store_error(err),
@@ -598,7 +631,8 @@ impl Connection {
         let body = chunk(&library.code, &format!("return __fns[\"{name}\"](KEYS, ARGV)"));
         let steps = [Step::Script(
             Request::function(name, body, keys.to_vec(), argv.to_vec(), read_only_call || no_writes)
-                .called_by(self.caller()),
+                .called_by(self.caller())
+                .run_for(&self.principal().access_key),
         )];
         match self.run_scripted(&steps, &[], None).await {
             Ok(mut replies) => replies.pop().unwrap_or(Reply::Nil),

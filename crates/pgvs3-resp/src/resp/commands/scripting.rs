@@ -13,9 +13,13 @@ use crate::store::Access;
 impl Connection {
     pub(crate) async fn scripting_command(&mut self, spec: &'static Spec, args: &[Bytes]) -> Reply {
         match spec.name {
-            "script" => self.server.scripts.command(args),
+            "script" => self.server.scripts.command(args, self.principal()),
             _ => {
-                let steps = match self.server.scripts.request(spec.name, args) {
+                let steps = match self
+                    .server
+                    .scripts
+                    .request(spec.name, args, &self.principal().access_key)
+                {
                     Ok(request) => [Step::Script(request.called_by(self.caller()))],
                     Err(reply) => return reply,
                 };

@@ -240,11 +240,17 @@ impl Connection {
         text
     }
 
-    /// CONFIG. `notify-keyspace-events` is the setting of the database's keyspace, for every
-    /// gateway (resp/notify.rs): CONFIG SET of it needs the right to write there.
+    /// CONFIG. `notify-keyspace-events` and the encoding parameters are settings of the
+    /// database's keyspace, for every gateway (resp/notify.rs): CONFIG GET needs the right to
+    /// read there (no tenant reads another's settings), CONFIG SET of them the right to write.
+    /// `tracking-table-max-keys` is this gateway's, for every tenant: the root key's alone to set.
     async fn config(&mut self, args: &[Bytes]) -> Reply {
         let events = &self.server.pubsub.events;
-        let bucket = &self.server.settings.databases[&self.db];
+        let bucket = match self.keyspace(Access::Read).await {
+            Ok(keyspace) => keyspace.bucket().to_owned(),
+            Err(reply) => return reply,
+        };
+        let bucket = &bucket;
         let flags = match events.flags(bucket).await {
             Ok(flags) => flags,
             Err(err) => return store_error(err),
@@ -256,6 +262,9 @@ impl Connection {
         let mut set = Changes::default();
         let reply = config_command(args, &self.config_parameters(flags, &encodings), &mut set);
         if let (Reply::Simple("OK"), Some(max)) = (&reply, set.tracking_table_max_keys) {
+            if let Err(reply) = self.root_only("config|set") {
+                return reply;
+            }
             self.server.pubsub.tracking.set_max_keys(max);
         }
         if let (Reply::Simple("OK"), Some(flags)) = (&reply, set.events) {

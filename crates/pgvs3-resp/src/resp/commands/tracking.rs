@@ -47,8 +47,9 @@ impl Connection {
         if self.server.replica.is_standby() {
             return Reply::error(STANDBY);
         }
+        self.refresh_readable().await;
         let pubsub = Arc::clone(&self.server.pubsub);
-        pubsub.tracking.enable(self.id(), mode);
+        pubsub.tracking.enable(self.id(), mode, self.readable.clone());
         let mode = pubsub.tracking.mode(self.id()).unwrap_or_default();
         let caching = self.tracking.as_ref().is_some_and(|tracking| tracking.caching);
         self.tracking = Some(ClientTracking {
@@ -168,6 +169,7 @@ impl Connection {
             return Arc::clone(mailbox);
         }
         let mailbox: Arc<Mailbox> = Arc::default();
+        mailbox.set_readable(self.readable.clone());
         self.mailbox = Some(Arc::clone(&mailbox));
         let shown = Arc::clone(&mailbox);
         self.set_client(|info| info.inbox = Some(shown));

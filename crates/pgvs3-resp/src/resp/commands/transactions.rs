@@ -38,8 +38,10 @@ pub(crate) enum Queued {
     Failed(Reply, &'static Spec),
 }
 
-/// Commands one MULTI may queue, and their bytes (arguments, plus [`QUEUED_OVERHEAD`] each).
+/// Commands one MULTI may queue, their arguments, and their bytes (arguments with their
+/// handles, plus [`QUEUED_OVERHEAD`] each).
 const MAX_QUEUED: usize = 100_000;
+const MAX_QUEUED_ARGS: usize = 4 * 1024 * 1024;
 const MAX_QUEUED_BYTES: usize = 512 * 1024 * 1024;
 /// What a queued command costs besides its arguments' bytes (its parsed form).
 const QUEUED_OVERHEAD: usize = 256;
@@ -55,6 +57,7 @@ const MAX_WATCHED: usize = 100_000;
 pub(crate) struct MultiQueue {
     pub(crate) commands: Vec<Queued>,
     bytes: usize,
+    args: usize,
     budget: InputBudget,
 }
 
@@ -63,17 +66,19 @@ impl MultiQueue {
         MultiQueue {
             commands: Vec::new(),
             bytes: 0,
+            args: 0,
             budget: InputBudget::new(budget),
         }
     }
 
-    /// Queues a command whose arguments take `size` bytes, or refuses it with the error it
-    /// answers (which fails the transaction, as an error while queueing does in Redis).
-    pub(crate) fn push(&mut self, queued: Queued, size: usize) -> Result<(), Reply> {
+    /// Queues a command of `args` arguments that take `size` bytes, or refuses it with the
+    /// error it answers (which fails the transaction, as an error while queueing does in Redis).
+    pub(crate) fn push(&mut self, queued: Queued, size: usize, args: usize) -> Result<(), Reply> {
         let bytes = self.bytes + size + QUEUED_OVERHEAD;
-        if self.commands.len() >= MAX_QUEUED || bytes > MAX_QUEUED_BYTES {
+        let all_args = self.args + args;
+        if self.commands.len() >= MAX_QUEUED || bytes > MAX_QUEUED_BYTES || all_args > MAX_QUEUED_ARGS {
             return Err(Reply::error(format!(
-                "ERR MULTI queue full: at most {MAX_QUEUED} commands and {MAX_QUEUED_BYTES} bytes per transaction"
+                "ERR MULTI queue full: at most {MAX_QUEUED} commands, {MAX_QUEUED_ARGS} arguments and {MAX_QUEUED_BYTES} bytes per transaction"
             )));
         }
         if !self.budget.cover(bytes) {
@@ -82,6 +87,7 @@ impl MultiQueue {
             ));
         }
         self.bytes = bytes;
+        self.args = all_args;
         self.commands.push(queued);
         Ok(())
     }
@@ -262,12 +268,16 @@ impl Connection {
                 .iter()
                 .filter_map(|queued| match queued {
                     Queued::Key(command, spec) => Some(Step::Key(command.clone(), spec)),
-                    Queued::Other(args, spec) if script::is_script(spec.name) => {
-                        Some(match self.server.scripts.request(spec.name, args) {
+                    Queued::Other(args, spec) if script::is_script(spec.name) => Some(
+                        match self
+                            .server
+                            .scripts
+                            .request(spec.name, args, &self.principal().access_key)
+                        {
                             Ok(request) => Step::Script(request.called_by(self.caller())),
                             Err(reply) => Step::Failed(reply),
-                        })
-                    }
+                        },
+                    ),
                     Queued::Other(..) | Queued::Failed(..) => None,
                 })
                 .collect();

@@ -5,7 +5,8 @@ use super::write::NOTIFY;
 use crate::store::{Catalog, StoreResult};
 
 /// A library of Redis Functions (FUNCTION LOAD), kept in `pgvs3.resp_function_libraries`: one
-/// set of libraries for the whole fleet and every database, as Redis keeps one per server.
+/// set of libraries per keyspace (bucket), as Redis keeps one per server, so that tenants
+/// neither see nor run each other's (layout v55).
 #[derive(Debug, Clone, PartialEq)]
 pub struct FunctionLibrary {
     pub name: String,
@@ -29,7 +30,7 @@ pub enum LibraryRefusal {
     Exists(String),
     /// Another library has a function of this name.
     FunctionExists(String),
-    /// The fleet would hold more libraries than it may.
+    /// The keyspace would hold more libraries than it may.
     TooMany,
 }
 
@@ -126,54 +127,66 @@ impl Catalog {
         Ok(())
     }
 
-    /// Every library, by name.
-    pub async fn function_libraries(&self) -> StoreResult<Vec<FunctionLibrary>> {
+    /// Every library of keyspace `bucket_id`, by name.
+    pub async fn function_libraries(&self, bucket_id: i64) -> StoreResult<Vec<FunctionLibrary>> {
         let client = self.pool().get().await?;
         let rows = client
             .query(
-                "SELECT name, code, functions, flags, descriptions FROM pgvs3.resp_function_libraries ORDER BY name",
-                &[],
+                "SELECT name, code, functions, flags, descriptions FROM pgvs3.resp_function_libraries
+                  WHERE bucket_id = $1 ORDER BY name",
+                &[&bucket_id],
             )
             .await?;
         Ok(rows.iter().map(library_row).collect())
     }
 
-    /// The library that holds function `function`, named in any case: Redis's dictionary of
-    /// functions compares names case-insensitively (function names are ASCII).
-    pub async fn function_library_of(&self, function: &str) -> StoreResult<Option<FunctionLibrary>> {
+    /// The library of keyspace `bucket_id` that holds function `function`, named in any case:
+    /// Redis's dictionary of functions compares names case-insensitively (function names are
+    /// ASCII).
+    pub async fn function_library_of(&self, bucket_id: i64, function: &str) -> StoreResult<Option<FunctionLibrary>> {
         let client = self.pool().get().await?;
         let row = client
             .query_opt(
                 "SELECT name, code, functions, flags, descriptions FROM pgvs3.resp_function_libraries
-                  WHERE EXISTS (SELECT 1 FROM unnest(functions) f WHERE lower(f) = lower($1))",
-                &[&function],
+                  WHERE bucket_id = $1 AND EXISTS (SELECT 1 FROM unnest(functions) f WHERE lower(f) = lower($2))",
+                &[&bucket_id, &function],
             )
             .await?;
         Ok(row.as_ref().map(library_row))
     }
 
-    /// Stores `libraries` as `policy` says, all or none, so that the fleet holds at most
-    /// `max_libraries`: under a lock, so that two gateways storing at once cannot both pass the
-    /// checks. As Redis checks them: library names first, then function names.
+    /// Stores `libraries` in keyspace `bucket_id` as `policy` says, all or none, so that it
+    /// holds at most `max_libraries`: under a lock of the keyspace's row, so that two gateways
+    /// storing at once cannot both pass the checks. As Redis checks them: library names first,
+    /// then function names.
     pub async fn put_function_libraries(
         &self,
+        bucket_id: i64,
         libraries: &[FunctionLibrary],
         policy: LibraryPolicy,
         max_libraries: i64,
     ) -> StoreResult<Result<(), LibraryRefusal>> {
         let mut client = self.pool().get().await?;
         let tx = client.transaction().await?;
-        tx.execute("LOCK TABLE pgvs3.resp_function_libraries IN EXCLUSIVE MODE", &[])
-            .await?;
+        tx.execute(
+            "SELECT 1 FROM pgvs3.buckets WHERE id = $1 FOR NO KEY UPDATE",
+            &[&bucket_id],
+        )
+        .await?;
         if policy == LibraryPolicy::Flush {
-            tx.execute("DELETE FROM pgvs3.resp_function_libraries", &[]).await?;
+            tx.execute(
+                "DELETE FROM pgvs3.resp_function_libraries WHERE bucket_id = $1",
+                &[&bucket_id],
+            )
+            .await?;
         }
         let names: Vec<&str> = libraries.iter().map(|library| library.name.as_str()).collect();
         if policy == LibraryPolicy::Append {
             let existing = tx
                 .query_opt(
-                    "SELECT name FROM pgvs3.resp_function_libraries WHERE name = ANY ($1) ORDER BY name LIMIT 1",
-                    &[&names],
+                    "SELECT name FROM pgvs3.resp_function_libraries WHERE bucket_id = $1 AND name = ANY ($2)
+                      ORDER BY name LIMIT 1",
+                    &[&bucket_id, &names],
                 )
                 .await?;
             if let Some(existing) = existing {
@@ -186,9 +199,9 @@ impl Catalog {
             .collect();
         let taken = tx
             .query_opt(
-                "SELECT n AS function FROM pgvs3.resp_function_libraries, unnest(functions) f, unnest($2::text[]) n
-                  WHERE name <> ALL ($1) AND lower(f) = lower(n) LIMIT 1",
-                &[&names, &functions],
+                "SELECT n AS function FROM pgvs3.resp_function_libraries, unnest(functions) f, unnest($3::text[]) n
+                  WHERE bucket_id = $1 AND name <> ALL ($2) AND lower(f) = lower(n) LIMIT 1",
+                &[&bucket_id, &names, &functions],
             )
             .await?;
         if let Some(taken) = taken {
@@ -196,8 +209,9 @@ impl Catalog {
         }
         let others: i64 = tx
             .query_one(
-                "SELECT count(*) AS libraries FROM pgvs3.resp_function_libraries WHERE name <> ALL ($1)",
-                &[&names],
+                "SELECT count(*) AS libraries FROM pgvs3.resp_function_libraries
+                  WHERE bucket_id = $1 AND name <> ALL ($2)",
+                &[&bucket_id, &names],
             )
             .await?
             .get("libraries");
@@ -221,11 +235,18 @@ impl Catalog {
                 .map(|function| function.description.as_deref())
                 .collect();
             tx.execute(
-                "INSERT INTO pgvs3.resp_function_libraries (name, code, functions, flags, descriptions)
-                 VALUES ($1, $2, $3, $4, $5)
-                 ON CONFLICT (name) DO UPDATE SET code = excluded.code, functions = excluded.functions,
+                "INSERT INTO pgvs3.resp_function_libraries (bucket_id, name, code, functions, flags, descriptions)
+                 VALUES ($1, $2, $3, $4, $5, $6)
+                 ON CONFLICT (bucket_id, name) DO UPDATE SET code = excluded.code, functions = excluded.functions,
                      flags = excluded.flags, descriptions = excluded.descriptions, loaded_at = now()",
-                &[&library.name, &library.code, &functions, &flags, &descriptions],
+                &[
+                    &bucket_id,
+                    &library.name,
+                    &library.code,
+                    &functions,
+                    &flags,
+                    &descriptions,
+                ],
             )
             .await?;
         }
@@ -233,19 +254,27 @@ impl Catalog {
         Ok(Ok(()))
     }
 
-    /// Deletes library `name`; false when there is none.
-    pub async fn delete_function_library(&self, name: &str) -> StoreResult<bool> {
+    /// Deletes keyspace `bucket_id`'s library `name`; false when there is none.
+    pub async fn delete_function_library(&self, bucket_id: i64, name: &str) -> StoreResult<bool> {
         let client = self.pool().get().await?;
         let deleted = client
-            .execute("DELETE FROM pgvs3.resp_function_libraries WHERE name = $1", &[&name])
+            .execute(
+                "DELETE FROM pgvs3.resp_function_libraries WHERE bucket_id = $1 AND name = $2",
+                &[&bucket_id, &name],
+            )
             .await?;
         Ok(deleted > 0)
     }
 
-    /// FUNCTION FLUSH: every library goes.
-    pub async fn flush_function_libraries(&self) -> StoreResult<()> {
+    /// FUNCTION FLUSH: every library of keyspace `bucket_id` goes.
+    pub async fn flush_function_libraries(&self, bucket_id: i64) -> StoreResult<()> {
         let client = self.pool().get().await?;
-        client.execute("DELETE FROM pgvs3.resp_function_libraries", &[]).await?;
+        client
+            .execute(
+                "DELETE FROM pgvs3.resp_function_libraries WHERE bucket_id = $1",
+                &[&bucket_id],
+            )
+            .await?;
         Ok(())
     }
 }
