@@ -764,12 +764,14 @@ mod tests {
                 continue;
             }
             // A code is a value of the expression (after `:=`, THEN or ELSE), not an argument
-            // of a call in it (`err := pgvs3.resp_check(..., 'h', ...)`).
+            // of a call in it (`err := pgvs3.resp_check(..., 'h', ...)`) nor what a comparison
+            // in it tests against (`CASE WHEN op = 'lmove' ...`).
             for (j, token) in tokens.iter().enumerate().skip(k + 1) {
                 match token {
                     Token::Str(code)
                         if wrongtype
-                            || matches!(&tokens[j - 1], Token::Symbol(s) if s == "=")
+                            || (matches!(&tokens[j - 1], Token::Symbol(s) if s == "=")
+                                && matches!(&tokens[j - 2], Token::Symbol(s) if s == ":"))
                             || word(Some(&tokens[j - 1]), "then")
                             || word(Some(&tokens[j - 1]), "else") =>
                     {
