@@ -420,3 +420,100 @@ async fn client_reply_off_does_not_silence_pushes() {
         );
     }
 }
+
+/// A PUBLISH that is slow in the database (here: one whose large message's row insert waits
+/// on a lock another session holds, as a huge message would take its time) holds up neither
+/// another client's PUBLISH nor the delivery of its message: publishes go out on pooled
+/// connections, not on the LISTEN connection that delivers. (When they shared it, the second
+/// PUBLISH and every delivery queued behind the first until the lock went.)
+#[tokio::test]
+async fn a_slow_publish_does_not_hold_up_other_messages() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut subscriber = RawResp::connect(gateway.resp_addr()).await;
+    assert_eq!(
+        subscriber.command(&["SUBSCRIBE", "fast"]).await,
+        frame("subscribe", "fast", 1)
+    );
+    let mut other = RawResp::connect(gateway.resp_addr()).await;
+    let first = publish_until_received(&mut other, &mut subscriber, "fast", "ready").await;
+
+    let (lock, watch) = (gateway.sql().await, gateway.sql().await);
+    lock.batch_execute("BEGIN; LOCK TABLE pgvs3.resp_messages IN EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let mut slow = RawResp::connect(gateway.resp_addr()).await;
+    let large = "x".repeat(64 * 1024);
+    slow.send(&encode(&[b"PUBLISH", b"slow", large.as_bytes()])).await;
+    common::eventually(
+        Duration::from_secs(10),
+        "the large publish waiting on the lock",
+        || async {
+            let waiting = common::query_count(
+                &watch,
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+             AND wait_event_type = 'Lock' AND query LIKE '%resp_publish%'",
+                &[],
+            )
+            .await;
+            (waiting == 1).then_some(())
+        },
+    )
+    .await;
+
+    // While it waits: the other client's PUBLISH is answered and its message delivered. (The
+    // time limit only turns a hang, the old behaviour, into a failure.)
+    let delivered = tokio::time::timeout(Duration::from_secs(30), async {
+        assert_eq!(other.command(&["PUBLISH", "fast", "not held up"]).await, Value::Int(1));
+        next_other(&mut subscriber, &first).await
+    })
+    .await
+    .expect("a publish and its delivery do not wait for another client's slow publish");
+    assert_eq!(
+        delivered,
+        Value::Array(vec![bulk("message"), bulk("fast"), bulk("not held up")])
+    );
+    assert_eq!(common::lock_waiters(&watch).await, 1, "the large publish still waits");
+
+    lock.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(slow.reply().await, Some(Value::Int(0)));
+}
+
+/// One client's pipelined PUBLISHes reach a subscriber in the order they were sent, small ones
+/// (inline in the NOTIFY) and large ones (by row) alike, though each may take another pooled
+/// connection: a connection runs its commands one after another, each answered once committed.
+#[tokio::test]
+async fn pipelined_publishes_arrive_in_order() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut subscriber = RawResp::connect(gateway.resp_addr()).await;
+    assert_eq!(
+        subscriber.command(&["SUBSCRIBE", "seq"]).await,
+        frame("subscribe", "seq", 1)
+    );
+    let mut publisher = RawResp::connect(gateway.resp_addr()).await;
+    let first = publish_until_received(&mut publisher, &mut subscriber, "seq", "ready").await;
+
+    // Every 50th message is past NOTIFY's payload limit and goes by row.
+    let message = |n: usize| match n % 50 {
+        49 => format!("{n:08}{}", "y".repeat(10_000)),
+        _ => format!("{n:08}"),
+    };
+    let mut pipeline = Vec::new();
+    for n in 0..1000 {
+        pipeline.extend(encode(&[b"PUBLISH", b"seq", message(n).as_bytes()]));
+    }
+    publisher.send(&pipeline).await;
+    for _ in 0..1000 {
+        assert_eq!(publisher.reply().await, Some(Value::Int(1)));
+    }
+    for n in 0..1000 {
+        let got = match n {
+            0 => next_other(&mut subscriber, &first).await,
+            _ => subscriber.reply().await.expect("a message"),
+        };
+        assert_eq!(
+            got,
+            Value::Array(vec![bulk("message"), bulk("seq"), bulk(&message(n))]),
+            "message {n}"
+        );
+    }
+}

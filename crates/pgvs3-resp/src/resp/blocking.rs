@@ -3,7 +3,7 @@
 //! elements — on any gateway of the database, by NOTIFY `pgvs3_resp` (sent at commit by the SQL
 //! functions that add elements), which one LISTEN connection per gateway hands to the clients
 //! blocked on that key here. The same connection listens to `pgvs3_pubsub` for pub/sub
-//! (pubsub.rs) and carries PUBLISH.
+//! (pubsub.rs); PUBLISH goes out on a pooled connection.
 //!
 //! Pops are served in turn, as Redis serves the clients blocked on a key: a notification wakes
 //! the longest-waiting one, which, once served (or having found nothing), wakes the next; so two
@@ -275,8 +275,7 @@ async fn listen(
     client.batch_execute("LISTEN pgvs3_resp; LISTEN pgvs3_pubsub").await?;
     // Elements added while no connection listened told nobody.
     wakeups.wake_all();
-    let publish = client.prepare(PubSub::PUBLISH).await?;
-    pubsub.set_client(Some((Arc::clone(&client), publish)));
+    pubsub.set_client(Some(Arc::clone(&client)));
     // The keyspaces' tracking marks named the lost connection's backend: marked again.
     let remark = async {
         if let Err(err) = pubsub.mark_tracked(true).await {

@@ -220,6 +220,7 @@ impl RespServer {
             Arc::clone(&keyspace_events),
             databases,
             Arc::clone(&tracking),
+            buckets.store().clone(),
         ));
         let scripts = script::Scripts::new(
             settings.script,

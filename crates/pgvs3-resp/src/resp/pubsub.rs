@@ -3,7 +3,11 @@
 //!
 //! PUBLISH calls `pgvs3.resp_publish` (functions/resp_pubsub.sql), which sends NOTIFY
 //! `pgvs3_pubsub` with the message inline, or with the id of a `resp_messages` row when it is
-//! too large for a NOTIFY payload. Every gateway's LISTEN connection (blocking.rs) hands the
+//! too large for a NOTIFY payload. It runs on a connection of the gateway's pool, not on the
+//! LISTEN connection, so that a large or slow publish holds up no delivery (of messages,
+//! keyspace events, invalidations, wakeups) and no other client's publish; one client's
+//! publishes still commit, and so arrive, in order, since a connection runs its commands one
+//! after another and each PUBLISH answers once committed. Every gateway's LISTEN connection (blocking.rs) hands the
 //! payloads here in order; a row is read by id before the payloads after it, so a
 //! subscriber sees one publisher's messages in the order they were published. Each subscribed
 //! connection has a [`Mailbox`] bounded in bytes: one that would grow beyond
@@ -208,9 +212,10 @@ struct Registry {
 /// This gateway's subscriptions, and its connection to publish through.
 pub struct PubSub {
     registry: Mutex<Registry>,
-    /// The LISTEN connection, while it is up, and its prepared `resp_publish` call: PUBLISH
-    /// goes out on it (tokio-postgres pipelines concurrent publishes).
-    client: tokio::sync::watch::Sender<Option<(Arc<tokio_postgres::Client>, tokio_postgres::Statement)>>,
+    /// The LISTEN connection, while it is up: CLIENT TRACKING's marks name its backend.
+    client: tokio::sync::watch::Sender<Option<Arc<tokio_postgres::Client>>>,
+    /// The gateway's pool, which PUBLISH and the other messages go out through.
+    store: crate::store::Store,
     /// Whether a LISTEN connection was ever up: only one opened after a lost one can have
     /// missed invalidations.
     listened: std::sync::atomic::AtomicBool,
@@ -231,10 +236,12 @@ impl PubSub {
         events: Arc<KeyspaceEvents>,
         databases: Vec<(u32, String)>,
         tracking: Arc<Tracking>,
+        store: crate::store::Store,
     ) -> PubSub {
         PubSub {
             registry: Mutex::default(),
             client: tokio::sync::watch::Sender::new(None),
+            store,
             listened: std::sync::atomic::AtomicBool::new(false),
             tracking,
             limits,
@@ -243,9 +250,9 @@ impl PubSub {
         }
     }
 
-    pub(super) const PUBLISH: &str = "SELECT pgvs3.resp_publish($1, $2, $3)";
+    const PUBLISH: &str = "SELECT pgvs3.resp_publish($1, $2, $3)";
 
-    pub(super) fn set_client(&self, client: Option<(Arc<tokio_postgres::Client>, tokio_postgres::Statement)>) {
+    pub(super) fn set_client(&self, client: Option<Arc<tokio_postgres::Client>>) {
         // Lost or opened again: a keyspace's setting may have changed meanwhile, untold, and
         // invalidations may have been missed: tracking clients forget every key. Not at the
         // first opening: a client that turned tracking on before it has read nothing tracked
@@ -260,7 +267,7 @@ impl PubSub {
     }
 
     /// The LISTEN connection, waiting for it a while (at startup, or while it is re-opened).
-    async fn listen_client(&self) -> Option<(Arc<tokio_postgres::Client>, tokio_postgres::Statement)> {
+    async fn listen_client(&self) -> Option<Arc<tokio_postgres::Client>> {
         let mut connection = self.client.subscribe();
         let up = tokio::time::timeout(CONNECTION_WAIT, connection.wait_for(Option::is_some)).await;
         up.ok().and_then(|up| up.ok()).and_then(|up| up.clone())
@@ -278,7 +285,7 @@ impl PubSub {
         if *marked == wanted {
             return Ok(());
         }
-        let Some((client, _)) = self.listen_client().await else {
+        let Some(client) = self.listen_client().await else {
             return Err(Reply::error(UNAVAILABLE));
         };
         let mut buckets: Vec<&String> = self.databases.iter().map(|(_, bucket)| bucket).collect();
@@ -330,18 +337,23 @@ impl PubSub {
             .await
     }
 
-    /// Sends a message of `kind` on `channel` through the database to every gateway.
+    /// Sends a message of `kind` on `channel` through the database to every gateway, on a
+    /// pooled connection. Refused while this gateway has no LISTEN connection: its own
+    /// subscribers, whom the reply counts, would not get the message.
     async fn send(&self, kind: u8, channel: &[u8], message: &[u8]) -> Result<(), Reply> {
-        let Some((client, statement)) = self.listen_client().await else {
+        if self.listen_client().await.is_none() {
             return Err(Reply::error(UNAVAILABLE));
-        };
+        }
+        let failed = |err: &dyn std::fmt::Display| Reply::error(format!("ERR publish failed: {err}"));
+        let client = self.store.pool().get().await.map_err(|err| failed(&err))?;
+        let statement = client.prepare_cached(Self::PUBLISH).await.map_err(|err| failed(&err))?;
         let mut tagged = Vec::with_capacity(channel.len() + 1);
         tagged.push(kind);
         tagged.extend_from_slice(channel);
         client
             .execute(&statement, &[&tagged, &message, &INLINE_LIMIT])
             .await
-            .map_err(|err| Reply::error(format!("ERR publish failed: {err}")))?;
+            .map_err(|err| failed(&err))?;
         Ok(())
     }
 
