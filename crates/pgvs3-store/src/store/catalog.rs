@@ -288,14 +288,16 @@ impl Catalog {
                 Ok((bucket.name.clone(), Arc::new(bucket)))
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
+        if version > cached.version {
+            // What did not exist may exist now; a reload of the same version brings nothing new.
+            cached.missing_buckets.clear();
+            cached.missing_keys.clear();
+        }
         cached.version = version;
         // Rows learnt from a newer snapshot than this one stay (see CatalogEntries), and with
         // them the access checks their rules need.
         cached.buckets.install(version, buckets);
         cached.keys.install(version, keys);
-        // What did not exist may exist now.
-        cached.missing_buckets.clear();
-        cached.missing_keys.clear();
         self.rules.store(cached.has_rules(), Ordering::Release);
         Ok(())
     }
