@@ -27,4 +27,5 @@ mod refusals;
 mod streaming;
 mod sts;
 mod tool_calls;
+mod unknown_names;
 mod versioning;

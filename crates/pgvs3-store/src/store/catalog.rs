@@ -3,13 +3,15 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use deadpool_postgres::Pool;
+use prometheus::{IntCounterVec, Opts};
 use tokio_postgres::Row;
 use tokio_postgres::types::Json;
 
 use super::catalog_entries::CatalogEntries;
+use super::catalog_misses::CatalogMisses;
 use super::origins::{ORIGIN_COLUMNS, Origin, origin_from_row};
 use super::{Principal, StoreError, StoreResult};
 use crate::access::acl::{Acl, Ownership};
@@ -144,6 +146,9 @@ struct Cached {
     version: i64,
     buckets: CatalogEntries<BucketInfo>,
     keys: CatalogEntries<AccessKey>,
+    /// Names the database said do not exist, answered without it until the next reload.
+    missing_buckets: CatalogMisses,
+    missing_keys: CatalogMisses,
     namespaces: HashMap<String, Arc<super::objects::NamespaceSql>>,
 }
 
@@ -168,6 +173,9 @@ pub struct Catalog {
     /// none has, the access check of a signed request is this one load (set under the `cached`
     /// write lock).
     rules: AtomicBool,
+    /// Bucket and key lookups that missed the cache, by kind and by answer: `found` and
+    /// `missing` asked the database, `known_missing` did not (see `CatalogMisses`).
+    lookups: IntCounterVec,
 }
 
 /// The columns of an `access_keys` row, as `decode_key` reads them.
@@ -191,9 +199,22 @@ impl Catalog {
             master_key,
             cached: RwLock::default(),
             rules: AtomicBool::new(false),
+            lookups: IntCounterVec::new(
+                Opts::new(
+                    "pgvs3_catalog_lookups_total",
+                    "Bucket and access key lookups that missed the catalog cache, by answer",
+                ),
+                &["kind", "result"],
+            )
+            .expect("metric"),
         });
         catalog.reload().await?;
         Ok(catalog)
+    }
+
+    /// Exposes the catalog's counters on `metrics`.
+    pub fn register_metrics(&self, metrics: &crate::metrics::Metrics) {
+        metrics.register(Box::new(self.lookups.clone()));
     }
 
     pub fn master_key(&self) -> &MasterKey {
@@ -267,6 +288,11 @@ impl Catalog {
                 Ok((bucket.name.clone(), Arc::new(bucket)))
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
+        if version > cached.version {
+            // What did not exist may exist now; a reload of the same version brings nothing new.
+            cached.missing_buckets.clear();
+            cached.missing_keys.clear();
+        }
         cached.version = version;
         // Rows learnt from a newer snapshot than this one stay (see CatalogEntries), and with
         // them the access checks their rules need.
@@ -410,15 +436,35 @@ impl Catalog {
     /// Looks up a bucket: from the cache, else from the database (a bucket created through
     /// another gateway is usable at once, before the next refresh).
     pub async fn bucket(&self, name: &str) -> StoreResult<Arc<BucketInfo>> {
-        if let Some(bucket) = self.cached.read().expect("catalog lock").buckets.get(name) {
-            return Ok(Arc::clone(bucket));
-        }
+        let asked_at = {
+            let cached = self.cached.read().expect("catalog lock");
+            if let Some(bucket) = cached.buckets.get(name) {
+                return Ok(Arc::clone(bucket));
+            }
+            if cached.missing_buckets.contains(name, cached.version, Instant::now()) {
+                self.counted("bucket", "known_missing");
+                return Err(StoreError::NoSuchBucket);
+            }
+            cached.version
+        };
         let client = self.pool.get().await?;
         let row = client
             .query_opt(&format!("{} WHERE b.name = $1", bucket_select()), &[&name])
-            .await?
-            .ok_or(StoreError::NoSuchBucket)?;
+            .await?;
+        drop(client);
+        let Some(row) = row else {
+            self.counted("bucket", "missing");
+            let mut cached = self.cached.write().expect("catalog lock");
+            let loaded = cached.version;
+            cached.missing_buckets.record(name, asked_at, loaded, Instant::now());
+            return Err(StoreError::NoSuchBucket);
+        };
+        self.counted("bucket", "found");
         self.remember(&row)
+    }
+
+    fn counted(&self, kind: &str, result: &str) {
+        self.lookups.with_label_values(&[kind, result]).inc();
     }
 
     /// The cache buckets known to this gateway.
@@ -463,6 +509,7 @@ impl Catalog {
         if has_rules(&bucket) {
             self.rules.store(true, Ordering::Release);
         }
+        cached.missing_buckets.remove(&bucket.name);
         cached
             .buckets
             .learn(bucket.name.clone(), Arc::clone(&bucket), row.get("catalog_version"));
@@ -503,15 +550,38 @@ impl Catalog {
         self.cached.read().expect("catalog lock").keys.contains(access_key)
     }
 
-    /// Drops a cached bucket whose row turned out to be gone.
+    /// Drops what the cache holds on a bucket whose row turned out to be gone or was changed
+    /// (or created: a cache bucket, by `put_origin`) through this gateway.
     pub(super) fn forget_bucket(&self, name: &str) {
-        self.cached.write().expect("catalog lock").buckets.remove(name);
+        let mut cached = self.cached.write().expect("catalog lock");
+        cached.buckets.remove(name);
+        cached.missing_buckets.remove(name);
     }
 
     pub async fn access_key(&self, access_key: &str) -> StoreResult<Option<Arc<AccessKey>>> {
-        if let Some(key) = self.cached.read().expect("catalog lock").keys.get(access_key) {
-            return Ok(Some(Arc::clone(key)));
+        let asked_at = {
+            let cached = self.cached.read().expect("catalog lock");
+            if let Some(key) = cached.keys.get(access_key) {
+                return Ok(Some(Arc::clone(key)));
+            }
+            if cached.missing_keys.contains(access_key, cached.version, Instant::now()) {
+                self.counted("access_key", "known_missing");
+                return Ok(None);
+            }
+            cached.version
+        };
+        let found = self.look_up_key(access_key).await?;
+        self.counted("access_key", if found.is_some() { "found" } else { "missing" });
+        if found.is_none() {
+            let mut cached = self.cached.write().expect("catalog lock");
+            let loaded = cached.version;
+            cached.missing_keys.record(access_key, asked_at, loaded, Instant::now());
         }
+        Ok(found)
+    }
+
+    /// Reads a key the cache does not hold from the database, and caches it.
+    async fn look_up_key(&self, access_key: &str) -> StoreResult<Option<Arc<AccessKey>>> {
         if super::is_session_key(access_key) {
             // Learnt like a key until the next reload of the catalog (a role's change or
             // deletion is one), its expiry checked on every request.
@@ -656,7 +726,10 @@ impl Catalog {
         pgvs3_catalog::put_access_key(&**client, &stored)
             .await
             .map_err(|err| StoreError::from(err.into_source()))?;
-        self.cached.write().expect("catalog lock").keys.remove(&key.access_key);
+        let mut cached = self.cached.write().expect("catalog lock");
+        cached.keys.remove(&key.access_key);
+        // Usable through this gateway at once, before the catalog's reload brings it.
+        cached.missing_keys.remove(&key.access_key);
         Ok(())
     }
 

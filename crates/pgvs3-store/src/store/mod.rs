@@ -7,6 +7,7 @@ mod bodies;
 mod cache;
 mod catalog;
 mod catalog_entries;
+mod catalog_misses;
 mod chunks;
 mod conditions;
 mod copy;

@@ -1,0 +1,114 @@
+//! Unknown access keys and bucket names are answered from the catalog's negative cache: a
+//! client sending made-up names costs the database one query per name until the catalog
+//! reloads, and a key or bucket created afterwards works at once.
+
+use pgvs3_testkit as common;
+
+use common::TestGateway;
+use common::s3::add_key;
+
+/// Database lookups of `kind` that found nothing, as the gateway's /metrics counts them.
+async fn missing_lookups(gw: &TestGateway, kind: &str) -> f64 {
+    let line = format!(r#"pgvs3_catalog_lookups_total{{kind="{kind}",result="missing"}}"#);
+    gw.metric(&line).await.unwrap_or(0.0)
+}
+
+#[tokio::test]
+async fn unknown_access_keys_cost_one_catalog_query_per_name() {
+    // With polling off, no reload forgets the misses while the test runs.
+    let gw = TestGateway::with_args(common::fresh_database().await, &["--catalog-poll", "1h"]).await;
+    // The start's own catalog changes (the root key) reach the catalog by a reload of their
+    // own, which forgets misses: have it now, not amid the requests.
+    gw.gateway.store.catalog().refresh().await.unwrap();
+    let names = ["RANDOMKEYAAAA", "RANDOMKEYBBBB", "RANDOMKEYCCCC"];
+    // Each name's requests follow one another, well inside the misses' 3-second life.
+    for name in names {
+        for round in 0..4 {
+            let refused = gw.client_for(name, "x").list_buckets().send().await.unwrap_err();
+            assert_eq!(
+                refused.into_service_error().meta().code(),
+                Some("InvalidAccessKeyId"),
+                "{name}, round {round}"
+            );
+        }
+    }
+    assert_eq!(missing_lookups(&gw, "access_key").await, names.len() as f64);
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_key_or_bucket_created_after_a_miss_works_on_its_next_request() {
+    let gw = TestGateway::with_args(common::fresh_database().await, &["--catalog-poll", "1h"]).await;
+    let late = gw.client_for("LATEKEY", "LATEKEY-secret");
+    let refused = late.list_buckets().send().await.unwrap_err();
+    assert_eq!(refused.into_service_error().meta().code(), Some("InvalidAccessKeyId"));
+    assert_eq!(missing_lookups(&gw, "access_key").await, 1.0);
+    add_key(&gw, "LATEKEY").await;
+    late.list_buckets().send().await.expect("the key works at once");
+
+    for _ in 0..2 {
+        let missing = gw
+            .client
+            .get_object()
+            .bucket("latebucket")
+            .key("k")
+            .send()
+            .await
+            .unwrap_err();
+        assert_eq!(missing.into_service_error().meta().code(), Some("NoSuchBucket"));
+    }
+    assert_eq!(
+        missing_lookups(&gw, "bucket").await,
+        1.0,
+        "the second request was answered from memory"
+    );
+    gw.client.create_bucket().bucket("latebucket").send().await.unwrap();
+    gw.client
+        .head_bucket()
+        .bucket("latebucket")
+        .send()
+        .await
+        .expect("the bucket works at once");
+    gw.stop().await;
+}
+
+/// A miss lasts until the catalog reloads: a key created elsewhere (another gateway, whose
+/// NOTIFY reloads this catalog on a primary, or the poll on a standby) is found after it.
+#[tokio::test]
+async fn a_reload_forgets_the_misses() {
+    let gw = TestGateway::with_args(common::fresh_database().await, &["--catalog-poll", "1h"]).await;
+    let catalog = gw.gateway.store.catalog();
+    assert!(catalog.access_key("ELSEWHERE").await.unwrap().is_none());
+    assert!(catalog.bucket("elsewhere").await.is_err());
+    let master_key = pgvs3_gateway::master_key::MasterKey::from_text(common::MASTER_KEY);
+    let other = pgvs3_gateway::store::Catalog::load(gw.gateway.store.pool().clone(), master_key)
+        .await
+        .unwrap();
+    other
+        .put_access_key(&pgvs3_gateway::store::NewAccessKey {
+            access_key: "ELSEWHERE".into(),
+            secret: "elsewhere-secret".into(),
+            is_root: false,
+            read_only: false,
+            description: String::new(),
+        })
+        .await
+        .unwrap();
+    other
+        .create_bucket(
+            &other
+                .access_key(common::ROOT_ACCESS_KEY)
+                .await
+                .unwrap()
+                .expect("the root key")
+                .principal(),
+            "elsewhere",
+            &Default::default(),
+        )
+        .await
+        .unwrap();
+    catalog.reload_now().await.unwrap();
+    assert!(catalog.access_key("ELSEWHERE").await.unwrap().is_some());
+    assert!(catalog.bucket("elsewhere").await.is_ok());
+    gw.stop().await;
+}
