@@ -616,3 +616,46 @@ async fn channels_and_patterns_are_bounded() {
     assert_eq!(b.command(&["PUBLISH", &longest, "m"]).await, Value::Int(1));
     assert_eq!(message(&mut listens).await, (longest, "m".to_owned()));
 }
+
+/// A bucket notification rule to a channel publishes in the namespace of the bucket's owner:
+/// B's subscribers of `feed` get B's bucket's events, A's and the root key's do not.
+#[tokio::test]
+async fn bucket_notifications_publish_in_the_owner_s_namespace() {
+    let gateway = two_tenants(&[]).await;
+    let sql = gateway.sql().await;
+    sql.execute(
+        r#"SELECT pgvs3.put_bucket_notifications('tenant-b', '[{"id": "feed", "channel": "feed", "events": ["s3:ObjectCreated:*"]}]')"#,
+        &[],
+    )
+    .await
+    .unwrap();
+    gateway.gateway.store.catalog().reload_now().await.unwrap();
+    let mut b_listens = tenant(&gateway, B).await;
+    b_listens.command(&["SUBSCRIBE", "feed"]).await;
+    let mut a_listens = tenant(&gateway, A).await;
+    a_listens.command(&["SUBSCRIBE", "feed"]).await;
+    let mut root_listens = RawResp::connect(gateway.resp_addr()).await;
+    root_listens.command(&["SUBSCRIBE", "feed"]).await;
+    gateway
+        .client_for(B.0, B.1)
+        .put_object()
+        .bucket("tenant-b")
+        .key("b-object")
+        .body(b"x".to_vec().into())
+        .send()
+        .await
+        .unwrap();
+    let (channel, event) = message(&mut b_listens).await;
+    assert_eq!(channel, "feed");
+    assert!(event.contains("\"b-object\""), "{event}");
+    // Had A's or the root key's subscriber been sent B's event, it would come before these.
+    let mut a = tenant(&gateway, A).await;
+    assert_eq!(a.command(&["PUBLISH", "feed", "a-own"]).await, Value::Int(1));
+    assert_eq!(message(&mut a_listens).await, ("feed".to_owned(), "a-own".to_owned()));
+    let mut root = RawResp::connect(gateway.resp_addr()).await;
+    assert_eq!(root.command(&["PUBLISH", "feed", "root-own"]).await, Value::Int(1));
+    assert_eq!(
+        message(&mut root_listens).await,
+        ("feed".to_owned(), "root-own".to_owned())
+    );
+}
