@@ -1535,9 +1535,16 @@ $$;
 CREATE FUNCTION pgvs3.publish_object_event(channel text, record jsonb) RETURNS void
     LANGUAGE sql
     AS $$
-    SELECT pgvs3.resp_notify('\x63'::bytea || convert_to(channel, 'UTF8'),
-                             convert_to(jsonb_build_object('Records', jsonb_build_array(record))::text, 'UTF8'),
-                             7000)
+    SELECT pgvs3.resp_notify(
+               CASE WHEN k.access_key IS NULL OR k.is_root THEN '\x63'::bytea
+                    ELSE '\x43'::bytea || set_byte('\x00'::bytea, 0, octet_length(k.access_key))
+                         || convert_to(k.access_key, 'UTF8') END
+               || convert_to(channel, 'UTF8'),
+               convert_to(jsonb_build_object('Records', jsonb_build_array(record))::text, 'UTF8'),
+               7000)
+      FROM (SELECT record -> 's3' -> 'bucket' ->> 'name' AS name) event
+      LEFT JOIN pgvs3.buckets b ON b.name = event.name
+      LEFT JOIN pgvs3.access_keys k ON k.access_key = b.owner
 $$;
 
 --

@@ -106,6 +106,11 @@ pub struct RespArgs {
     #[arg(long, env = "PGVS3_RESP_MAX_PATTERN", default_value_t = 1024)]
     pub resp_max_pattern: usize,
 
+    /// Patterns one RESP connection may PSUBSCRIBE to: every message published is matched
+    /// against each pattern of the gateway's subscribers.
+    #[arg(long, env = "PGVS3_RESP_MAX_PATTERNS", default_value_t = 1000)]
+    pub resp_max_patterns: usize,
+
     /// Close RESP connections idle this long (`0s`: never, as Redis's default `timeout 0`).
     #[arg(long, env = "PGVS3_RESP_IDLE_TIMEOUT", default_value = "0s", value_parser = parse_duration)]
     pub resp_idle_timeout: Duration,

@@ -75,16 +75,26 @@ LANGUAGE sql AS $$
 $$;
 
 -- An object event published to a RESP pub/sub channel (`arn:pgvs3:pubsub:::<channel>`): the
--- same AWS event message, as a PUBLISH to that plain channel would send it, from the write's own
--- transaction. NOTIFY goes out at the commit, so subscribers on every gateway of the database
--- get it once per committed event, in commit order, and never for a write that rolled back;
--- like any Redis message, a subscriber that is not connected then never gets it. 7,000 is the
--- inline limit PUBLISH passes too (INLINE_LIMIT in gateway/src/resp/pubsub.rs).
+-- same AWS event message, as a PUBLISH to that plain channel by the bucket's owner would send
+-- it, from the write's own transaction. NOTIFY goes out at the commit, so subscribers on every
+-- gateway of the database get it once per committed event, in commit order, and never for a
+-- write that rolled back; like any Redis message, a subscriber that is not connected then never
+-- gets it. 7,000 is the inline limit PUBLISH passes too (INLINE_LIMIT in resp/pubsub.rs).
+-- Channels are per tenant (layout v56, resp/pubsub.rs): a bucket of the root key's publishes in
+-- the root namespace (`c`, the name), another key's in that key's (`C`, the key's length in a
+-- byte, the key, the name), where that tenant's subscribers listen.
 CREATE OR REPLACE FUNCTION pgvs3.publish_object_event(channel text, record jsonb) RETURNS void
 LANGUAGE sql AS $$
-    SELECT pgvs3.resp_notify('\x63'::bytea || convert_to(channel, 'UTF8'),
-                             convert_to(jsonb_build_object('Records', jsonb_build_array(record))::text, 'UTF8'),
-                             7000)
+    SELECT pgvs3.resp_notify(
+               CASE WHEN k.access_key IS NULL OR k.is_root THEN '\x63'::bytea
+                    ELSE '\x43'::bytea || set_byte('\x00'::bytea, 0, octet_length(k.access_key))
+                         || convert_to(k.access_key, 'UTF8') END
+               || convert_to(channel, 'UTF8'),
+               convert_to(jsonb_build_object('Records', jsonb_build_array(record))::text, 'UTF8'),
+               7000)
+      FROM (SELECT record -> 's3' -> 'bucket' ->> 'name' AS name) event
+      LEFT JOIN pgvs3.buckets b ON b.name = event.name
+      LEFT JOIN pgvs3.access_keys k ON k.access_key = b.owner
 $$;
 
 -- Registers (or changes) a bucket notification webhook target; buckets name it

@@ -1,8 +1,10 @@
 //! Tenancy: two access keys, each owning one RESP database's bucket, on one gateway. Neither
 //! sees, changes or runs the other's functions and scripts, learns the other's key names from
-//! keyspace events or BCAST invalidations, lists or acts on the other's connections, or runs the
-//! gateway-wide commands that are the root key's (CLIENT PAUSE, CONFIG SET
-//! tracking-table-max-keys, ACL USERS/LIST/LOG). Each test here failed before these rules.
+//! keyspace events or BCAST invalidations, hears or counts the other's channels, lists, acts
+//! on or redirects invalidations to the other's connections, or runs the gateway-wide commands
+//! that are the root key's (CLIENT PAUSE, CONFIG SET tracking-table-max-keys, ACL
+//! USERS/LIST/LOG); rights follow the catalog on open connections. Each test here failed before
+//! these rules.
 
 use pgvs3_testkit as common;
 
@@ -421,4 +423,239 @@ async fn publish_messages_are_bounded() {
             "ERR message longer than 1048576 bytes (--resp-max-message)"
         );
     }
+}
+
+fn client_id(reply: Value) -> String {
+    match reply {
+        Value::Int(id) => id.to_string(),
+        other => panic!("CLIENT ID answers an integer: {other:?}"),
+    }
+}
+
+/// CLIENT TRACKING's REDIRECT names one of the caller's own connections: another tenant's id
+/// answers Redis's error for an id that does not exist, so the other's connection never gets
+/// the caller's invalidations (nor does the caller learn that the id exists).
+#[tokio::test]
+async fn tracking_redirects_to_own_connections_only() {
+    let gateway = two_tenants(&[]).await;
+    let mut a = tenant(&gateway, A).await;
+    let mut b = tenant(&gateway, B).await;
+    let mut b_own = tenant(&gateway, B).await;
+    let a_id = client_id(a.command(&["CLIENT", "ID"]).await);
+    let b_own_id = client_id(b_own.command(&["CLIENT", "ID"]).await);
+    assert_eq!(
+        b.command(&["CLIENT", "TRACKING", "ON", "BCAST", "REDIRECT", &a_id])
+            .await
+            .error(),
+        "ERR The client ID you want redirect to does not exist"
+    );
+    assert_eq!(b.command(&["CLIENT", "GETREDIR"]).await, Value::Int(-1));
+    assert_eq!(
+        b.command(&["CLIENT", "TRACKING", "ON", "BCAST", "REDIRECT", &b_own_id])
+            .await,
+        ok()
+    );
+    assert_eq!(
+        b.command(&["CLIENT", "GETREDIR"]).await,
+        Value::Int(b_own_id.parse().unwrap())
+    );
+}
+
+/// Plain and shard channels are per tenant (access key): A's and B's `orders` are two
+/// channels, each hearing its own tenant's PUBLISH and SPUBLISH, and PUBSUB counts a tenant's
+/// own subscribers. The root key publishes in its own namespace and sees every tenant's counts.
+#[tokio::test]
+async fn channels_are_per_tenant() {
+    let gateway = two_tenants(&[]).await;
+    let mut a_listens = tenant(&gateway, A).await;
+    let mut b_listens = tenant(&gateway, B).await;
+    a_listens.command(&["SUBSCRIBE", "orders"]).await;
+    a_listens.command(&["PSUBSCRIBE", "ord*"]).await;
+    b_listens.command(&["SUBSCRIBE", "orders"]).await;
+    b_listens.command(&["SSUBSCRIBE", "shard-orders"]).await;
+    let mut a = tenant(&gateway, A).await;
+    let mut b = tenant(&gateway, B).await;
+    let mut root = RawResp::connect(gateway.resp_addr()).await;
+    // Each PUBLISH counts, and reaches, its own tenant's subscribers alone.
+    assert_eq!(b.command(&["PUBLISH", "orders", "b-1"]).await, Value::Int(1));
+    assert_eq!(root.command(&["PUBLISH", "orders", "root-1"]).await, Value::Int(0));
+    assert_eq!(a.command(&["SPUBLISH", "shard-orders", "a-shard"]).await, Value::Int(0));
+    assert_eq!(a.command(&["PUBLISH", "orders", "a-1"]).await, Value::Int(2));
+    assert_eq!(b.command(&["SPUBLISH", "shard-orders", "b-shard"]).await, Value::Int(1));
+    // Published in that order: had A's subscribers heard B's or the root key's, those first.
+    assert_eq!(message(&mut a_listens).await, ("orders".to_owned(), "a-1".to_owned()));
+    assert_eq!(message(&mut a_listens).await, ("orders".to_owned(), "a-1".to_owned()));
+    assert_eq!(message(&mut b_listens).await, ("orders".to_owned(), "b-1".to_owned()));
+    assert_eq!(
+        message(&mut b_listens).await,
+        ("shard-orders".to_owned(), "b-shard".to_owned())
+    );
+    // Introspection: a tenant's own subscribers; the root key's, every tenant's.
+    let numsub = |count: i64| Value::Array(vec![bulk("orders"), Value::Int(count)]);
+    assert_eq!(b.command(&["PUBSUB", "NUMSUB", "orders"]).await, numsub(1));
+    assert_eq!(a.command(&["PUBSUB", "NUMSUB", "orders"]).await, numsub(1));
+    assert_eq!(root.command(&["PUBSUB", "NUMSUB", "orders"]).await, numsub(2));
+    assert_eq!(b.command(&["PUBSUB", "NUMPAT"]).await, Value::Int(0));
+    assert_eq!(a.command(&["PUBSUB", "NUMPAT"]).await, Value::Int(1));
+    assert_eq!(root.command(&["PUBSUB", "NUMPAT"]).await, Value::Int(1));
+    assert_eq!(a.command(&["PUBSUB", "SHARDCHANNELS"]).await, Value::Array(vec![]));
+    assert_eq!(
+        b.command(&["PUBSUB", "SHARDCHANNELS"]).await,
+        Value::Array(vec![bulk("shard-orders")])
+    );
+    assert_eq!(
+        b.command(&["PUBSUB", "SHARDNUMSUB", "shard-orders"]).await,
+        Value::Array(vec![bulk("shard-orders"), Value::Int(1)])
+    );
+    assert_eq!(
+        a.command(&["PUBSUB", "SHARDNUMSUB", "shard-orders"]).await,
+        Value::Array(vec![bulk("shard-orders"), Value::Int(0)])
+    );
+    assert_eq!(
+        root.command(&["PUBSUB", "CHANNELS"]).await,
+        Value::Array(vec![bulk("orders")])
+    );
+    // An ACL channel pattern judges the tenant's own channel names (B's subscriber listens to
+    // both `orders` and `shard-orders`: it stays).
+    assert_eq!(
+        root.command(&["ACL", "SETUSER", B.0, "resetchannels", "&*orders"])
+            .await,
+        ok()
+    );
+    assert_eq!(b.command(&["PUBLISH", "orders", "b-2"]).await, Value::Int(1));
+    assert_eq!(
+        b.command(&["PUBLISH", "news", "x"]).await.error(),
+        "NOPERM this user has no permissions to access one of the channels used as arguments"
+    );
+    assert_eq!(message(&mut b_listens).await, ("orders".to_owned(), "b-2".to_owned()));
+}
+
+/// Rights follow the catalog on connections already signed in, also idle ones: a subscriber
+/// whose key loses a database stops getting its keyspace events at once, one revoked of a
+/// channel it listens to is disconnected (as Redis disconnects it), and one whose key is
+/// disabled is closed without sending anything.
+#[tokio::test]
+async fn rights_follow_the_catalog_on_open_connections() {
+    let gateway = two_tenants(&[]).await;
+    let mut a = tenant(&gateway, A).await;
+    assert_eq!(
+        a.command(&["CONFIG", "SET", "notify-keyspace-events", "KEA"]).await,
+        ok()
+    );
+    let mut b = tenant(&gateway, B).await;
+    assert_eq!(
+        b.command(&["CONFIG", "SET", "notify-keyspace-events", "KEA"]).await,
+        ok()
+    );
+    let mut b_listens = tenant(&gateway, B).await;
+    b_listens.command(&["PSUBSCRIBE", "__key*__:*"]).await;
+    b_listens.command(&["SUBSCRIBE", "b-chan"]).await;
+    // B's database goes to A: B's subscriber, which sends nothing, no longer hears of it.
+    let sql = gateway.sql().await;
+    sql.execute("UPDATE pgvs3.buckets SET owner = $1 WHERE name = 'tenant-b'", &[&A.0])
+        .await
+        .unwrap();
+    let catalog = gateway.gateway.store.catalog();
+    catalog.reload_now().await.unwrap();
+    assert_eq!(a.command(&["SELECT", "1"]).await, ok());
+    assert_eq!(a.command(&["SET", "a-secret-name", "1"]).await, ok());
+    assert_eq!(b.command(&["PUBLISH", "b-chan", "after"]).await, Value::Int(1));
+    assert_eq!(message(&mut b_listens).await, ("b-chan".to_owned(), "after".to_owned()));
+    // A's channels narrowed below one it listens to: its subscriber is closed.
+    let mut narrowed = tenant(&gateway, A).await;
+    narrowed.command(&["SUBSCRIBE", "news"]).await;
+    narrowed.command(&["SUBSCRIBE", "other"]).await;
+    let mut root = RawResp::connect(gateway.resp_addr()).await;
+    assert_eq!(
+        root.command(&["ACL", "SETUSER", A.0, "resetchannels", "&other"]).await,
+        ok()
+    );
+    // Closed when it learns of the change, at the latest before this message is sent to it.
+    let counted = a.command(&["PUBLISH", "other", "x"]).await;
+    assert!(matches!(counted, Value::Int(0 | 1)), "{counted:?}");
+    assert_eq!(narrowed.reply().await, None);
+    // B's key disabled: its idle subscriber is closed.
+    assert!(catalog.set_access_key_disabled(B.0, true).await.unwrap());
+    catalog.reload_now().await.unwrap();
+    assert_eq!(b_listens.reply().await, None);
+}
+
+/// Channel names are at most 2,048 bytes (a keyspace channel of the longest key fits), for
+/// SUBSCRIBE, SSUBSCRIBE, PUBLISH and SPUBLISH alike, and a connection holds at most
+/// `--resp-max-patterns` patterns: each message is matched against every pattern.
+#[tokio::test]
+async fn channels_and_patterns_are_bounded() {
+    let gateway = two_tenants(&["--resp-max-patterns", "2"]).await;
+    let mut b = tenant(&gateway, B).await;
+    let longest = "c".repeat(2048);
+    let over = format!("{longest}c");
+    let too_long = "ERR channel longer than 2048 bytes";
+    for publish in ["PUBLISH", "SPUBLISH"] {
+        assert_eq!(b.command(&[publish, &longest, "m"]).await, Value::Int(0));
+        assert_eq!(b.command(&[publish, &over, "m"]).await.error(), too_long);
+    }
+    let mut listens = tenant(&gateway, B).await;
+    for subscribe in ["SUBSCRIBE", "SSUBSCRIBE"] {
+        assert_eq!(listens.command(&[subscribe, &over]).await.error(), too_long);
+    }
+    let Value::Array(confirmed) = listens.command(&["SUBSCRIBE", &longest]).await else {
+        panic!("a confirmation");
+    };
+    assert_eq!(confirmed[1], bulk(&longest));
+    listens.send(&encode(&[&b"PSUBSCRIBE"[..], b"p1", b"p2", b"p3"])).await;
+    for (pattern, count) in [("p1", 2), ("p2", 3)] {
+        assert_eq!(
+            listens.reply().await.unwrap(),
+            Value::Array(vec![bulk("psubscribe"), bulk(pattern), Value::Int(count)])
+        );
+    }
+    assert_eq!(
+        listens.reply().await.unwrap().error(),
+        "ERR max number of patterns per connection reached (2, --resp-max-patterns)"
+    );
+    assert_eq!(b.command(&["PUBLISH", &longest, "m"]).await, Value::Int(1));
+    assert_eq!(message(&mut listens).await, (longest, "m".to_owned()));
+}
+
+/// A bucket notification rule to a channel publishes in the namespace of the bucket's owner:
+/// B's subscribers of `feed` get B's bucket's events, A's and the root key's do not.
+#[tokio::test]
+async fn bucket_notifications_publish_in_the_owner_s_namespace() {
+    let gateway = two_tenants(&[]).await;
+    let sql = gateway.sql().await;
+    sql.execute(
+        r#"SELECT pgvs3.put_bucket_notifications('tenant-b', '[{"id": "feed", "channel": "feed", "events": ["s3:ObjectCreated:*"]}]')"#,
+        &[],
+    )
+    .await
+    .unwrap();
+    gateway.gateway.store.catalog().reload_now().await.unwrap();
+    let mut b_listens = tenant(&gateway, B).await;
+    b_listens.command(&["SUBSCRIBE", "feed"]).await;
+    let mut a_listens = tenant(&gateway, A).await;
+    a_listens.command(&["SUBSCRIBE", "feed"]).await;
+    let mut root_listens = RawResp::connect(gateway.resp_addr()).await;
+    root_listens.command(&["SUBSCRIBE", "feed"]).await;
+    gateway
+        .client_for(B.0, B.1)
+        .put_object()
+        .bucket("tenant-b")
+        .key("b-object")
+        .body(b"x".to_vec().into())
+        .send()
+        .await
+        .unwrap();
+    let (channel, event) = message(&mut b_listens).await;
+    assert_eq!(channel, "feed");
+    assert!(event.contains("\"b-object\""), "{event}");
+    // Had A's or the root key's subscriber been sent B's event, it would come before these.
+    let mut a = tenant(&gateway, A).await;
+    assert_eq!(a.command(&["PUBLISH", "feed", "a-own"]).await, Value::Int(1));
+    assert_eq!(message(&mut a_listens).await, ("feed".to_owned(), "a-own".to_owned()));
+    let mut root = RawResp::connect(gateway.resp_addr()).await;
+    assert_eq!(root.command(&["PUBLISH", "feed", "root-own"]).await, Value::Int(1));
+    assert_eq!(
+        message(&mut root_listens).await,
+        ("feed".to_owned(), "root-own".to_owned())
+    );
 }

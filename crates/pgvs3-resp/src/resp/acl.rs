@@ -455,6 +455,27 @@ impl User {
         Ok(())
     }
 
+    /// Whether the user may still listen to these channels, shard channels and patterns, as
+    /// SUBSCRIBE, SSUBSCRIBE and PSUBSCRIBE judge them: Redis disconnects a subscriber revoked
+    /// of one (`ACLKillPubsubClientsIfNeeded`).
+    pub(crate) fn may_listen<'a>(
+        &self,
+        channels: impl IntoIterator<Item = &'a Bytes>,
+        shard_channels: impl IntoIterator<Item = &'a Bytes>,
+        patterns: impl IntoIterator<Item = &'a Bytes>,
+    ) -> bool {
+        let by_glob = |channel: &Bytes| {
+            self.channels
+                .iter()
+                .any(|pattern| glob::matches(pattern.as_bytes(), channel))
+        };
+        self.all_channels
+            || (channels.into_iter().chain(shard_channels).all(by_glob)
+                && patterns
+                    .into_iter()
+                    .all(|written| self.channels.iter().any(|pattern| pattern.as_bytes() == &written[..])))
+    }
+
     pub(crate) fn check(&self, spec: &'static Spec, args: &[Bytes]) -> Result<(), Denied> {
         if spec.flags.contains(&"no_auth") {
             // AUTH, HELLO, QUIT, RESET: always allowed, as in Redis.

@@ -216,9 +216,11 @@ impl Clients {
             .filter(|name| !name.is_empty())
     }
 
-    /// Whether client `id` is connected to this gateway.
-    pub fn exists(&self, id: u64) -> bool {
-        self.connected().contains_key(&id)
+    /// Whether client `id` is connected to this gateway (and `owner`'s, when given).
+    pub fn exists(&self, id: u64, owner: Option<&str>) -> bool {
+        self.connected()
+            .get(&id)
+            .is_some_and(|info| owner.is_none_or(|owner| owner == info.user))
     }
 
     /// Client `id`'s inbox, protocol and whether it is subscribed; `None` when it is gone.

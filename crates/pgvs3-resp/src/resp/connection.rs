@@ -18,7 +18,7 @@ use super::command::{self, KeyCommand, Spec, wrong_arity};
 use super::commands::pubsub::is_subscription;
 use super::commands::transactions::{Fingerprint, MultiQueue, Queued, WatchRegistration};
 use super::execute::Run;
-use super::pubsub::{Mailbox, Readable};
+use super::pubsub::{Audience, Mailbox, Readable};
 use crate::bucket::Keyspace;
 use crate::http_server::Shutdown;
 use crate::store::{Access, Principal, StoreError};
@@ -188,7 +188,13 @@ impl Connection {
         if mailbox.overflowed() {
             return false;
         }
-        for delivery in mailbox.take() {
+        // A keyspace event the client's key may no longer read (its rights changed since the
+        // event was queued) is not sent.
+        for delivery in mailbox
+            .take()
+            .into_iter()
+            .filter(|delivery| delivery.allowed(&self.readable))
+        {
             delivery.reply().encode(self.resp3, out);
         }
         true
@@ -201,6 +207,7 @@ impl Connection {
         let mut input_budget = InputBudget::new(self.server.buffers.clone());
         let mut parser = RequestParser::default();
         let mut received = false;
+        let mut catalog_version = self.server.buckets.catalog().watch_version();
         loop {
             let mut requests = Vec::new();
             let mut broken = None;
@@ -267,6 +274,13 @@ impl Connection {
                         None => std::future::pending().await,
                     }
                 };
+                let principal = self.principal.is_some();
+                let catalog_moved = async {
+                    match principal {
+                        true => catalog_version.changed().await.ok(),
+                        false => std::future::pending().await,
+                    }
+                };
                 let monitor = self.monitor.clone();
                 let monitored = async {
                     match &monitor {
@@ -285,10 +299,21 @@ impl Connection {
                         continue;
                     }
                     () = mail => {
+                        // Rights judged as the catalog stands now, before anything is sent.
+                        if !self.follow_catalog().await {
+                            break;
+                        }
                         if !self.take_mail(&mut output) || !self.write_out(&mut stream, &output).await {
                             break;
                         }
                         output.clear();
+                        continue;
+                    }
+                    // Idle (a subscriber often is): the catalog's changes apply at once.
+                    Some(()) = catalog_moved => {
+                        if !self.follow_catalog().await {
+                            break;
+                        }
                         continue;
                     }
                     _ = shutdown.wait() => break,
@@ -364,8 +389,11 @@ impl Connection {
             if let Some(err) = &broken {
                 Reply::Error(err.0.clone()).encode(self.resp3, &mut output);
             }
-            // A subscriber's messages that came meanwhile go after the replies.
-            if !self.take_mail(&mut output) || !self.write_out(&mut stream, &output).await {
+            // A subscriber's messages that came meanwhile go after the replies, unless its
+            // rights changed meanwhile so that it closes (after the replies).
+            let closing = self.quit || !self.follow_catalog().await;
+            self.quit = closing;
+            if !(closing || self.take_mail(&mut output)) || !self.write_out(&mut stream, &output).await {
                 break;
             }
             output.clear();
@@ -470,12 +498,9 @@ impl Connection {
 
     /// Runs a batch of requests, encoding their replies in order.
     async fn handle(&mut self, requests: Vec<Vec<Bytes>>, out: &mut BytesMut) {
-        if self.principal.is_some()
-            && self.acl_version != self.server.buckets.catalog().version()
-            && !self.refresh_user().await
-        {
-            // Its access key was deleted or disabled: closed without a word, as Redis closes
-            // the connections of a deleted user.
+        if !self.follow_catalog().await {
+            // Its access key was deleted or disabled, or a channel it listens to revoked:
+            // closed without a word, as Redis closes the connections of a deleted user.
             self.quit = true;
             return;
         }
@@ -843,10 +868,54 @@ impl Connection {
             }
             None => Readable::default(),
         };
-        if let Some(mailbox) = &self.mailbox {
-            mailbox.set_readable(readable.clone());
-        }
         self.readable = readable;
+        if let Some(mailbox) = &self.mailbox {
+            mailbox.set_audience(self.audience());
+        }
+    }
+
+    /// Whose messages this client gets (see [`Audience`]).
+    pub(crate) fn audience(&self) -> Audience {
+        Audience {
+            readable: self.readable.clone(),
+            namespace: self.channel_namespace(),
+        }
+    }
+
+    /// The namespace of this connection's plain and shard channels: the root key's (empty: the
+    /// names as given) or its own access key's, so that no tenant hears or counts another's
+    /// messages (docs/resp-compatibility.md, Tenancy).
+    pub(crate) fn channel_namespace(&self) -> Bytes {
+        match self.principal {
+            Some(_) if !self.is_root() => Bytes::copy_from_slice(self.username.as_bytes()),
+            _ => Bytes::new(),
+        }
+    }
+
+    /// After the catalog version moved (a key's, a bucket's or ACL rules' change, here or on
+    /// another gateway), at the connection's next command or message, or at once while it
+    /// waits: its user's rules and key again, the keyspaces whose events and invalidations it
+    /// gets, and its subscriptions against its channel rules. False when it must close: its
+    /// key is gone or disabled, or it listens to a channel or pattern its rules no longer
+    /// allow (Redis disconnects such a subscriber). Costs nothing while the version stays.
+    pub(crate) async fn follow_catalog(&mut self) -> bool {
+        if self.principal.is_none() || self.acl_version == self.server.buckets.catalog().version() {
+            return true;
+        }
+        if !self.refresh_user().await {
+            return false;
+        }
+        self.refresh_readable().await;
+        if self.tracking.is_some() {
+            self.server
+                .pubsub
+                .tracking
+                .set_readable(self.id(), self.readable.clone());
+        }
+        self.user.unrestricted()
+            || self
+                .user
+                .may_listen(&self.channels, &self.shard_channels, &self.patterns)
     }
 }
 

@@ -106,6 +106,7 @@ impl RespSettings {
                 output_limit: usize::try_from(args.resp_pubsub_output_limit).unwrap_or(usize::MAX),
                 max_subscriptions: args.resp_max_subscriptions,
                 max_pattern: args.resp_max_pattern,
+                max_patterns: args.resp_max_patterns,
                 max_message: usize::try_from(args.resp_max_message).unwrap_or(usize::MAX),
             },
             output_limit: (args.resp_output_limit > 0)

@@ -13,10 +13,17 @@
 //! connection has a [`Mailbox`] bounded in bytes: one that would grow beyond
 //! `--resp-pubsub-output-limit` is marked overflowed and its connection closes, as Redis closes
 //! a pub/sub client past its `client-output-buffer-limit`.
+//!
+//! Plain and shard channels are per tenant: a channel's name is in the namespace of the
+//! publisher's access key, and reaches the subscribers of the same name in the same namespace
+//! (the root key's is the names as given, which bucket notifications of its buckets publish
+//! to). Keyspace events go to the subscribers of any namespace that may read their keyspace.
+//! Matching runs under a read lock: PUBLISH's counts and PUBSUB run beside a delivery, and only
+//! (un)subscribing waits for one.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 use base64::Engine;
 use bytes::Bytes;
@@ -32,9 +39,15 @@ const UNAVAILABLE: &str = "ERR pub/sub is unavailable: this gateway has no LISTE
 pub(crate) const INLINE_LIMIT: i32 = 7000;
 /// How long PUBLISH waits for the LISTEN connection (at startup, or while it is re-opened).
 const CONNECTION_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
-/// Kinds of channel, as the first byte of the channel the database carries.
+/// Kinds of channel, as the first byte of the channel the database carries: the root key's
+/// channels (the name follows), and a tenant's (a byte of length, the access key, the name).
 const PLAIN: u8 = b'c';
 const SHARD: u8 = b's';
+const TENANT_PLAIN: u8 = b'C';
+const TENANT_SHARD: u8 = b'S';
+/// Longest channel name SUBSCRIBE, SSUBSCRIBE, PUBLISH and SPUBLISH take: a keyspace channel of
+/// the longest key (1,024 bytes) fits.
+pub(crate) const MAX_CHANNEL: usize = 2048;
 
 /// The limits of pub/sub clients, from the command line.
 #[derive(Debug, Clone, Copy)]
@@ -45,6 +58,8 @@ pub struct Limits {
     pub max_subscriptions: usize,
     /// Longest channel pattern PSUBSCRIBE takes.
     pub max_pattern: usize,
+    /// Patterns one connection may subscribe to (every message is matched against each).
+    pub max_patterns: usize,
     /// Largest message PUBLISH and SPUBLISH take.
     pub max_message: usize,
 }
@@ -55,11 +70,14 @@ pub enum Delivery {
         shard: bool,
         channel: Bytes,
         message: Bytes,
+        /// A keyspace event's keyspace: judged again if the client's rights changed since.
+        bucket: Option<Bytes>,
     },
     Pattern {
         pattern: Bytes,
         channel: Bytes,
         message: Bytes,
+        bucket: Option<Bytes>,
     },
     /// CLIENT TRACKING's invalidation of keys (`None`: all of them), as a RESP3 push or, to a
     /// RESP2 subscriber it is redirected to, a `message` (tracking.rs).
@@ -76,9 +94,20 @@ impl Delivery {
                 pattern,
                 channel,
                 message,
+                ..
             } => pattern.len() + channel.len() + message.len() + 40,
             Delivery::Invalidate { keys, .. } => super::tracking::size(keys),
             Delivery::RedirectBroken(_) => 48,
+        }
+    }
+
+    /// Whether a client that may read `readable` may be sent it.
+    pub fn allowed(&self, readable: &Readable) -> bool {
+        match self {
+            Delivery::Message { bucket, .. } | Delivery::Pattern { bucket, .. } => {
+                bucket.as_ref().is_none_or(|bucket| readable.allows(bucket))
+            }
+            _ => true,
         }
     }
 
@@ -89,6 +118,7 @@ impl Delivery {
                 shard,
                 channel,
                 message,
+                ..
             } => Reply::Push(vec![
                 Reply::Bulk(Bytes::from_static(if shard { b"smessage" } else { b"message" })),
                 Reply::Bulk(channel),
@@ -98,6 +128,7 @@ impl Delivery {
                 pattern,
                 channel,
                 message,
+                ..
             } => Reply::Push(vec![
                 Reply::Bulk(Bytes::from_static(b"pmessage")),
                 Reply::Bulk(pattern),
@@ -137,14 +168,21 @@ impl Readable {
     }
 }
 
+/// Whose messages a client gets: the keyspaces whose events it may read, and the namespace of
+/// its plain and shard channels (empty: the root key's).
+#[derive(Debug, Clone, Default)]
+pub struct Audience {
+    pub readable: Readable,
+    pub namespace: Bytes,
+}
+
 /// What waits for one subscribed connection.
 #[derive(Default)]
 pub struct Mailbox {
     queue: Mutex<(VecDeque<Delivery>, usize)>,
     overflowed: AtomicBool,
     arrived: tokio::sync::Notify,
-    /// Whose keyspace events it may get.
-    readable: Mutex<Readable>,
+    audience: Mutex<Audience>,
 }
 
 /// Shown in a client's entry (its size, not its messages).
@@ -159,12 +197,22 @@ impl std::fmt::Debug for Mailbox {
 }
 
 impl Mailbox {
-    pub(crate) fn set_readable(&self, readable: Readable) {
-        *self.readable.lock().expect("mailbox lock") = readable;
+    pub(crate) fn set_audience(&self, audience: Audience) {
+        *self.audience.lock().expect("mailbox lock") = audience;
     }
 
-    fn may_read(&self, bucket: &[u8]) -> bool {
-        self.readable.lock().expect("mailbox lock").allows(bucket)
+    /// Whether a message for `to` is this client's.
+    fn reached_by(&self, to: To) -> bool {
+        let audience = self.audience.lock().expect("mailbox lock");
+        match to {
+            To::Namespace(namespace) => audience.namespace == namespace,
+            To::Readers(bucket) => audience.readable.allows(bucket),
+        }
+    }
+
+    /// Whether the client is in `view` (`None`: every namespace, the root key's view).
+    fn in_view(&self, view: Option<&[u8]>) -> bool {
+        view.is_none_or(|namespace| self.reached_by(To::Namespace(namespace)))
     }
 
     pub(crate) fn push(&self, delivery: Delivery, limit: usize) {
@@ -202,6 +250,32 @@ impl Mailbox {
 
 type Subscribers = HashMap<u64, Arc<Mailbox>>;
 
+/// Whom a message is for: a namespace's subscribers (a PUBLISH), or those of every namespace
+/// that may read a keyspace (its keyspace events).
+#[derive(Clone, Copy)]
+enum To<'a> {
+    Namespace(&'a [u8]),
+    Readers(&'a [u8]),
+}
+
+/// A channel as the database carries it: its kind, then the name (the root key's), or the
+/// namespace's length, the namespace and the name (a tenant's).
+fn tagged(shard: bool, namespace: &[u8], channel: &[u8]) -> Vec<u8> {
+    let mut tagged = Vec::with_capacity(channel.len() + namespace.len() + 2);
+    match (namespace.is_empty(), shard) {
+        (true, false) => tagged.push(PLAIN),
+        (true, true) => tagged.push(SHARD),
+        (false, shard) => {
+            tagged.push(if shard { TENANT_SHARD } else { TENANT_PLAIN });
+            // Access keys are at most 128 bytes.
+            tagged.push(namespace.len() as u8);
+            tagged.extend_from_slice(namespace);
+        }
+    }
+    tagged.extend_from_slice(channel);
+    tagged
+}
+
 #[derive(Default)]
 struct Registry {
     /// By kind byte and channel.
@@ -211,7 +285,7 @@ struct Registry {
 
 /// This gateway's subscriptions, and its connection to publish through.
 pub struct PubSub {
-    registry: Mutex<Registry>,
+    registry: RwLock<Registry>,
     /// The LISTEN connection, while it is up: CLIENT TRACKING's marks name its backend.
     client: tokio::sync::watch::Sender<Option<Arc<tokio_postgres::Client>>>,
     /// The gateway's pool, which PUBLISH and the other messages go out through.
@@ -239,7 +313,7 @@ impl PubSub {
         store: crate::store::Store,
     ) -> PubSub {
         PubSub {
-            registry: Mutex::default(),
+            registry: RwLock::default(),
             client: tokio::sync::watch::Sender::new(None),
             store,
             listened: std::sync::atomic::AtomicBool::new(false),
@@ -303,18 +377,20 @@ impl PubSub {
         Ok(())
     }
 
-    /// Sends a message to every gateway of the database; answers how many subscribers of this
-    /// gateway it reaches (those of other gateways get it too, uncounted).
-    pub async fn publish(&self, shard: bool, channel: &[u8], message: &[u8]) -> Result<i64, Reply> {
+    /// Sends a message to `namespace`'s channel on every gateway of the database; answers how
+    /// many subscribers of this gateway it reaches (those of other gateways get it too,
+    /// uncounted).
+    pub async fn publish(&self, namespace: &[u8], shard: bool, channel: &[u8], message: &[u8]) -> Result<i64, Reply> {
         // Checked before anything is encoded or sent: every gateway would read it back.
+        check_channel(channel)?;
         if message.len() > self.limits.max_message {
             return Err(Reply::error(format!(
                 "ERR message longer than {} bytes (--resp-max-message)",
                 self.limits.max_message
             )));
         }
-        self.send(if shard { SHARD } else { PLAIN }, channel, message).await?;
-        Ok(self.receivers(shard, channel))
+        self.send(&tagged(shard, namespace, channel), message).await?;
+        Ok(self.receivers(namespace, shard, channel))
     }
 
     /// A keyspace was flushed (FLUSHDB, FLUSHALL): every gateway's tracking clients forget
@@ -333,23 +409,21 @@ impl PubSub {
         if !tracked.tracked() {
             return Ok(());
         }
-        self.send(notify::FLUSHED, bucket.as_bytes(), &self.events.token.to_be_bytes())
-            .await
+        let mut tagged = vec![notify::FLUSHED];
+        tagged.extend_from_slice(bucket.as_bytes());
+        self.send(&tagged, &self.events.token.to_be_bytes()).await
     }
 
-    /// Sends a message of `kind` on `channel` through the database to every gateway, on a
-    /// pooled connection. Refused while this gateway has no LISTEN connection: its own
-    /// subscribers, whom the reply counts, would not get the message.
-    async fn send(&self, kind: u8, channel: &[u8], message: &[u8]) -> Result<(), Reply> {
+    /// Sends a message on `tagged` (a channel after its kind) through the database to every
+    /// gateway, on a pooled connection. Refused while this gateway has no LISTEN connection: its
+    /// own subscribers, whom the reply counts, would not get the message.
+    async fn send(&self, tagged: &[u8], message: &[u8]) -> Result<(), Reply> {
         if self.listen_client().await.is_none() {
             return Err(Reply::error(UNAVAILABLE));
         }
         let failed = |err: &dyn std::fmt::Display| Reply::error(format!("ERR publish failed: {err}"));
         let client = self.store.pool().get().await.map_err(|err| failed(&err))?;
         let statement = client.prepare_cached(Self::PUBLISH).await.map_err(|err| failed(&err))?;
-        let mut tagged = Vec::with_capacity(channel.len() + 1);
-        tagged.push(kind);
-        tagged.extend_from_slice(channel);
         client
             .execute(&statement, &[&tagged, &message, &INLINE_LIMIT])
             .await
@@ -357,14 +431,15 @@ impl PubSub {
         Ok(())
     }
 
-    /// This gateway's subscribers that a message to `channel` reaches.
-    pub fn receivers(&self, shard: bool, channel: &[u8]) -> i64 {
-        let registry = self.registry.lock().expect("pubsub lock");
+    /// This gateway's subscribers that a message to `namespace`'s `channel` reaches.
+    pub fn receivers(&self, namespace: &[u8], shard: bool, channel: &[u8]) -> i64 {
+        let registry = self.registry.read().expect("pubsub lock");
         let kind = if shard { SHARD } else { PLAIN };
+        let to = To::Namespace(namespace);
         let direct = registry
             .channels
             .get(&(kind, Bytes::copy_from_slice(channel)))
-            .map_or(0, HashMap::len);
+            .map_or(0, |subscribers| count(subscribers, |mailbox| mailbox.reached_by(to)));
         let patterns: usize = if shard {
             0
         } else {
@@ -372,7 +447,7 @@ impl PubSub {
                 .patterns
                 .iter()
                 .filter(|(pattern, _)| glob::matches(pattern, channel))
-                .map(|(_, subscribers)| subscribers.len())
+                .map(|(_, subscribers)| count(subscribers, |mailbox| mailbox.reached_by(to)))
                 .sum()
         };
         (direct + patterns) as i64
@@ -380,7 +455,7 @@ impl PubSub {
 
     pub fn subscribe(&self, shard: bool, channel: &Bytes, id: u64, mailbox: &Arc<Mailbox>) {
         let kind = if shard { SHARD } else { PLAIN };
-        let mut registry = self.registry.lock().expect("pubsub lock");
+        let mut registry = self.registry.write().expect("pubsub lock");
         registry
             .channels
             .entry((kind, channel.clone()))
@@ -390,7 +465,7 @@ impl PubSub {
 
     pub fn unsubscribe(&self, shard: bool, channel: &Bytes, id: u64) {
         let kind = if shard { SHARD } else { PLAIN };
-        let mut registry = self.registry.lock().expect("pubsub lock");
+        let mut registry = self.registry.write().expect("pubsub lock");
         let key = (kind, channel.clone());
         if let Some(subscribers) = registry.channels.get_mut(&key) {
             subscribers.remove(&id);
@@ -401,7 +476,7 @@ impl PubSub {
     }
 
     pub fn psubscribe(&self, pattern: &Bytes, id: u64, mailbox: &Arc<Mailbox>) {
-        let mut registry = self.registry.lock().expect("pubsub lock");
+        let mut registry = self.registry.write().expect("pubsub lock");
         registry
             .patterns
             .entry(pattern.clone())
@@ -410,7 +485,7 @@ impl PubSub {
     }
 
     pub fn punsubscribe(&self, pattern: &Bytes, id: u64) {
-        let mut registry = self.registry.lock().expect("pubsub lock");
+        let mut registry = self.registry.write().expect("pubsub lock");
         if let Some(subscribers) = registry.patterns.get_mut(pattern) {
             subscribers.remove(&id);
             if subscribers.is_empty() {
@@ -419,33 +494,52 @@ impl PubSub {
         }
     }
 
-    /// PUBSUB CHANNELS / SHARDCHANNELS: this gateway's channels with subscribers.
-    pub fn channels(&self, shard: bool, pattern: Option<&[u8]>) -> Vec<Bytes> {
+    /// PUBSUB CHANNELS / SHARDCHANNELS: this gateway's channels with subscribers in `view`
+    /// (a namespace; `None`: every one).
+    pub fn channels(&self, view: Option<&[u8]>, shard: bool, pattern: Option<&[u8]>) -> Vec<Bytes> {
         let kind = if shard { SHARD } else { PLAIN };
-        let registry = self.registry.lock().expect("pubsub lock");
+        let registry = self.registry.read().expect("pubsub lock");
         let mut channels: Vec<Bytes> = registry
             .channels
-            .keys()
-            .filter(|(k, channel)| *k == kind && pattern.is_none_or(|pattern| glob::matches(pattern, channel)))
-            .map(|(_, channel)| channel.clone())
+            .iter()
+            .filter(|((k, channel), subscribers)| {
+                *k == kind
+                    && pattern.is_none_or(|pattern| glob::matches(pattern, channel))
+                    && subscribers.values().any(|mailbox| mailbox.in_view(view))
+            })
+            .map(|((_, channel), _)| channel.clone())
             .collect();
         channels.sort();
         channels
     }
 
-    /// PUBSUB NUMSUB / SHARDNUMSUB: a channel's subscribers on this gateway.
-    pub fn numsub(&self, shard: bool, channel: &Bytes) -> i64 {
+    /// PUBSUB NUMSUB / SHARDNUMSUB: a channel's subscribers in `view` on this gateway.
+    pub fn numsub(&self, view: Option<&[u8]>, shard: bool, channel: &Bytes) -> i64 {
         let kind = if shard { SHARD } else { PLAIN };
-        let registry = self.registry.lock().expect("pubsub lock");
+        let registry = self.registry.read().expect("pubsub lock");
         registry
             .channels
             .get(&(kind, channel.clone()))
-            .map_or(0, |subscribers| subscribers.len() as i64)
+            .map_or(0, |subscribers| {
+                count(subscribers, |mailbox| mailbox.in_view(view)) as i64
+            })
     }
 
-    /// PUBSUB NUMPAT: patterns subscribed to on this gateway.
-    pub fn numpat(&self) -> i64 {
-        self.registry.lock().expect("pubsub lock").patterns.len() as i64
+    /// PUBSUB NUMPAT: patterns subscribed to in `view` on this gateway.
+    pub fn numpat(&self, view: Option<&[u8]>) -> i64 {
+        let registry = self.registry.read().expect("pubsub lock");
+        registry
+            .patterns
+            .values()
+            .filter(|subscribers| subscribers.values().any(|mailbox| mailbox.in_view(view)))
+            .count() as i64
+    }
+
+    /// INFO's `pubsub_channels` and `pubsub_patterns`: every namespace's, on this gateway.
+    pub fn totals(&self) -> (usize, usize) {
+        let registry = self.registry.read().expect("pubsub lock");
+        let plain = registry.channels.keys().filter(|(kind, _)| *kind == PLAIN).count();
+        (plain, registry.patterns.len())
     }
 
     /// Hands one published message to its subscribers here.
@@ -459,7 +553,19 @@ impl PubSub {
             notify::TRACKERS => self.events.trackers_changed(channel, None),
             notify::FLUSHED if message[..] != self.events.token.to_be_bytes() => self.tracking.invalidate_all(),
             notify::FLUSHED => {}
-            _ => self.deliver_to(kind, Bytes::copy_from_slice(channel), message, None),
+            PLAIN | SHARD => self.deliver_to(kind, Bytes::copy_from_slice(channel), message, To::Namespace(&[])),
+            TENANT_PLAIN | TENANT_SHARD => {
+                let Some((&length, rest)) = channel.split_first() else {
+                    return;
+                };
+                let Some((namespace, channel)) = rest.split_at_checked(length as usize) else {
+                    return;
+                };
+                let kind = if kind == TENANT_PLAIN { PLAIN } else { SHARD };
+                self.deliver_to(kind, Bytes::copy_from_slice(channel), message, To::Namespace(namespace));
+            }
+            // A kind of a newer gateway's: not this one's to deliver.
+            _ => {}
         }
     }
 
@@ -478,17 +584,21 @@ impl PubSub {
             .filter(|(_, name)| name.as_bytes() == received.bucket)
         {
             for (channel, message) in received.deliveries(*db) {
-                self.deliver_to(PLAIN, channel, message, Some(received.bucket));
+                self.deliver_to(PLAIN, channel, message, To::Readers(received.bucket));
             }
         }
     }
 
-    /// Hands a message to the subscribers of `channel` and of the patterns it matches; a
-    /// keyspace event of `bucket` to those that may read it alone.
-    fn deliver_to(&self, kind: u8, channel: Bytes, message: Bytes, bucket: Option<&[u8]>) {
+    /// Hands a message to the subscribers of `channel` and of the patterns it matches that it
+    /// is for.
+    fn deliver_to(&self, kind: u8, channel: Bytes, message: Bytes, to: To) {
         let limit = self.limits.output_limit;
-        let registry = self.registry.lock().expect("pubsub lock");
-        let reaches = |mailbox: &&Arc<Mailbox>| bucket.is_none_or(|bucket| mailbox.may_read(bucket));
+        let bucket = match to {
+            To::Readers(bucket) => Some(Bytes::copy_from_slice(bucket)),
+            To::Namespace(_) => None,
+        };
+        let registry = self.registry.read().expect("pubsub lock");
+        let reaches = |mailbox: &&Arc<Mailbox>| mailbox.reached_by(to);
         if let Some(subscribers) = registry.channels.get(&(kind, channel.clone())) {
             for mailbox in subscribers.values().filter(reaches) {
                 mailbox.push(
@@ -496,6 +606,7 @@ impl PubSub {
                         shard: kind == SHARD,
                         channel: channel.clone(),
                         message: message.clone(),
+                        bucket: bucket.clone(),
                     },
                     limit,
                 );
@@ -510,6 +621,7 @@ impl PubSub {
                                 pattern: pattern.clone(),
                                 channel: channel.clone(),
                                 message: message.clone(),
+                                bucket: bucket.clone(),
                             },
                             limit,
                         );
@@ -552,5 +664,17 @@ impl PubSub {
                 }
             }
         }
+    }
+}
+
+fn count(subscribers: &Subscribers, counted: impl Fn(&Arc<Mailbox>) -> bool) -> usize {
+    subscribers.values().filter(|mailbox| counted(mailbox)).count()
+}
+
+/// Refuses a channel name over [`MAX_CHANNEL`] bytes.
+pub(crate) fn check_channel(channel: &[u8]) -> Result<(), Reply> {
+    match channel.len() > MAX_CHANNEL {
+        true => Err(Reply::error(format!("ERR channel longer than {MAX_CHANNEL} bytes"))),
+        false => Ok(()),
     }
 }

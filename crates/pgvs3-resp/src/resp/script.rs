@@ -171,7 +171,7 @@ impl Step {
 }
 
 /// The client a run's scripts run for.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct RunBy {
     /// Its id: the writer their invalidations name.
     pub id: u64,
@@ -179,6 +179,8 @@ pub struct RunBy {
     /// remembered): a script's declared keys are remembered for it once the script calls a
     /// read-only command, as Redis 7.0 does (see `Session::remember_declared`).
     pub remembers_reads: bool,
+    /// The namespace of its channels, which its PUBLISH calls publish to (pubsub.rs).
+    pub channels: Bytes,
 }
 
 /// Whether steps need a write batch (a read-only batch takes no lock).
@@ -464,7 +466,7 @@ impl Scripts {
             write,
             standby,
             watches,
-            client,
+            ref client,
         } = *run;
         let mut batch = match locking {
             Locking::None => keyspace.read(keys).await?,
@@ -493,6 +495,7 @@ impl Scripts {
             }),
         };
         let mut session = Session {
+            channels: client.channels.clone(),
             recorder,
             reader: client.remembers_reads.then_some(client.id),
             declared: Vec::new(),
@@ -543,7 +546,7 @@ impl Scripts {
         // Sent once the writes they tell of are committed, so that a subscriber reading the
         // keys on a message sees them (as in Redis, where no one reads before the script ends).
         for (shard, channel, message) in session.published {
-            if let Err(reply) = self.pubsub.publish(shard, &channel, &message).await {
+            if let Err(reply) = self.pubsub.publish(&session.channels, shard, &channel, &message).await {
                 tracing::warn!(error = ?reply, "a script's PUBLISH was not sent");
             }
         }
@@ -675,7 +678,6 @@ enum Locking {
 }
 
 /// What [`Scripts::run`] runs, for each attempt.
-#[derive(Clone, Copy)]
 struct Run<'a> {
     keyspace: &'a Keyspace,
     steps: &'a [Step],
@@ -717,6 +719,8 @@ struct Session {
     /// A reply larger than the script's memory could never reach it: cut in the database.
     reply_limit: i64,
     pubsub: Arc<PubSub>,
+    /// The namespace of the client's channels.
+    channels: Bytes,
     /// PUBLISH and SPUBLISH calls (shard, channel, message), sent when the run commits; their
     /// bytes are held to the script's memory limit.
     published: Vec<(bool, Bytes, Bytes)>,
@@ -842,6 +846,9 @@ impl Session {
                 }
                 ("publish" | "spublish", _) if self.standby => Reply::error(STANDBY_PUBSUB),
                 ("publish" | "spublish", [_, channel, message]) => {
+                    if let Err(reply) = super::pubsub::check_channel(channel) {
+                        return reply;
+                    }
                     let bytes = (channel.len() + message.len()) as i64;
                     if self.published_bytes + bytes > self.reply_limit {
                         return Reply::error(format!(
@@ -852,7 +859,7 @@ impl Session {
                     self.published_bytes += bytes;
                     let shard = spec.name == "spublish";
                     self.published.push((shard, channel.clone(), message.clone()));
-                    Reply::Integer(self.pubsub.receivers(shard, channel))
+                    Reply::Integer(self.pubsub.receivers(&self.channels, shard, channel))
                 }
                 ("ping", [_]) => Reply::Simple("PONG"),
                 ("ping" | "echo", [_, message]) => Reply::Bulk(message.clone()),

@@ -303,6 +303,14 @@ impl Tracking {
         );
     }
 
+    /// Client `id`'s key may read `readable` now (its rights changed): BCAST tells it of
+    /// those keyspaces from now on.
+    pub fn set_readable(&self, id: u64, readable: Readable) {
+        if let Some(tracker) = self.state().trackers.get_mut(&id) {
+            tracker.readable = readable;
+        }
+    }
+
     /// CLIENT TRACKING OFF, or the connection ended.
     pub fn disable(&self, id: u64) {
         self.state().trackers.remove(&id);

@@ -176,6 +176,9 @@ pub struct Catalog {
     /// Bucket and key lookups that missed the cache, by kind and by answer: `found` and
     /// `missing` asked the database, `known_missing` did not (see `CatalogMisses`).
     lookups: IntCounterVec,
+    /// The version loaded, for those that act on a change as it comes rather than at their
+    /// next request (RESP connections that sit idle, subscribed).
+    loaded: tokio::sync::watch::Sender<i64>,
 }
 
 /// The columns of an `access_keys` row, as `decode_key` reads them.
@@ -199,6 +202,7 @@ impl Catalog {
             master_key,
             cached: RwLock::default(),
             rules: AtomicBool::new(false),
+            loaded: tokio::sync::watch::Sender::new(0),
             lookups: IntCounterVec::new(
                 Opts::new(
                     "pgvs3_catalog_lookups_total",
@@ -294,6 +298,8 @@ impl Catalog {
             cached.missing_keys.clear();
         }
         cached.version = version;
+        self.loaded
+            .send_if_modified(|loaded| std::mem::replace(loaded, version) != version);
         // Rows learnt from a newer snapshot than this one stay (see CatalogEntries), and with
         // them the access checks their rules need.
         cached.buckets.install(version, buckets);
@@ -544,6 +550,11 @@ impl Catalog {
     /// and RESP ACL rules, made here or on another gateway (once its NOTIFY arrived).
     pub fn version(&self) -> i64 {
         self.cached.read().expect("catalog lock").version
+    }
+
+    /// Told of each new [`Catalog::version`] this gateway loads.
+    pub fn watch_version(&self) -> tokio::sync::watch::Receiver<i64> {
+        self.loaded.subscribe()
     }
 
     pub fn has_access_key(&self, access_key: &str) -> bool {

@@ -1,5 +1,6 @@
 //! Pub/sub: PUBLISH, SPUBLISH, the subscribe commands (whose confirmations are pushes) and
-//! PUBSUB's introspection. The fan-out itself is `resp/pubsub.rs`.
+//! PUBSUB's introspection, in the namespace of the client's key (the root key's: the names as
+//! given). The fan-out itself is `resp/pubsub.rs`.
 
 use std::sync::Arc;
 
@@ -8,6 +9,7 @@ use bytes::{Bytes, BytesMut};
 use crate::resp::codec::Reply;
 use crate::resp::command::Spec;
 use crate::resp::connection::{Connection, ReplyMode};
+use crate::resp::pubsub;
 
 pub(crate) const STANDBY_PUBSUB: &str = "ERR pub/sub is not available on a standby gateway: NOTIFY does not reach a hot standby; use a gateway of the primary";
 
@@ -26,7 +28,7 @@ impl Connection {
         match self
             .server
             .pubsub
-            .publish(spec.name == "spublish", &args[1], &args[2])
+            .publish(&self.channel_namespace(), spec.name == "spublish", &args[1], &args[2])
             .await
         {
             Ok(receivers) => Reply::Integer(receivers),
@@ -80,6 +82,22 @@ impl Connection {
                         Reply::error(format!(
                             "ERR max number of subscriptions per connection reached ({}, --resp-max-subscriptions)",
                             limits.max_subscriptions
+                        )),
+                        out,
+                    );
+                    continue;
+                }
+                if name != "psubscribe"
+                    && let Err(reply) = pubsub::check_channel(target)
+                {
+                    self.emit(reply, out);
+                    continue;
+                }
+                if name == "psubscribe" && self.patterns.len() >= limits.max_patterns {
+                    self.emit(
+                        Reply::error(format!(
+                            "ERR max number of patterns per connection reached ({}, --resp-max-patterns)",
+                            limits.max_patterns
                         )),
                         out,
                     );
@@ -151,14 +169,17 @@ impl Connection {
     }
 
     /// PUBSUB CHANNELS / NUMSUB / NUMPAT / SHARDCHANNELS / SHARDNUMSUB: this gateway's
-    /// subscribers (those of other gateways are not known here).
+    /// subscribers (those of other gateways are not known here) in the client's namespace, or
+    /// in every one for the root key.
     pub(crate) fn pubsub_introspection(&self, args: &[Bytes]) -> Reply {
         let pubsub = &self.server.pubsub;
+        let namespace = self.channel_namespace();
+        let view = (!self.is_root()).then_some(&namespace[..]);
         let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
         match (sub.as_str(), &args[2..]) {
             ("channels" | "shardchannels", [] | [_]) => Reply::Array(
                 pubsub
-                    .channels(sub == "shardchannels", args.get(2).map(|pattern| &pattern[..]))
+                    .channels(view, sub == "shardchannels", args.get(2).map(|pattern| &pattern[..]))
                     .into_iter()
                     .map(Reply::Bulk)
                     .collect(),
@@ -169,12 +190,12 @@ impl Connection {
                     .flat_map(|channel| {
                         [
                             Reply::Bulk(channel.clone()),
-                            Reply::Integer(pubsub.numsub(sub == "shardnumsub", channel)),
+                            Reply::Integer(pubsub.numsub(view, sub == "shardnumsub", channel)),
                         ]
                     })
                     .collect(),
             ),
-            ("numpat", []) => Reply::Integer(pubsub.numpat()),
+            ("numpat", []) => Reply::Integer(pubsub.numpat(view)),
             ("help", []) => Reply::Array(
                 [
                     "PUBSUB <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",

@@ -204,6 +204,7 @@ impl Connection {
         let expired = self.server.buckets.catalog().expired_keys(&buckets).await.unwrap_or(0);
         // CLIENT TRACKING's table is this gateway's (each gateway remembers its own clients' reads).
         let tracking = self.server.pubsub.tracking.totals();
+        let (pubsub_channels, pubsub_patterns) = self.server.pubsub.totals();
         // `migrate_cached_sockets`: pgvs3 has no MIGRATE, so no socket is ever cached for one.
         text.push_str(&format!(
             "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\n\
@@ -213,8 +214,8 @@ impl Connection {
              unexpected_error_replies:0\r\ntotal_error_replies:{}\r\n\r\n",
             self.server.clients.total_registered(),
             self.server.stats.processed(),
-            self.server.pubsub.channels(false, None).len(),
-            self.server.pubsub.numpat(),
+            pubsub_channels,
+            pubsub_patterns,
             tracking.keys,
             tracking.items,
             tracking.prefixes,

@@ -25,10 +25,13 @@ pub(crate) struct ClientTracking {
 const STANDBY: &str = "ERR CLIENT TRACKING is not available on a standby gateway: invalidations travel by NOTIFY, which does not reach a standby";
 
 impl Connection {
-    /// CLIENT TRACKING ON|OFF [options].
+    /// CLIENT TRACKING ON|OFF [options]. A REDIRECT names one of the caller's own connections
+    /// (any, for the root key), as CLIENT LIST and KILL see them: another tenant's is not found,
+    /// so its connection never gets this one's invalidations.
     pub(crate) async fn client_tracking(&mut self, args: &[Bytes]) -> Reply {
         let clients = Arc::clone(&self.server.clients);
-        let mode = match Mode::parse(&args[3..], |id| clients.exists(id)) {
+        let owner = self.own_clients();
+        let mode = match Mode::parse(&args[3..], |id| clients.exists(id, owner)) {
             Ok(mode) => mode,
             Err(reply) => return reply,
         };
@@ -169,7 +172,7 @@ impl Connection {
             return Arc::clone(mailbox);
         }
         let mailbox: Arc<Mailbox> = Arc::default();
-        mailbox.set_readable(self.readable.clone());
+        mailbox.set_audience(self.audience());
         self.mailbox = Some(Arc::clone(&mailbox));
         let shown = Arc::clone(&mailbox);
         self.set_client(|info| info.inbox = Some(shown));

@@ -1,0 +1,4 @@
+-- RESP channels per tenant (layout v56): pgvs3.publish_object_event (functions/events.sql)
+-- publishes a bucket notification in the namespace of the bucket's owner, where that tenant's
+-- subscribers listen (resp/pubsub.rs); a bucket of the root key's in the root namespace, as
+-- before. Only the function changed.
