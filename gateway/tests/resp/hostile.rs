@@ -576,6 +576,59 @@ async fn hundreds_of_blocked_clients_hold_no_slot_and_no_database_connection() {
 }
 
 #[tokio::test]
+async fn idle_blocked_clients_cost_no_transactions_while_notifications_work() {
+    // A short poll: clients that tried again every `--resp-block-poll` while the LISTEN
+    // connection works would commit 5 attempts a second each.
+    let gateway = TestGateway::with_resp(&["--resp-block-poll", "200ms"]).await;
+    let addr = gateway.resp_addr();
+    let mut other = RawResp::connect(addr).await;
+    const CLIENTS: usize = 40;
+    let mut waiters = Vec::new();
+    for n in 0..CLIENTS {
+        let mut raw = RawResp::connect(addr).await;
+        let key = format!("idle{n}");
+        raw.send(&encode(&[b"BLPOP", key.as_bytes(), b"0"])).await;
+        waiters.push(raw);
+    }
+    // One more, woken by a list moved into place (Redis's dbAdd signals it), within a timeout
+    // shorter than the untold attempt: only the notification can serve it.
+    let mut renamed = RawResp::connect(addr).await;
+    renamed.send(&encode(&[b"BLPOP", b"target", b"20"])).await;
+    while info_field(&mut other, "clients", "blocked_clients").await != CLIENTS as i64 + 1 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let attempts = "pgvs3_resp_group_committed_batches_total";
+    let before = gateway.metric(attempts).await.unwrap_or(0.0);
+    // The window counted: 10 polls' worth of idle waiting.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = gateway.metric(attempts).await.unwrap_or(0.0);
+    eprintln!(
+        "{CLIENTS} idle blocked clients: {} write batches in 2 s",
+        after - before
+    );
+    assert!(
+        after - before < CLIENTS as f64,
+        "{} attempts in 2 s for {CLIENTS} idle clients",
+        after - before
+    );
+    assert_eq!(other.command(&["RPUSH", "source", "moved"]).await, Value::Int(1));
+    assert_eq!(other.command(&["RENAME", "source", "target"]).await, OK());
+    assert_eq!(
+        renamed.reply().await,
+        Some(Value::Array(vec![Value::bulk("target"), Value::bulk("moved")]))
+    );
+    // And every one is still served by a push at once.
+    for (n, raw) in waiters.iter_mut().enumerate() {
+        let key = format!("idle{n}");
+        assert_eq!(other.command(&["RPUSH", &key, "x"]).await, Value::Int(1));
+        assert_eq!(
+            raw.reply().await,
+            Some(Value::Array(vec![Value::bulk(&key), Value::bulk("x")]))
+        );
+    }
+}
+
+#[tokio::test]
 async fn hset_time_grows_linearly_with_its_fields() {
     let gateway = TestGateway::with_resp(&[]).await;
     let mut raw = RawResp::connect(gateway.resp_addr()).await;
