@@ -413,9 +413,10 @@ const UNBLOCKED: &str = "UNBLOCKED client unblocked via CLIENT UNBLOCK";
 impl Connection {
     /// A blocking pop or XREAD BLOCK: tries, and until it finds something or its timeout
     /// passes, waits to be told that one of its keys got elements (or, as a fallback, for
-    /// [`Wakeups::recheck_after`]), then tries again. It waits without its admission slot (and without a database
-    /// connection), and takes a slot again for each attempt: blocked clients must not keep the
-    /// others, among them the one that would push their element, from being served.
+    /// [`Wakeups::recheck_after`]), then tries again. It waits without its admission slot
+    /// (and without a database connection), and takes a slot again for each attempt: blocked
+    /// clients must not keep the others, among them the one that would push their element,
+    /// from being served.
     pub(crate) async fn block(&mut self, typed: &super::typed::Typed, spec: &'static Spec) -> Reply {
         let deadline = typed
             .blocking
