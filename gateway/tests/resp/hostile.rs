@@ -594,7 +594,9 @@ async fn idle_blocked_clients_cost_no_transactions_while_notifications_work() {
     // shorter than the untold attempt: only the notification can serve it.
     let mut renamed = RawResp::connect(addr).await;
     renamed.send(&encode(&[b"BLPOP", b"target", b"20"])).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while info_field(&mut other, "clients", "blocked_clients").await != CLIENTS as i64 + 1 {
+        assert!(std::time::Instant::now() < deadline, "every client blocked within 60 s");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let attempts = "pgvs3_resp_group_committed_batches_total";
