@@ -2099,6 +2099,18 @@ CREATE FUNCTION pgvs3.resp_int(v bytea) RETURNS numeric
 $_$;
 
 --
+-- Name: resp_key_ready(); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_key_ready() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM pgvs3.resp_wake(NEW.bucket_id, NEW.key);
+    RETURN NULL;
+END $$;
+
+--
 -- Name: resp_keys(text, bigint, text[], text[], bytea[], bigint[], double precision[]); Type: FUNCTION; Schema: pgvs3; Owner: -
 --
 
@@ -6149,6 +6161,12 @@ CREATE TRIGGER resp_acl_users_catalog_version AFTER INSERT OR DELETE OR UPDATE O
 --
 
 CREATE TRIGGER resp_keys_mark_typed AFTER INSERT ON pgvs3.resp_keys FOR EACH ROW EXECUTE FUNCTION pgvs3.resp_mark_typed();
+
+--
+-- Name: resp_keys resp_keys_ready; Type: TRIGGER; Schema: pgvs3; Owner: -
+--
+
+CREATE TRIGGER resp_keys_ready AFTER INSERT OR UPDATE OF key ON pgvs3.resp_keys FOR EACH ROW WHEN ((new.type = ANY (ARRAY['l'::"char", 'z'::"char", 'x'::"char"]))) EXECUTE FUNCTION pgvs3.resp_key_ready();
 
 --
 -- Name: resp_keys resp_keys_stream_gone; Type: TRIGGER; Schema: pgvs3; Owner: -

@@ -48,7 +48,8 @@ pub struct RespArgs {
     pub resp_max_waiting: usize,
 
     /// How often a client blocked in BLPOP and its kin tries again without being told of new
-    /// elements (it is told by NOTIFY at once; this covers a lost LISTEN connection).
+    /// elements while the gateway has no working LISTEN connection. With one, it is told by
+    /// NOTIFY at once, and tries again untold only about once a minute, as a safety net.
     #[arg(long, env = "PGVS3_RESP_BLOCK_POLL", default_value = "1s", value_parser = parse_duration)]
     pub resp_block_poll: Duration,
 

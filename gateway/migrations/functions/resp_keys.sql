@@ -194,6 +194,15 @@ BEGIN
     RETURN NULL;
 END $$;
 
+-- Trigger (layout v57): a list, sorted set or stream key made by any means (RENAME, COPY,
+-- RESTORE, a *STORE command) wakes the clients blocked on it, as a push does; a push to a new
+-- key notifies once (PostgreSQL folds equal notifications of a transaction).
+CREATE OR REPLACE FUNCTION pgvs3.resp_key_ready() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pgvs3.resp_wake(NEW.bucket_id, NEW.key);
+    RETURN NULL;
+END $$;
+
 -- Integers as Redis reads them (string2ll): NULL when `v` is not one.
 CREATE OR REPLACE FUNCTION pgvs3.resp_int(v bytea) RETURNS numeric LANGUAGE sql IMMUTABLE AS $$
     SELECT CASE WHEN length(v) <= 20 AND encode(v, 'escape') ~ '^-?(0|[1-9][0-9]*)$'

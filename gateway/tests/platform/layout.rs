@@ -105,6 +105,7 @@ const NEW_SINCE_V10: &[&str] = &[
     "pgvs3.resp_grown(bigint,text,\"char\",bytea[],bigint)",
     "pgvs3.resp_hash(text,bigint,text[],text[],bytea[],bigint[],double precision[])",
     "pgvs3.resp_int(bytea)",
+    "pgvs3.resp_key_ready()",
     "pgvs3.resp_keys(text,bigint,text[],text[],bytea[],bigint[],double precision[])",
     "pgvs3.resp_large(bigint,text)",
     "pgvs3.resp_list(text,bigint,text[],text[],bytea[],bigint[],double precision[])",

@@ -575,6 +575,77 @@ async fn hundreds_of_blocked_clients_hold_no_slot_and_no_database_connection() {
     assert_eq!(info_field(&mut other, "clients", "blocked_clients").await, 0);
 }
 
+/// Waits (at most 60 s) until this gateway has `count` blocked clients.
+async fn wait_for_blocked(raw: &mut RawResp, count: usize) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while info_field(raw, "clients", "blocked_clients").await != count as i64 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{count} clients blocked within 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn idle_blocked_clients_cost_no_transactions_while_notifications_work() {
+    // A short poll: clients that tried again every `--resp-block-poll` while the LISTEN
+    // connection works would commit 5 attempts a second each.
+    let gateway = TestGateway::with_resp(&["--resp-block-poll", "200ms"]).await;
+    let addr = gateway.resp_addr();
+    let mut other = RawResp::connect(addr).await;
+    const CLIENTS: usize = 40;
+    let mut waiters = Vec::new();
+    for n in 0..CLIENTS {
+        let mut raw = RawResp::connect(addr).await;
+        let key = format!("idle{n}");
+        raw.send(&encode(&[b"BLPOP", key.as_bytes(), b"0"])).await;
+        waiters.push(raw);
+    }
+    wait_for_blocked(&mut other, CLIENTS).await;
+    // Counted over windows of 2 s (10 polls' worth): the gateway's LISTEN connection may open
+    // after the clients blocked (a loaded machine), and its opening has each try once; from
+    // then on a window sees next to none. Polling clients would commit ~400 in every one.
+    let attempts = "pgvs3_resp_group_committed_batches_total";
+    let mut windows = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let before = gateway.metric(attempts).await.unwrap_or(0.0);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let after = gateway.metric(attempts).await.unwrap_or(0.0);
+        windows.push(after - before);
+        // A quarter of one attempt per client in 10 polls' worth: polling is 40 times that.
+        if after - before < CLIENTS as f64 / 4.0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{CLIENTS} idle blocked clients kept trying: write batches per 2 s {windows:?}"
+        );
+    }
+    eprintln!("{CLIENTS} idle blocked clients: write batches per 2 s {windows:?}");
+    // One more, woken by a list moved into place (Redis's dbAdd signals it), within a timeout
+    // shorter than the untold attempt: only the notification can serve it.
+    let mut renamed = RawResp::connect(addr).await;
+    renamed.send(&encode(&[b"BLPOP", b"target", b"20"])).await;
+    wait_for_blocked(&mut other, CLIENTS + 1).await;
+    assert_eq!(other.command(&["RPUSH", "source", "moved"]).await, Value::Int(1));
+    assert_eq!(other.command(&["RENAME", "source", "target"]).await, OK());
+    assert_eq!(
+        renamed.reply().await,
+        Some(Value::Array(vec![Value::bulk("target"), Value::bulk("moved")]))
+    );
+    // And every one is still served by a push at once.
+    for (n, raw) in waiters.iter_mut().enumerate() {
+        let key = format!("idle{n}");
+        assert_eq!(other.command(&["RPUSH", &key, "x"]).await, Value::Int(1));
+        assert_eq!(
+            raw.reply().await,
+            Some(Value::Array(vec![Value::bulk(&key), Value::bulk("x")]))
+        );
+    }
+}
+
 #[tokio::test]
 async fn hset_time_grows_linearly_with_its_fields() {
     let gateway = TestGateway::with_resp(&[]).await;

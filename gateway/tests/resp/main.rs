@@ -29,6 +29,7 @@ mod streams;
 mod tenants;
 mod tracking;
 mod types;
+mod versioned;
 
 /// The gateways of this binary run in its one process, so a test that measures the process's
 /// peak memory (hostile.rs) would count another test's large values: tests that hold tens of

@@ -9,6 +9,7 @@
 use pgvs3_testkit as common;
 
 use common::TestGateway;
+use common::resp::live::{LiveRedis, same_lines};
 use common::resp::{RawResp, Value, encode};
 
 /// Tenant A owns database 0's bucket (`resp`), tenant B database 1's (`tenant-b`).
@@ -351,6 +352,34 @@ async fn sort_by_and_get_need_every_key() {
         b.command(&["SORT", "list"]).await,
         Value::Array(vec![bulk("1"), bulk("2")])
     );
+    // The refusal comes when SORT runs (sort.c), not before: inside MULTI SORT is queued, and
+    // its error is its part of EXEC's reply, the rest of the transaction run, as redis-server's.
+    let redis = LiveRedis::start().await;
+    let mut theirs = redis.connect().await;
+    let password = format!(">{}", B.1);
+    assert_eq!(
+        theirs
+            .command(&["ACL", "SETUSER", B.0, "on", &password, "~list*", "+@all"])
+            .await,
+        ok()
+    );
+    assert_eq!(theirs.command(&["AUTH", B.0, B.1]).await, ok());
+    assert_eq!(b.command(&["DEL", "list"]).await, Value::Int(1));
+    same_lines(
+        &mut b,
+        &mut theirs,
+        &[
+            "RPUSH list 2 1",
+            "MULTI",
+            "SORT list GET #",
+            "SORT_RO list BY weight_*",
+            "RPUSH list 3",
+            "SORT list",
+            "EXEC",
+            "SORT list GET #",
+        ],
+    )
+    .await;
 }
 
 /// An unknown command's error quotes its arguments up to 128 bytes, as redis-server 7.0's

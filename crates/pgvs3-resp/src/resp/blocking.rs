@@ -12,13 +12,22 @@
 //! streams (XREAD, XREADGROUP) take nothing from one another and are all woken at once. The
 //! order is this gateway's: clients blocked on other gateways race with them.
 //!
+//! A notification is what wakes a blocked client while the LISTEN connection works: a key
+//! getting elements or being made (RENAME, COPY, RESTORE, a STORE; functions/resp_keys.sql
+//! `resp_key_ready`) sends one. Its periodic attempt is a fallback for what may have been
+//! missed: every `--resp-block-poll` while no LISTEN connection works, and otherwise only
+//! after [`LISTENING_RECHECK`] (with jitter, so that thousands of blocked clients do not
+//! come back in one burst): idle blocked clients cost the database next to nothing. Losing
+//! the connection wakes every blocked client (each then tries at the short interval), and so
+//! does opening one again, since notifications in between told nobody.
+//!
 //! While it waits, a blocked client costs a registration here and its connection's task: no
 //! admission slot and no database connection (it takes both again for each attempt), so
 //! hundreds of waiting workers leave the gateway to everyone else, as redis-server does. Their
 //! number is bounded by `--resp-max-clients`, as Redis's by `maxclients`.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -36,6 +45,10 @@ use crate::store::{Access, Family, KeyType, ListOp, StreamOp, TypedRow};
 /// How long to wait before opening a lost LISTEN connection again.
 const LISTEN_RETRY: Duration = Duration::from_secs(1);
 const LISTEN_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a blocked client waits for a notification, while the LISTEN connection works,
+/// before it tries again all the same (between three quarters and five quarters of it).
+/// Only a safety net: nothing is known to go unnotified.
+const LISTENING_RECHECK: Duration = Duration::from_secs(60);
 
 /// The blocked clients of this gateway, by key. (Keys of every bucket: a key of the same name
 /// in another database only costs a blocked client one more attempt.)
@@ -43,6 +56,8 @@ const LISTEN_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct Wakeups {
     blocked: Mutex<Blocked>,
     next_id: AtomicU64,
+    /// The LISTEN connection works: notifications wake blocked clients.
+    listening: AtomicBool,
 }
 
 #[derive(Default)]
@@ -174,6 +189,11 @@ impl Wakeups {
                         tracing::debug!(error = %format!("{err:#}"), "RESP LISTEN connection lost; reconnecting");
                     }
                     pubsub.set_client(None);
+                    // Nothing tells the blocked clients now: each tries again, then at
+                    // `--resp-block-poll` until a connection listens again.
+                    if wakeups.listening.swap(false, Ordering::AcqRel) {
+                        wakeups.wake_all();
+                    }
                     tokio::time::sleep(LISTEN_RETRY).await;
                 }
             });
@@ -212,6 +232,19 @@ impl Wakeups {
             woken,
             turn,
         }
+    }
+
+    /// When a client blocked now, having found nothing, tries again unless woken: soon while
+    /// no LISTEN connection works (`poll`, `--resp-block-poll`), else after about
+    /// [`LISTENING_RECHECK`].
+    pub fn recheck_after(&self, poll: Duration) -> Duration {
+        if !self.listening.load(Ordering::Acquire) {
+            return poll;
+        }
+        // Three quarters to five quarters of it, drawn per wait.
+        let draw = std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), Instant::now());
+        let quarters = 3.0 + (draw % 1024) as f64 / 512.0;
+        LISTENING_RECHECK.mul_f64(quarters / 4.0).max(poll)
     }
 
     /// Clients blocked now (INFO's `blocked_clients`).
@@ -273,7 +306,9 @@ async fn listen(
         anyhow::bail!("a standby cannot LISTEN");
     }
     client.batch_execute("LISTEN pgvs3_resp; LISTEN pgvs3_pubsub").await?;
-    // Elements added while no connection listened told nobody.
+    // Elements added while no connection listened told nobody. Listening first: a client
+    // woken here waits long for the next notification.
+    wakeups.listening.store(true, Ordering::Release);
     wakeups.wake_all();
     pubsub.set_client(Some(Arc::clone(&client)));
     // The keyspaces' tracking marks named the lost connection's backend: marked again.
@@ -377,10 +412,11 @@ const UNBLOCKED: &str = "UNBLOCKED client unblocked via CLIENT UNBLOCK";
 
 impl Connection {
     /// A blocking pop or XREAD BLOCK: tries, and until it finds something or its timeout
-    /// passes, waits to be told that one of its keys got elements (or `--resp-block-poll`),
-    /// then tries again. It waits without its admission slot (and without a database
-    /// connection), and takes a slot again for each attempt: blocked clients must not keep the
-    /// others, among them the one that would push their element, from being served.
+    /// passes, waits to be told that one of its keys got elements (or, as a fallback, for
+    /// [`Wakeups::recheck_after`]), then tries again. It waits without its admission slot
+    /// (and without a database connection), and takes a slot again for each attempt: blocked
+    /// clients must not keep the others, among them the one that would push their element,
+    /// from being served.
     pub(crate) async fn block(&mut self, typed: &super::typed::Typed, spec: &'static Spec) -> Reply {
         let deadline = typed
             .blocking
@@ -448,7 +484,7 @@ impl Connection {
             }
             let reply = nothing.clone().expect("set by an attempt that found nothing");
             self.admitted = None;
-            let poll = Instant::now() + self.server.settings.block_poll;
+            let poll = Instant::now() + self.server.wakeups.recheck_after(self.server.settings.block_poll);
             let wake_at = deadline.map_or(poll, |deadline| deadline.min(poll));
 
             tokio::select! {

@@ -695,9 +695,6 @@ impl Connection {
                 }
                 return Err(denied.reply());
             }
-            if !self.user.unrestricted() {
-                self.user.check_sort(spec, args)?;
-            }
             if !self.resp3 && self.subscribed() && !SUBSCRIBE_MODE.contains(&spec.name) {
                 return Err(Reply::error(format!(
                     "ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
@@ -721,6 +718,14 @@ impl Connection {
         })();
         match checked {
             Ok(()) => {
+                // SORT's own refusal of BY and GET patterns to a user without access to every
+                // key comes when it runs, as sort.c's: a failed call, which inside MULTI is
+                // queued and answers its part of EXEC's reply, the transaction not failed.
+                if let Some(spec) = spec
+                    && !self.user.unrestricted()
+                {
+                    self.user.check_sort(spec, args).map_err(Refusal::Arguments)?;
+                }
                 let mut command = KeyCommand::parse(name, args).map_err(Refusal::Arguments)?;
                 if let Some(command) = command.as_mut() {
                     let databases = &self.server.settings.databases;

@@ -205,6 +205,8 @@ pub struct KvBatch {
     blind: bool,
     /// The database's clock when the keys were loaded (first: see [`KvBatch::reload`]).
     pub now: SystemTime,
+    /// Whether the bucket keeps S3 versions: see [`KvBatch::versioned`].
+    versioned: bool,
     slots: HashMap<String, Slot>,
     /// A message `pgvs3.resp_notify` sends with the commit (keyspace notifications): channel,
     /// message, inline limit.
@@ -244,6 +246,7 @@ impl Store {
                 deferred_locks: None,
                 blind: false,
                 now: all.now,
+                versioned: all.versioned,
                 slots: keys
                     .iter()
                     .filter_map(|key| Some((key.clone(), all.slots.get(key)?.clone())))
@@ -289,6 +292,7 @@ impl Store {
             deferred_locks: Some(keys),
             blind: true,
             now: SystemTime::now(),
+            versioned: bucket.versioning.is_some(),
             slots: HashMap::new(),
             notification: None,
         })
@@ -369,9 +373,14 @@ impl KvBatch {
         }
     }
 
-    /// Whether the keyspace's bucket keeps S3 versions (as this gateway's catalog has it).
+    /// Whether the keyspace's bucket keeps S3 versions, which refuses TTLs on its strings: as
+    /// committed when the keys were loaded, not as this gateway's catalog has it (it may not
+    /// have seen a change yet, and a TTL judged by it would answer 1 and set nothing). A write
+    /// batch holds its keyspace's lock from its load to its commit, and a versioning change
+    /// takes that lock exclusively (store/versions.rs), so the answer holds until the commit.
+    /// A batch that loaded nothing (it only overwrites, setting no TTL) has the catalog's.
     pub fn versioned(&self) -> bool {
-        self.bucket.versioning.is_some()
+        self.versioned
     }
 
     /// The metadata of the versions this batch writes: the bucket's default object lock

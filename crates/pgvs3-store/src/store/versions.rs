@@ -326,6 +326,12 @@ impl Store {
     pub(crate) async fn set_versioning(&self, bucket: &BucketInfo, state: Versioning) -> StoreResult<()> {
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
+        // The bucket's RESP keyspace lock, exclusively (store/kv.rs): the change waits for every
+        // RESP write batch under way, which judged TTLs by the versioning its load read, and
+        // those after it wait for the change. So a batch's judgement holds until its commit,
+        // and the expiries cleared below include every TTL set while the bucket was unversioned.
+        tx.execute("SELECT pg_advisory_xact_lock(-$1::int8)", &[&bucket.id])
+            .await?;
         let updated = tx
             .execute(
                 "UPDATE pgvs3.buckets SET versioning = $2 WHERE id = $1",

@@ -29,6 +29,7 @@ impl KvBatch {
         for key in keys {
             check_key(key)?;
         }
+        let bucket_versioned = bucket.versioning.is_some();
         // Busy until loaded: a load abandoned midway (or failed) is cancelled.
         let mut batch = KvBatch {
             bucket,
@@ -40,6 +41,7 @@ impl KvBatch {
             deferred_locks: None,
             blind: false,
             now: SystemTime::now(),
+            versioned: bucket_versioned,
             slots: HashMap::with_capacity(keys.len()),
             notification: None,
         };
@@ -120,6 +122,10 @@ impl KvBatch {
         let mut lapsed = Vec::new();
         for row in rows {
             self.now = row.get("now");
+            // NULL once the bucket is gone (the batch's writes then fail on their own).
+            if let Some(versioned) = row.get::<_, Option<bool>>("versioned") {
+                self.versioned = versioned;
+            }
             let Some(key) = row.get::<_, Option<String>>("key") else {
                 continue;
             };

@@ -32,6 +32,13 @@ pub(in crate::store) struct KvSql {
     pub(super) flush: String,
 }
 
+/// The clock row's column saying whether the bucket keeps S3 versions, as committed (NULL when
+/// the bucket is gone): a write batch judges TTLs by it ([`KvBatch::versioned`]), not by the
+/// catalog cache, which may not have seen a change yet.
+///
+/// [`KvBatch::versioned`]: super::KvBatch::versioned
+const VERSIONED: &str = "(SELECT versioning IS NOT NULL FROM pgvs3.buckets WHERE id = $1) AS versioned";
+
 /// Strings and typed keys: a typed key's version is its `version` counter (WATCH compares it),
 /// its type the tenth column (NULL for a string). `key_condition` names the key as `KEY`. An
 /// expired typed row comes too (its expiry at or before the row's clock): the key is absent,
@@ -45,15 +52,15 @@ fn load_sql(ns: &str, key_condition: &str) -> String {
     let objects = key_condition.replace("KEY", "o.key");
     let typed = key_condition.replace("KEY", "r.key");
     format!(
-        "WITH t AS MATERIALIZED (SELECT clock_timestamp() AS now)
+        "WITH t AS MATERIALIZED (SELECT clock_timestamp() AS now, {VERSIONED})
          SELECT o.key, o.size, o.etag, o.last_modified, o.expires_at, o.inline, o.body_id, t.now,
                 o.meta ? 'pc' AS multipart, NULL::\"char\" AS type, o.meta ? 'se' AS sealed,
-                o.meta ->> 're' AS form
+                o.meta ->> 're' AS form, t.versioned
            FROM t
            LEFT JOIN {ns}.objects o ON o.bucket_id = $1 AND {objects}
          UNION ALL
          SELECT r.key, 0, 't' || r.version, to_timestamp(0), r.expires_at, NULL, NULL, t.now,
-                false, r.type, false, NULL
+                false, r.type, false, NULL, t.versioned
            FROM t, pgvs3.resp_keys r
           WHERE r.bucket_id = $1 AND {typed}"
     )
@@ -66,8 +73,8 @@ fn load_strings_sql(ns: &str, key_condition: &str) -> String {
     format!(
         "SELECT o.key, o.size, o.etag, o.last_modified, o.expires_at, o.inline, o.body_id, t.now,
                 o.meta ? 'pc' AS multipart, NULL::\"char\" AS type, o.meta ? 'se' AS sealed,
-                o.meta ->> 're' AS form, t.typed
-           FROM (SELECT clock_timestamp() AS now,
+                o.meta ->> 're' AS form, t.versioned, t.typed
+           FROM (SELECT clock_timestamp() AS now, {VERSIONED},
                         EXISTS (SELECT 1 FROM pgvs3.resp_typed WHERE bucket_id = $1) AS typed) t
            LEFT JOIN {ns}.objects o ON o.bucket_id = $1 AND {objects}"
     )
@@ -240,8 +247,8 @@ fn mark_deleted_sql(ns: &str) -> String {
 /// Only rows that were live when the batch loaded them (`$4`, its clock then): an expired row
 /// of the other table under the same name stays expired, where setting its expiry would bring
 /// its old value back over the live key. Never an S3 version: a TTL is refused in a versioned
-/// bucket, and should this gateway's catalog not know the bucket is versioned yet, the bucket's
-/// committed state keeps the row from expiring (the reaper would delete a version for good).
+/// bucket (as committed, see [`VERSIONED`]); the condition on the bucket's state stays as a
+/// guard, since the reaper would delete a version for good.
 fn set_expiry_sql(ns: &str) -> String {
     format!(
         "WITH typed AS (
