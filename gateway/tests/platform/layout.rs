@@ -70,6 +70,7 @@ const NEW_SINCE_V10: &[&str] = &[
     "ojs.resolve_dependencies(text)",
     "ojs.tenant_key(text,text)",
     "ojs.webhook_json(ojs.webhooks)",
+    "ojs.workflow_tenant_of_jobs()",
     "pgvs3.access_key_secret(text)",
     "pgvs3.bucket_owner(text)",
     "pgvs3.cache_write_event(bigint,text,text,bigint,text)",

@@ -136,11 +136,11 @@ impl OjsService {
             }
             (&Method::GET, ["workflows", id]) => Ok((
                 StatusCode::OK,
-                json!({ "workflow": queue.get_workflow(workflow_id(id)?).await? }),
+                json!({ "workflow": queue.get_workflow(workflow_id(id)?, call.tenant).await? }),
             )),
             (&Method::DELETE, ["workflows", id]) | (&Method::POST, ["workflows", id, "cancel"]) => Ok((
                 StatusCode::OK,
-                json!({ "workflow": queue.cancel_workflow(workflow_id(id)?).await? }),
+                json!({ "workflow": queue.cancel_workflow(workflow_id(id)?, call.tenant).await? }),
             )),
             _ => Err(call.no_route()),
         }

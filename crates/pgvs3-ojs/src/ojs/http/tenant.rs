@@ -2,13 +2,14 @@
 //! the tenant its bearer token is bound to by `--ojs-tenant-token TENANT=TOKEN`), and the check
 //! that a tenant name is one the job store keeps.
 //!
-//! What this enforces: every job a request enqueues belongs to its tenant, and the job routes
-//! (read, cancel, ack, nack, progress, heartbeat, fetch, dead letter) see only that tenant's jobs,
-//! workers and rate-limit keys (a worker id or key another tenant uses too is another one).
+//! What this enforces: every job and workflow a request enqueues belongs to its tenant, and the
+//! job routes (read, cancel, ack, nack, progress, heartbeat, fetch, dead letter, workflows) see
+//! only that tenant's jobs, workflows, workers and rate-limit keys (a worker id or key another
+//! tenant uses too is another one).
 //! Without tenant tokens the header is a claim: any client that may reach the endpoint (or holds
 //! `--ojs-token`) may act as any tenant. A tenant token makes it a credential: that token acts as
 //! its tenant only, and reaches only the routes scoped by tenant ([`is_scoped`]); the others
-//! (events, webhooks, workflows, cron, queues, admin) span all tenants and stay the operator's.
+//! (events, webhooks, cron, queues, admin) span all tenants and stay the operator's.
 
 use http::{HeaderMap, StatusCode, header};
 use serde_json::Value;
@@ -118,6 +119,7 @@ pub fn is_scoped(segments: &[&str]) -> bool {
             | ["workers", _, "health"]
             | ["dead-letter", ..]
             | ["rate-limits", ..]
+            | ["workflows", ..]
     )
 }
 
