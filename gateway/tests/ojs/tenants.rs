@@ -244,6 +244,17 @@ async fn a_tenant_token_acts_as_its_tenant_only() {
     assert_eq!(status, 200, "rate-limit keys are the tenant's: {body}");
     let (status, body) = acme.get("/ojs/v1/workflows/0190a000-0000-7000-8000-000000000000").await;
     assert_eq!(status, 404, "workflows are the tenant's: {body}");
+    let (status, body) = acme
+        .post(
+            "/ojs/v1/workflows",
+            json!({ "type": "chain", "steps": [{ "type": "tenant.task", "args": [], "meta": { "tenant_id": "globex" } }] }),
+        )
+        .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (403, Some("forbidden")),
+        "a workflow member's meta.tenant_id is no way around the token's tenant either: {body}"
+    );
 
     let mut operator = Ojs::of(&gateway);
     operator.token = Some("operator".into());
@@ -737,6 +748,76 @@ async fn a_workflow_is_its_tenants_own_and_a_taken_id_answers_alike_whoever_hold
         (200, Some("cancelled")),
         "{cancelled}"
     );
+    gateway.stop().await;
+}
+
+/// A workflow is one tenant's (ojs-multi-tenancy §15.2): its jobs' `meta.tenant_id`s, nested
+/// workflows' and callbacks' included, must agree with the request's tenant, or, when the
+/// request names none, with each other, and name the workflow's tenant. Fails before: a member
+/// naming another tenant was stored as the request's tenant's, with the other tenant in its meta.
+#[tokio::test]
+async fn a_workflows_jobs_are_one_tenants() {
+    let gateway = TestGateway::start().await;
+    let ojs = Ojs::of(&gateway);
+    let member = |tenant: Option<&str>| match tenant {
+        Some(tenant) => json!({ "type": "tenant.step", "args": [], "meta": { "tenant_id": tenant } }),
+        None => json!({ "type": "tenant.step", "args": [] }),
+    };
+    let nested =
+        |inner: Value| json!({ "type": "group", "jobs": [member(None), { "type": "chain", "steps": [inner] }] });
+    let batch =
+        |callback: Value| json!({ "type": "batch", "jobs": [member(None)], "callbacks": { "on_complete": callback } });
+    for (client, body, expected) in [
+        (
+            ojs.as_tenant("acme"),
+            nested(member(Some("globex"))),
+            (400, "invalid_request"),
+        ),
+        (
+            ojs.as_tenant("acme"),
+            batch(member(Some("globex"))),
+            (400, "invalid_request"),
+        ),
+        (
+            ojs.clone(),
+            json!({ "type": "group", "jobs": [member(Some("initech")), member(Some("globex"))] }),
+            (400, "invalid_request"),
+        ),
+    ] {
+        let (status, answer) = client.post("/ojs/v1/workflows", body).await;
+        assert_eq!(
+            (status, answer["error"]["code"].as_str().unwrap()),
+            expected,
+            "{answer}"
+        );
+    }
+    let stored: i64 = gateway
+        .sql()
+        .await
+        .query_one("SELECT count(*) FROM ojs.workflows", &[])
+        .await
+        .unwrap()
+        .get("count");
+    assert_eq!(stored, 0, "a refused workflow stores nothing");
+
+    // Without a header, the members' meta.tenant_id names the workflow's tenant (a member
+    // without one would be `default`'s, and disagree, as in a batch).
+    let all_initech = json!({ "type": "group", "jobs": [member(Some("initech")), { "type": "chain", "steps": [member(Some("initech"))] }] });
+    let (status, body) = ojs.post("/ojs/v1/workflows", all_initech).await;
+    assert_eq!(status, 201, "{body}");
+    let path = format!("/ojs/v1/workflows/{}", body["workflow"]["id"].as_str().unwrap());
+    let (status, _) = ojs.as_tenant("initech").get(&path).await;
+    assert_eq!(status, 200);
+    assert_not_found(ojs.get(&path).await, "the default tenant's view");
+    // With one, members without a meta.tenant_id get it written.
+    let (status, body) = ojs
+        .as_tenant("acme")
+        .post("/ojs/v1/workflows", batch(member(Some("acme"))))
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let job = body["workflow"]["jobs"][0]["job_id"].as_str().unwrap();
+    let (_, read) = ojs.as_tenant("acme").get(&format!("/ojs/v1/jobs/{job}")).await;
+    assert_eq!(read["job"]["meta"], json!({ "tenant_id": "acme" }), "{read}");
     gateway.stop().await;
 }
 

@@ -214,6 +214,31 @@ fn parse_callbacks(
     }
 }
 
+/// Calls `f` on every job of a `POST /workflows` body as sent (its members, those of the
+/// workflows nested in it, its callbacks), before it is validated: what is not a job or a
+/// workflow is left for [`parse_workflow`] to refuse.
+pub fn for_each_job<E>(workflow: &mut Value, f: &mut impl FnMut(&mut Value) -> Result<(), E>) -> Result<(), E> {
+    let Value::Object(fields) = workflow else {
+        return Ok(());
+    };
+    for list in ["steps", "jobs"] {
+        if let Some(Value::Array(members)) = fields.get_mut(list) {
+            for member in members {
+                match is_workflow(member) {
+                    true => for_each_job(member, f)?,
+                    false => f(member)?,
+                }
+            }
+        }
+    }
+    if let Some(Value::Object(callbacks)) = fields.get_mut("callbacks") {
+        for job in callbacks.values_mut().filter(|job| !is_workflow(job)) {
+            f(job)?;
+        }
+    }
+    Ok(())
+}
+
 /// A member that lists steps or jobs is a nested workflow (§10.3), whatever else it says.
 fn is_workflow(member: &Value) -> bool {
     member.get("steps").is_some_and(Value::is_array) || member.get("jobs").is_some_and(Value::is_array)

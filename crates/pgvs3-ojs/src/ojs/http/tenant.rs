@@ -109,6 +109,46 @@ impl Acting {
     }
 }
 
+/// The tenant of the jobs one request sends together (a batch, a workflow's members): each job's
+/// as [`Acting::tenant_of_job`] finds it, and the same for all, since such a request is one
+/// tenant's (for workflows, ojs-multi-tenancy §15.2: a member of another tenant is refused).
+pub struct OneTenant<'a> {
+    acting: &'a Acting,
+    /// What the jobs form, for the error: "batch" or "workflow".
+    what: &'static str,
+    tenant: Option<String>,
+}
+
+impl<'a> OneTenant<'a> {
+    pub fn of(acting: &'a Acting, what: &'static str) -> OneTenant<'a> {
+        OneTenant {
+            acting,
+            what,
+            tenant: None,
+        }
+    }
+
+    /// Takes one more job's tenant (writing it into the job's `meta` as for a job alone).
+    pub fn add(&mut self, job: &mut Value) -> Result<(), OjsError> {
+        let of_job = self.acting.tenant_of_job(job)?;
+        match &self.tenant {
+            Some(first) if *first != of_job => Err(OjsError::invalid(format!(
+                "meta.tenant_id {of_job:?} is not the {what}'s tenant {first:?}; a {what} is one tenant's",
+                what = self.what
+            ))),
+            _ => {
+                self.tenant = Some(of_job);
+                Ok(())
+            }
+        }
+    }
+
+    /// The jobs' tenant; the request's when no job was taken.
+    pub fn tenant(self) -> String {
+        self.tenant.unwrap_or_else(|| self.acting.tenant.clone())
+    }
+}
+
 /// Whether a route under `/ojs/v1` (its path segments) sees only the request's tenant's jobs.
 pub fn is_scoped(segments: &[&str]) -> bool {
     matches!(
