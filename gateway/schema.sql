@@ -5798,12 +5798,6 @@ CREATE INDEX jobs_claim ON ojs.jobs USING btree (queue, tenant, priority DESC, s
 CREATE INDEX jobs_dead_letter ON ojs.jobs USING btree (completed_at) WHERE dead_letter;
 
 --
--- Name: jobs_depth; Type: INDEX; Schema: ojs; Owner: -
---
-
-CREATE INDEX jobs_depth ON ojs.jobs USING btree (queue, tenant, state) WHERE (state = ANY (ARRAY['available'::text, 'scheduled'::text, 'retryable'::text]));
-
---
 -- Name: jobs_due; Type: INDEX; Schema: ojs; Owner: -
 --
 

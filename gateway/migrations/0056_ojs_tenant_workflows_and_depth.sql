@@ -49,7 +49,6 @@ CREATE CONSTRAINT TRIGGER workflow_tenant
     FOR EACH ROW WHEN (new.tenant IS NULL)
     EXECUTE FUNCTION ojs.workflow_tenant_of_jobs();
 
--- The depth bound counts the enqueuing tenant's waiting jobs of the queue, stopping at the
--- bound: one range per (queue, tenant, state), whatever other tenants hold in the queue.
-CREATE INDEX jobs_depth ON ojs.jobs (queue, tenant, state)
-    WHERE state IN ('available', 'scheduled', 'retryable');
+-- The depth bound now counts the enqueuing tenant's waiting jobs of the queue, stopping at the
+-- bound: the (queue, tenant) range of the console's `jobs_listing` index (layout v40), whatever
+-- other tenants hold in the queue, so it needs no index of its own.

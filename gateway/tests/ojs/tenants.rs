@@ -922,6 +922,7 @@ async fn a_queue_depth_bound_holds_for_each_tenant_apart() {
         .unwrap()
         .get("QUERY PLAN");
     let text = plan.to_string();
-    assert!(text.contains("\"Index Name\":\"jobs_depth\""), "{text}");
+    assert!(text.contains("\"Index Name\":\"jobs_listing\""), "{text}");
+    assert!(text.contains("tenant ="), "the tenant is an index condition: {text}");
     gateway.stop().await;
 }
