@@ -587,6 +587,7 @@ CREATE TABLE ojs.workflows (
     parent_id text,
     parent_step integer,
     started_at timestamp with time zone,
+    tenant text,
     CONSTRAINT workflows_state CHECK ((state = ANY (ARRAY['pending'::text, 'running'::text, 'completed'::text, 'failed'::text, 'cancelled'::text]))),
     CONSTRAINT workflows_type_check CHECK ((type = ANY (ARRAY['chain'::text, 'group'::text, 'batch'::text])))
 );
@@ -844,6 +845,25 @@ BEGIN
     IF w.id IS NOT NULL THEN
         PERFORM ojs.workflow_release(wid, 0, CASE WHEN w.type = 'chain' THEN 0 ELSE w.jobs_total - 1 END, inputs);
     END IF;
+END $$;
+
+--
+-- Name: workflow_tenant_of_jobs(); Type: FUNCTION; Schema: ojs; Owner: -
+--
+
+CREATE FUNCTION ojs.workflow_tenant_of_jobs() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    UPDATE ojs.workflows SET tenant = coalesce((
+        WITH RECURSIVE tree AS (
+            SELECT new.id AS id
+            UNION ALL
+            SELECT c.id FROM ojs.workflows c JOIN tree t ON c.parent_id = t.id
+        )
+        SELECT j.tenant FROM ojs.jobs j JOIN tree t ON j.workflow_id = t.id LIMIT 1), 'default')
+    WHERE id = new.id AND tenant IS NULL;
+    RETURN NULL;
 END $$;
 
 --
@@ -6113,6 +6133,12 @@ CREATE TRIGGER workflow_job_started AFTER UPDATE OF state ON ojs.jobs FOR EACH R
 --
 
 CREATE TRIGGER workflow_settled AFTER UPDATE OF state, started_at ON ojs.workflows FOR EACH ROW WHEN (((old.state IS DISTINCT FROM new.state) OR ((old.started_at IS NULL) AND (new.started_at IS NOT NULL)))) EXECUTE FUNCTION ojs.workflow_settled();
+
+--
+-- Name: workflows workflow_tenant; Type: TRIGGER; Schema: ojs; Owner: -
+--
+
+CREATE CONSTRAINT TRIGGER workflow_tenant AFTER INSERT ON ojs.workflows DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((new.tenant IS NULL)) EXECUTE FUNCTION ojs.workflow_tenant_of_jobs();
 
 --
 -- Name: access_keys access_keys_catalog_version; Type: TRIGGER; Schema: pgvs3; Owner: -

@@ -9,6 +9,10 @@
 --       rate key: deleting an active job gives its rate-limit slot back.
 --   workflow_settled  AFTER UPDATE OF state, started_at ON ojs.workflows: a workflow's state and
 --       start time are set by UPDATE only (the functions below and the queue's own statements).
+--   workflow_tenant  AFTER INSERT ON ojs.workflows, a constraint trigger deferred to the commit,
+--       WHEN the row has no tenant: a workflow's jobs are inserted in the transaction that
+--       inserts it (so they are there at its commit), and the current gateway always writes the
+--       tenant (so the trigger fires only for a layout-v55 gateway's workflows).
 -- TRUNCATE (the test reset) fires none of them, and needs none: it empties every table at once.
 -- The current definition of every function of this area. Re-applied (CREATE OR REPLACE) by the
 -- migration runner after the numbered migrations, in the same advisory-locked transaction, when
@@ -136,6 +140,24 @@ CREATE OR REPLACE FUNCTION ojs.workflow_json(w ojs.workflows) RETURNS jsonb LANG
     )) || jsonb_build_object(CASE WHEN w.type = 'chain' THEN 'steps' ELSE 'jobs' END, s.jobs)
     FROM summary s
 $$;
+
+-- A workflow belongs to the tenant of its jobs (layout v58). Gateways of layout v55 insert
+-- workflows without a tenant during a rolling upgrade; this gives such a workflow, at its
+-- commit, the tenant of any job of its tree (its own jobs, or those of the workflows nested in
+-- it: a workflow of nested workflows only has none of its own). Every tree has a job, so
+-- `default` is only for a tree whose jobs are gone.
+CREATE OR REPLACE FUNCTION ojs.workflow_tenant_of_jobs() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE ojs.workflows SET tenant = coalesce((
+        WITH RECURSIVE tree AS (
+            SELECT new.id AS id
+            UNION ALL
+            SELECT c.id FROM ojs.workflows c JOIN tree t ON c.parent_id = t.id
+        )
+        SELECT j.tenant FROM ojs.jobs j JOIN tree t ON j.workflow_id = t.id LIMIT 1), 'default')
+    WHERE id = new.id AND tenant IS NULL;
+    RETURN NULL;
+END $$;
 
 -- Workers and rate-limit keys are per tenant (layout v52): the row of a tenant's worker or key
 -- is keyed `tenant name`, and `default`'s by the bare name unless it holds a space. Tenant names

@@ -1,5 +1,6 @@
 //! OJS tenants (`X-OJS-Tenant`) over plain HTTP against a real PostgreSQL: another tenant's job
-//! is not found by any job route and is left as it was, a worker only ever receives its tenant's
+//! or workflow is not found by any route and is left as it was, a queue's depth bound holds for
+//! each tenant apart, a worker only ever receives its tenant's
 //! jobs, a tenant token acts as its tenant only (and on the job routes only), and the claim stays
 //! one index range scan.
 
@@ -221,7 +222,6 @@ async fn a_tenant_token_acts_as_its_tenant_only() {
         "/ojs/v1/admin/tenants",
         "/ojs/v1/admin/tenants/acme/stats",
         "/ojs/v1/cron",
-        "/ojs/v1/workflows/0190a000-0000-7000-8000-000000000000",
         "/ojs/v1/webhooks/subscriptions",
         "/ojs/v1/schemas",
         "/ojs/v1/admin/workers",
@@ -242,6 +242,19 @@ async fn a_tenant_token_acts_as_its_tenant_only() {
     );
     let (status, body) = acme.get("/ojs/v1/rate-limits").await;
     assert_eq!(status, 200, "rate-limit keys are the tenant's: {body}");
+    let (status, body) = acme.get("/ojs/v1/workflows/0190a000-0000-7000-8000-000000000000").await;
+    assert_eq!(status, 404, "workflows are the tenant's: {body}");
+    let (status, body) = acme
+        .post(
+            "/ojs/v1/workflows",
+            json!({ "type": "chain", "steps": [{ "type": "tenant.task", "args": [], "meta": { "tenant_id": "globex" } }] }),
+        )
+        .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (403, Some("forbidden")),
+        "a workflow member's meta.tenant_id is no way around the token's tenant either: {body}"
+    );
 
     let mut operator = Ojs::of(&gateway);
     operator.token = Some("operator".into());
@@ -651,5 +664,265 @@ async fn a_rate_limit_key_is_its_tenants_own() {
     assert_eq!(acme_state["waiting_count"], 1, "{acme_state}");
     let (status, body) = ojs.get("/ojs/v1/rate-limits/k").await;
     assert_eq!(status, 404, "the default tenant named no key k: {body}");
+    gateway.stop().await;
+}
+
+/// The error a refused request answers, without what differs from one request to the next.
+fn refusal((status, body): (u16, Value)) -> (u16, Value) {
+    let mut error = body["error"].clone();
+    if let Some(fields) = error.as_object_mut() {
+        fields.remove("request_id");
+    }
+    (status, error)
+}
+
+/// A workflow is its tenant's, as its jobs are: another tenant reading or cancelling it by id
+/// finds no such workflow (404, as for an id nobody holds) and leaves it running. Ids stay one
+/// namespace (ojs-core: two jobs never share an id, and a client's id is kept as given), so an
+/// id another tenant's job or workflow holds is refused, with exactly the answer an id of the
+/// tenant's own gets. Fails before: any tenant read and cancelled any workflow.
+#[tokio::test]
+async fn a_workflow_is_its_tenants_own_and_a_taken_id_answers_alike_whoever_holds_it() {
+    let gateway = TestGateway::start().await;
+    let ojs = Ojs::of(&gateway);
+    let (acme, globex) = (ojs.as_tenant("acme"), ojs.as_tenant("globex"));
+    let step = |n: i64| json!({ "type": "tenant.step", "args": [n], "options": { "queue": "flow" } });
+    let (status, body) = acme
+        .post(
+            "/ojs/v1/workflows",
+            json!({ "type": "chain", "steps": [step(1), step(2)] }),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let workflow_id = body["workflow"]["id"].as_str().unwrap().to_string();
+    let first_job = body["workflow"]["steps"][0]["job_id"].as_str().unwrap().to_string();
+    let path = format!("/ojs/v1/workflows/{workflow_id}");
+
+    for intruder in [&globex, &ojs] {
+        let absent = format!("/ojs/v1/workflows/{}", "0190a000-0000-7000-8000-000000000000");
+        let (status, nobodys) = intruder.get(&absent).await;
+        assert_eq!(status, 404, "{nobodys}");
+        let (status, theirs) = intruder.get(&path).await;
+        assert_eq!(status, 404, "another tenant's workflow: {theirs}");
+        assert_eq!(
+            theirs["error"]["code"], nobodys["error"]["code"],
+            "{theirs} vs {nobodys}"
+        );
+        assert_not_found(intruder.call("DELETE", &path, None).await, "delete");
+        assert_not_found(intruder.post(&format!("{path}/cancel"), json!({})).await, "cancel");
+    }
+    let (status, read) = acme.get(&path).await;
+    assert_eq!(
+        (status, read["workflow"]["state"].as_str()),
+        (200, Some("running")),
+        "{read}"
+    );
+    let row = gateway
+        .sql()
+        .await
+        .query_one("SELECT tenant, state FROM ojs.workflows WHERE id = $1", &[&workflow_id])
+        .await
+        .unwrap();
+    assert_eq!(
+        (row.get::<_, String>("tenant"), row.get::<_, String>("state")),
+        ("acme".into(), "running".into())
+    );
+
+    // A taken id: another tenant's job's, or its workflow's, answers as the tenant's own would.
+    let job_with_id = json!({ "type": "tenant.task", "args": [], "id": first_job });
+    let own = refusal(acme.post("/ojs/v1/jobs", job_with_id.clone()).await);
+    assert_eq!((own.0, &own.1["code"]), (409, &json!("duplicate")), "{own:?}");
+    assert_eq!(refusal(globex.post("/ojs/v1/jobs", job_with_id).await), own);
+    let workflow_with_id = json!({ "type": "group", "id": workflow_id, "jobs": [step(3)] });
+    let own = refusal(acme.post("/ojs/v1/workflows", workflow_with_id.clone()).await);
+    assert_eq!((own.0, &own.1["code"]), (409, &json!("duplicate")), "{own:?}");
+    assert_eq!(refusal(globex.post("/ojs/v1/workflows", workflow_with_id).await), own);
+    assert_eq!(
+        job_row(&gateway, &first_job).await,
+        ("available".into(), 0, "acme".into())
+    );
+
+    let (status, cancelled) = acme.post(&format!("{path}/cancel"), json!({})).await;
+    assert_eq!(
+        (status, cancelled["workflow"]["state"].as_str()),
+        (200, Some("cancelled")),
+        "{cancelled}"
+    );
+    gateway.stop().await;
+}
+
+/// A workflow is one tenant's (ojs-multi-tenancy §15.2): its jobs' `meta.tenant_id`s, nested
+/// workflows' and callbacks' included, must agree with the request's tenant, or, when the
+/// request names none, with each other, and name the workflow's tenant. Fails before: a member
+/// naming another tenant was stored as the request's tenant's, with the other tenant in its meta.
+#[tokio::test]
+async fn a_workflows_jobs_are_one_tenants() {
+    let gateway = TestGateway::start().await;
+    let ojs = Ojs::of(&gateway);
+    let member = |tenant: Option<&str>| match tenant {
+        Some(tenant) => json!({ "type": "tenant.step", "args": [], "meta": { "tenant_id": tenant } }),
+        None => json!({ "type": "tenant.step", "args": [] }),
+    };
+    let nested =
+        |inner: Value| json!({ "type": "group", "jobs": [member(None), { "type": "chain", "steps": [inner] }] });
+    let batch =
+        |callback: Value| json!({ "type": "batch", "jobs": [member(None)], "callbacks": { "on_complete": callback } });
+    for (client, body, expected) in [
+        (
+            ojs.as_tenant("acme"),
+            nested(member(Some("globex"))),
+            (400, "invalid_request"),
+        ),
+        (
+            ojs.as_tenant("acme"),
+            batch(member(Some("globex"))),
+            (400, "invalid_request"),
+        ),
+        (
+            ojs.clone(),
+            json!({ "type": "group", "jobs": [member(Some("initech")), member(Some("globex"))] }),
+            (400, "invalid_request"),
+        ),
+    ] {
+        let (status, answer) = client.post("/ojs/v1/workflows", body).await;
+        assert_eq!(
+            (status, answer["error"]["code"].as_str().unwrap()),
+            expected,
+            "{answer}"
+        );
+    }
+    let stored: i64 = gateway
+        .sql()
+        .await
+        .query_one("SELECT count(*) FROM ojs.workflows", &[])
+        .await
+        .unwrap()
+        .get("count");
+    assert_eq!(stored, 0, "a refused workflow stores nothing");
+
+    // Without a header, the members' meta.tenant_id names the workflow's tenant (a member
+    // without one would be `default`'s, and disagree, as in a batch).
+    let all_initech = json!({ "type": "group", "jobs": [member(Some("initech")), { "type": "chain", "steps": [member(Some("initech"))] }] });
+    let (status, body) = ojs.post("/ojs/v1/workflows", all_initech).await;
+    assert_eq!(status, 201, "{body}");
+    let path = format!("/ojs/v1/workflows/{}", body["workflow"]["id"].as_str().unwrap());
+    let (status, _) = ojs.as_tenant("initech").get(&path).await;
+    assert_eq!(status, 200);
+    assert_not_found(ojs.get(&path).await, "the default tenant's view");
+    // With one, members without a meta.tenant_id get it written.
+    let (status, body) = ojs
+        .as_tenant("acme")
+        .post("/ojs/v1/workflows", batch(member(Some("acme"))))
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let job = body["workflow"]["jobs"][0]["job_id"].as_str().unwrap();
+    let (_, read) = ojs.as_tenant("acme").get(&format!("/ojs/v1/jobs/{job}")).await;
+    assert_eq!(read["job"]["meta"], json!({ "tenant_id": "acme" }), "{read}");
+    gateway.stop().await;
+}
+
+/// During a rolling upgrade, gateways of layout v55 insert workflows without a tenant; at their
+/// commit the workflow takes the tenant of its jobs (of its nested workflows' jobs when it has
+/// none of its own), so its tenant reads it through a current gateway and no other does.
+#[tokio::test]
+async fn a_workflow_written_without_a_tenant_takes_its_jobs_tenant() {
+    let gateway = TestGateway::start().await;
+    let (outer, inner, job) = (
+        "0190a000-0000-7000-8000-0000000000a1",
+        "0190a000-0000-7000-8000-0000000000a2",
+        "0190a000-0000-7000-8000-0000000000a3",
+    );
+    // What a v55 gateway's `store_workflow` writes for a group whose one member is a chain.
+    gateway
+        .sql()
+        .await
+        .batch_execute(&format!(
+            "BEGIN;
+             INSERT INTO ojs.workflows (id, type, state, jobs_total) VALUES ('{outer}', 'group', 'running', 1);
+             INSERT INTO ojs.workflows (id, type, state, jobs_total, parent_id, parent_step)
+                 VALUES ('{inner}', 'chain', 'running', 1, '{outer}', 0);
+             INSERT INTO ojs.jobs (id, queue, type, state, max_attempts, envelope, run_at, visibility_ms,
+                                   workflow_id, workflow_step, tenant)
+                 VALUES ('{job}', 'flow', 'tenant.step', 'available', 3, '{{\"args\": []}}', now(), 30000,
+                         '{inner}', 0, 'acme');
+             COMMIT;"
+        ))
+        .await
+        .unwrap();
+    let ojs = Ojs::of(&gateway);
+    for id in [outer, inner] {
+        let path = format!("/ojs/v1/workflows/{id}");
+        let (status, body) = ojs.as_tenant("acme").get(&path).await;
+        assert_eq!(status, 200, "{body}");
+        assert_not_found(ojs.get(&path).await, "the default tenant's view");
+    }
+    gateway.stop().await;
+}
+
+/// A queue's depth bound (ext-backpressure) holds for each tenant apart: one tenant's backlog
+/// at the bound refuses that tenant's next job, not another tenant's, and the depth each is told
+/// is its own. The queue's stats still count every tenant's jobs. Fails before: the bound
+/// counted all tenants' jobs, so acme's backlog refused globex's first job.
+#[tokio::test]
+async fn a_queue_depth_bound_holds_for_each_tenant_apart() {
+    let gateway = TestGateway::start().await;
+    let ojs = Ojs::of(&gateway);
+    let (status, body) = ojs
+        .call(
+            "PUT",
+            "/ojs/v1/admin/queues/bounded/config",
+            Some(json!({ "backpressure": { "max_depth": 2 } })),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (acme, globex) = (ojs.as_tenant("acme"), ojs.as_tenant("globex"));
+    let job = json!({ "type": "tenant.task", "args": [], "options": { "queue": "bounded" } });
+    for _ in 0..2 {
+        let (status, body) = acme.post("/ojs/v1/jobs", job.clone()).await;
+        assert_eq!(status, 201, "{body}");
+    }
+    let (status, full) = acme.post("/ojs/v1/jobs", job.clone()).await;
+    assert_eq!(
+        (
+            status,
+            full["error"]["code"].as_str(),
+            &full["error"]["details"]["depth"]
+        ),
+        (429, Some("QUEUE_FULL"), &json!(2)),
+        "{full}"
+    );
+    let (status, headers, body) = globex.exchange("POST", "/ojs/v1/jobs", Some(job.clone())).await;
+    assert_eq!(status, 201, "acme's backlog is not globex's: {body}");
+    assert!(
+        headers.get("x-ojs-queue-pressure").is_none(),
+        "globex's 1 of 2 is below the warning"
+    );
+    let (status, body) = ojs.post("/ojs/v1/jobs", job.clone()).await;
+    assert_eq!(status, 201, "nor the default tenant's: {body}");
+    let (status, body) = globex.post("/ojs/v1/jobs", job.clone()).await;
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = globex.post("/ojs/v1/jobs", job).await;
+    assert_eq!(status, 429, "globex at its own bound: {body}");
+
+    let (_, stats) = ojs.get("/ojs/v1/queues/bounded/stats").await;
+    assert_eq!(stats["stats"]["depth"], 5, "{stats}");
+
+    // The count reads the tenant's range of the queue only, whatever other tenants hold there.
+    let sql = gateway.sql().await;
+    sql.batch_execute("SET enable_seqscan = off; SET enable_bitmapscan = off")
+        .await
+        .unwrap();
+    let plan: Value = sql
+        .query_one(
+            "EXPLAIN (FORMAT JSON) SELECT 1 FROM ojs.jobs j WHERE j.queue = 'bounded' AND j.tenant = 'globex'
+             AND j.state IN ('available', 'scheduled', 'retryable') LIMIT 2",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get("QUERY PLAN");
+    let text = plan.to_string();
+    assert!(text.contains("\"Index Name\":\"jobs_listing\""), "{text}");
+    assert!(text.contains("tenant ="), "the tenant is an index condition: {text}");
     gateway.stop().await;
 }

@@ -70,6 +70,7 @@ const NEW_SINCE_V10: &[&str] = &[
     "ojs.resolve_dependencies(text)",
     "ojs.tenant_key(text,text)",
     "ojs.webhook_json(ojs.webhooks)",
+    "ojs.workflow_tenant_of_jobs()",
     "pgvs3.access_key_secret(text)",
     "pgvs3.bucket_owner(text)",
     "pgvs3.cache_write_event(bigint,text,text,bigint,text)",
@@ -973,5 +974,64 @@ async fn ojs_workers_and_rate_limits_made_before_tenants_go_to_the_tenants_that_
         limits().await,
         [limit("acme k", 1, 4), limit("globex k", 0, 4), limit("lonely", 0, 0)],
         "globex's finished job gave back globex's slot"
+    );
+}
+
+/// Layout v58 gives each OJS workflow a tenant: one made before it goes to the tenant of its jobs,
+/// or, when its members are all nested workflows, of theirs (up to the outermost of four
+/// levels); one whose jobs are all gone is `default`'s.
+#[tokio::test]
+async fn ojs_workflows_made_before_tenants_go_to_the_tenant_of_their_jobs() {
+    let url = common::fresh_database().await;
+    let sql = connect(&url).await;
+    sql.batch_execute(
+        "CREATE SCHEMA pgvs3;
+         CREATE TABLE pgvs3.layout (version int PRIMARY KEY, name text NOT NULL,
+                                    applied_at timestamptz NOT NULL DEFAULT now());",
+    )
+    .await
+    .unwrap();
+    for (version, name, migration) in migrations_before("ojs_tenant_workflows_and_depth") {
+        let tx = format!(
+            "BEGIN; {migration}\n; INSERT INTO pgvs3.layout (version, name) VALUES ({version}, '{name}'); COMMIT;"
+        );
+        sql.batch_execute(&tx).await.unwrap();
+    }
+    sql.batch_execute(
+        "INSERT INTO ojs.workflows (id, type, state, jobs_total, parent_id, parent_step) VALUES
+             ('acme-group', 'group', 'running', 1, NULL, NULL),
+             ('outer', 'group', 'running', 1, NULL, NULL),
+             ('middle', 'chain', 'running', 1, 'outer', 0),
+             ('inner', 'group', 'running', 1, 'middle', 0),
+             ('reaped', 'chain', 'completed', 1, NULL, NULL),
+             ('plain', 'group', 'running', 1, NULL, NULL);
+         INSERT INTO ojs.jobs (id, queue, type, state, max_attempts, envelope, run_at, visibility_ms,
+                               workflow_id, workflow_step, tenant) VALUES
+             ('j1', 'q', 't', 'available', 3, '{}', now(), 1000, 'acme-group', 0, 'acme'),
+             ('j2', 'q', 't', 'available', 3, '{}', now(), 1000, 'inner', 0, 'globex'),
+             ('j3', 'q', 't', 'available', 3, '{}', now(), 1000, 'plain', 0, 'default');",
+    )
+    .await
+    .unwrap();
+
+    run_migrate(&url).await;
+    let tenants: Vec<(String, String)> = sql
+        .query("SELECT id, tenant FROM ojs.workflows ORDER BY id", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| (row.get("id"), row.get("tenant")))
+        .collect();
+    assert_eq!(
+        tenants,
+        [
+            ("acme-group", "acme"),
+            ("inner", "globex"),
+            ("middle", "globex"),
+            ("outer", "globex"),
+            ("plain", "default"),
+            ("reaped", "default"),
+        ]
+        .map(|(id, tenant)| (id.to_string(), tenant.to_string()))
     );
 }

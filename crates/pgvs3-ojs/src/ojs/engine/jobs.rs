@@ -22,6 +22,8 @@ WITH input AS (
     FROM input
 ), bounded AS (
     -- Queues with a depth bound (ext-backpressure); one primary-key probe per queue otherwise.
+    -- A bound holds for each tenant ($20) apart: another tenant's backlog neither fills this
+    -- tenant's share of the queue nor shows in its depth.
     SELECT q.name, (q.config #>> '{backpressure,max_depth}')::bigint AS bound,
            coalesce((q.config #>> '{backpressure,warning_threshold}')::float8, 0.8) AS warning,
            (SELECT count(*) FROM input i WHERE i.queue = q.name AND NOT coalesce(i.held, false)) AS incoming
@@ -29,7 +31,7 @@ WITH input AS (
     WHERE q.name IN (SELECT queue FROM input) AND (q.config #>> '{backpressure,max_depth}')::bigint > 0
 ), pressure AS (
     -- Counting stops at the bound: a full queue costs no more than that to check.
-    SELECT b.*, (SELECT count(*) FROM (SELECT 1 FROM ojs.jobs j WHERE j.queue = b.name
+    SELECT b.*, (SELECT count(*) FROM (SELECT 1 FROM ojs.jobs j WHERE j.queue = b.name AND j.tenant = $20
                  AND j.state IN ('available', 'scheduled', 'retryable') LIMIT b.bound) d) AS depth
     FROM bounded b
 ), full_queue AS (
@@ -37,7 +39,7 @@ WITH input AS (
 ), rejection AS (
     INSERT INTO ojs.events (id, type, queue, data)
     SELECT gen_random_uuid()::text, 'backpressure.rejected', name,
-           jsonb_build_object('queue', name, 'depth', depth, 'bound', bound)
+           jsonb_build_object('queue', name, 'depth', depth, 'bound', bound, 'tenant_id', $20::text)
     FROM full_queue
 ), rate_policy AS (
     -- A key's limits are the ones its latest job named. Keys are the tenant's ($20).

@@ -214,6 +214,31 @@ fn parse_callbacks(
     }
 }
 
+/// Calls `f` on every job of a `POST /workflows` body as sent (its members, those of the
+/// workflows nested in it, its callbacks), before it is validated: what is not a job or a
+/// workflow is left for [`parse_workflow`] to refuse.
+pub fn for_each_job<E>(workflow: &mut Value, f: &mut impl FnMut(&mut Value) -> Result<(), E>) -> Result<(), E> {
+    let Value::Object(fields) = workflow else {
+        return Ok(());
+    };
+    for list in ["steps", "jobs"] {
+        if let Some(Value::Array(members)) = fields.get_mut(list) {
+            for member in members {
+                match is_workflow(member) {
+                    true => for_each_job(member, f)?,
+                    false => f(member)?,
+                }
+            }
+        }
+    }
+    if let Some(Value::Object(callbacks)) = fields.get_mut("callbacks") {
+        for job in callbacks.values_mut().filter(|job| !is_workflow(job)) {
+            f(job)?;
+        }
+    }
+    Ok(())
+}
+
 /// A member that lists steps or jobs is a nested workflow (§10.3), whatever else it says.
 fn is_workflow(member: &Value) -> bool {
     member.get("steps").is_some_and(Value::is_array) || member.get("jobs").is_some_and(Value::is_array)
@@ -244,8 +269,8 @@ impl Queue {
     /// first is enqueued now (a group's or batch's jobs, a chain's first step, and so on down the
     /// nested workflows among them); later steps, callbacks and nested workflows whose turn has
     /// not come wait as `pending` for the triggers of the layout to release them.
-    /// The workflow's jobs belong to `tenant` (the workflow itself is not scoped: any tenant
-    /// that knows its id may read or cancel it).
+    /// The workflow and its jobs belong to `tenant`: another tenant's reads and cancels find no
+    /// such workflow.
     pub async fn create_workflow(&self, workflow: &NewWorkflow, tenant: &str) -> Result<Value, EngineError> {
         let mut jobs = Vec::new();
         workflow.jobs(&mut jobs);
@@ -264,12 +289,13 @@ impl Queue {
         Ok(row.get("workflow"))
     }
 
-    pub async fn get_workflow(&self, id: &str) -> Result<Value, EngineError> {
+    /// A workflow of `tenant`; another tenant's is not found.
+    pub async fn get_workflow(&self, id: &str, tenant: &str) -> Result<Value, EngineError> {
         let client = self.client().await?;
         let row = client
             .query_opt(
-                "SELECT ojs.workflow_json(w) AS workflow FROM ojs.workflows w WHERE w.id = $1",
-                &[&id],
+                "SELECT ojs.workflow_json(w) AS workflow FROM ojs.workflows w WHERE w.id = $1 AND w.tenant = $2",
+                &[&id, &tenant],
             )
             .await
             .map_err(EngineError::sql)?;
@@ -278,15 +304,15 @@ impl Queue {
 
     /// Cancels a running (or, nested, still waiting) workflow: its jobs that have not started
     /// are cancelled, and so are its nested workflows with theirs; active ones may finish, but
-    /// release nothing further.
-    pub async fn cancel_workflow(&self, id: &str) -> Result<Value, EngineError> {
+    /// release nothing further. Another tenant's workflow is not found, and is left as it was.
+    pub async fn cancel_workflow(&self, id: &str, tenant: &str) -> Result<Value, EngineError> {
         let mut client = self.client().await?;
         // Cancelling walks down the tree while a settling nested workflow walks up it, so the
         // two can deadlock; PostgreSQL then aborts one of them, and a cancel tries again.
         let mut attempts = 0;
         loop {
             attempts += 1;
-            match cancel_workflow_once(&mut client, id).await {
+            match cancel_workflow_once(&mut client, id, tenant).await {
                 Err(CancelError::Sql(err)) if err.code() == Some(&SqlState::T_R_DEADLOCK_DETECTED) && attempts < 3 => {}
                 Err(CancelError::Sql(err)) => return Err(EngineError::sql(err)),
                 Err(CancelError::Ojs(error)) => return Err(error),
@@ -307,10 +333,17 @@ impl From<tokio_postgres::Error> for CancelError {
     }
 }
 
-async fn cancel_workflow_once(client: &mut deadpool_postgres::Client, id: &str) -> Result<Value, CancelError> {
+async fn cancel_workflow_once(
+    client: &mut deadpool_postgres::Client,
+    id: &str,
+    tenant: &str,
+) -> Result<Value, CancelError> {
     let tx = client.transaction().await?;
     let state: Option<String> = tx
-        .query_opt("SELECT state FROM ojs.workflows WHERE id = $1 FOR UPDATE", &[&id])
+        .query_opt(
+            "SELECT state FROM ojs.workflows WHERE id = $1 AND tenant = $2 FOR UPDATE",
+            &[&id, &tenant],
+        )
         .await?
         .map(|row| row.get("state"));
     match state.as_deref() {
@@ -354,8 +387,8 @@ fn store_workflow<'a>(
     Box::pin(async move {
         let (parent_id, parent_step) = parent.unzip();
         tx.execute(
-            "INSERT INTO ojs.workflows (id, type, name, state, jobs_total, parent_id, parent_step)
-             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            "INSERT INTO ojs.workflows (id, type, name, state, jobs_total, parent_id, parent_step, tenant)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
             &[
                 &workflow.id,
                 &workflow.kind.as_str(),
@@ -364,6 +397,7 @@ fn store_workflow<'a>(
                 &(workflow.members.len() as i32),
                 &parent_id,
                 &parent_step,
+                &tenant,
             ],
         )
         .await

@@ -75,7 +75,7 @@ impl OjsService {
             (method, ["schemas", rest @ ..]) => self.schemas(method, rest, &body, false).await,
             (_, ["queues", ..] | ["dead-letter", ..] | ["rate-limits", ..]) => self.queue_routes(&call).await,
             (_, ["admin", rest @ ..]) => self.admin_routes(&call, rest).await,
-            (_, ["workflows", ..]) => self.workflow_routes(&call).await,
+            (_, ["workflows", ..]) => self.workflow_routes(&call, &acting).await,
             (_, ["cron", ..]) => self.cron_routes(&call).await,
             (&Method::GET, ["events"]) => self.events(&query).await,
             _ => Err(call.no_route()),
@@ -125,22 +125,24 @@ impl OjsService {
     }
 
     /// `/workflows/...` (ojs-workflows).
-    async fn workflow_routes(&self, call: &Call<'_>) -> Reply {
+    async fn workflow_routes(&self, call: &Call<'_>, acting: &tenant::Acting) -> Reply {
         let queue = &self.inner.queue;
         match (call.method, call.segments) {
             (&Method::POST, ["workflows"]) => {
-                let workflow =
-                    workflow::parse_workflow(request::json(call.body).await?, self.inner.options.max_args_bytes)?;
-                let workflow = queue.create_workflow(&workflow, call.tenant).await?;
+                let mut body = request::json(call.body).await?;
+                let mut tenant = tenant::OneTenant::of(acting, "workflow");
+                workflow::for_each_job(&mut body, &mut |job| tenant.add(job))?;
+                let workflow = workflow::parse_workflow(body, self.inner.options.max_args_bytes)?;
+                let workflow = queue.create_workflow(&workflow, &tenant.tenant()).await?;
                 Ok((StatusCode::CREATED, json!({ "workflow": workflow })))
             }
             (&Method::GET, ["workflows", id]) => Ok((
                 StatusCode::OK,
-                json!({ "workflow": queue.get_workflow(workflow_id(id)?).await? }),
+                json!({ "workflow": queue.get_workflow(workflow_id(id)?, call.tenant).await? }),
             )),
             (&Method::DELETE, ["workflows", id]) | (&Method::POST, ["workflows", id, "cancel"]) => Ok((
                 StatusCode::OK,
-                json!({ "workflow": queue.cancel_workflow(workflow_id(id)?).await? }),
+                json!({ "workflow": queue.cancel_workflow(workflow_id(id)?, call.tenant).await? }),
             )),
             _ => Err(call.no_route()),
         }
@@ -237,29 +239,21 @@ impl OjsService {
             return Err(OjsError::invalid(format!("a batch holds 1 to {MAX_BATCH} jobs")));
         }
         // One batch is one tenant's: the jobs' `meta.tenant_id`s (or the request's) must agree.
-        let mut tenant: Option<String> = None;
+        let mut tenant = tenant::OneTenant::of(acting, "batch");
         let jobs = list
             .into_iter()
             .enumerate()
             .map(|(index, mut job)| {
-                let parsed = acting.tenant_of_job(&mut job).and_then(|of_job| {
-                    match &tenant {
-                        Some(first) if *first != of_job => {
-                            return Err(OjsError::invalid(format!(
-                                "meta.tenant_id {of_job:?} is not the batch's tenant {first:?}; a batch is one tenant's"
-                            )));
-                        }
-                        _ => tenant = Some(of_job),
-                    }
-                    envelope::parse_job(job, self.inner.options.max_args_bytes).map_err(OjsError::from)
-                });
+                let parsed = tenant
+                    .add(&mut job)
+                    .and_then(|()| envelope::parse_job(job, self.inner.options.max_args_bytes).map_err(OjsError::from));
                 parsed.map_err(|mut error| {
                     error.message = format!("jobs[{index}]: {}", error.message);
                     error
                 })
             })
             .collect::<Result<Vec<NewJob>, _>>()?;
-        let tenant = tenant.unwrap_or_else(|| acting.tenant.clone());
+        let tenant = tenant.tenant();
         if jobs.iter().any(|job| job.unique.is_some()) {
             return Err(OjsError::invalid(
                 "unique options are not supported in batches; enqueue such jobs singly",

@@ -2,13 +2,14 @@
 //! the tenant its bearer token is bound to by `--ojs-tenant-token TENANT=TOKEN`), and the check
 //! that a tenant name is one the job store keeps.
 //!
-//! What this enforces: every job a request enqueues belongs to its tenant, and the job routes
-//! (read, cancel, ack, nack, progress, heartbeat, fetch, dead letter) see only that tenant's jobs,
-//! workers and rate-limit keys (a worker id or key another tenant uses too is another one).
+//! What this enforces: every job and workflow a request enqueues belongs to its tenant, and the
+//! job routes (read, cancel, ack, nack, progress, heartbeat, fetch, dead letter, workflows) see
+//! only that tenant's jobs, workflows, workers and rate-limit keys (a worker id or key another
+//! tenant uses too is another one).
 //! Without tenant tokens the header is a claim: any client that may reach the endpoint (or holds
 //! `--ojs-token`) may act as any tenant. A tenant token makes it a credential: that token acts as
 //! its tenant only, and reaches only the routes scoped by tenant ([`is_scoped`]); the others
-//! (events, webhooks, workflows, cron, queues, admin) span all tenants and stay the operator's.
+//! (events, webhooks, cron, queues, admin) span all tenants and stay the operator's.
 
 use http::{HeaderMap, StatusCode, header};
 use serde_json::Value;
@@ -108,6 +109,46 @@ impl Acting {
     }
 }
 
+/// The tenant of the jobs one request sends together (a batch, a workflow's members): each job's
+/// as [`Acting::tenant_of_job`] finds it, and the same for all, since such a request is one
+/// tenant's (for workflows, ojs-multi-tenancy §15.2: a member of another tenant is refused).
+pub struct OneTenant<'a> {
+    acting: &'a Acting,
+    /// What the jobs form, for the error: "batch" or "workflow".
+    what: &'static str,
+    tenant: Option<String>,
+}
+
+impl<'a> OneTenant<'a> {
+    pub fn of(acting: &'a Acting, what: &'static str) -> OneTenant<'a> {
+        OneTenant {
+            acting,
+            what,
+            tenant: None,
+        }
+    }
+
+    /// Takes one more job's tenant (writing it into the job's `meta` as for a job alone).
+    pub fn add(&mut self, job: &mut Value) -> Result<(), OjsError> {
+        let of_job = self.acting.tenant_of_job(job)?;
+        match &self.tenant {
+            Some(first) if *first != of_job => Err(OjsError::invalid(format!(
+                "meta.tenant_id {of_job:?} is not the {what}'s tenant {first:?}; a {what} is one tenant's",
+                what = self.what
+            ))),
+            _ => {
+                self.tenant = Some(of_job);
+                Ok(())
+            }
+        }
+    }
+
+    /// The jobs' tenant; the request's when no job was taken.
+    pub fn tenant(self) -> String {
+        self.tenant.unwrap_or_else(|| self.acting.tenant.clone())
+    }
+}
+
 /// Whether a route under `/ojs/v1` (its path segments) sees only the request's tenant's jobs.
 pub fn is_scoped(segments: &[&str]) -> bool {
     matches!(
@@ -118,6 +159,7 @@ pub fn is_scoped(segments: &[&str]) -> bool {
             | ["workers", _, "health"]
             | ["dead-letter", ..]
             | ["rate-limits", ..]
+            | ["workflows", ..]
     )
 }
 
