@@ -847,3 +847,73 @@ async fn getkeysandflags_tell_keys_apart_as_redis_does() {
     )
     .await;
 }
+
+/// CLIENT INFO and CLIENT LIST show the command running as Redis names it (`client|info`) and
+/// its request still in the query buffer (`qbuf=26`, the Tcl suite's figure for CLIENT LIST),
+/// and the last command of an idle client by its full name.
+#[tokio::test]
+async fn client_list_shows_the_running_command_and_its_request() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut me = RawResp::connect(gateway.resp_addr()).await;
+    let mut other = RawResp::connect(gateway.resp_addr()).await;
+    let Value::Int(other_id) = other.command(&["CLIENT", "ID"]).await else {
+        panic!("CLIENT ID")
+    };
+    let Value::Bulk(info) = me.command(&["CLIENT", "INFO"]).await else {
+        panic!("CLIENT INFO")
+    };
+    let info = String::from_utf8(info).unwrap();
+    assert!(info.contains(" qbuf=26 "), "{info}");
+    assert!(info.contains(" cmd=client|info "), "{info}");
+    let Value::Bulk(list) = me.command(&["CLIENT", "LIST"]).await else {
+        panic!("CLIENT LIST")
+    };
+    let list = String::from_utf8(list).unwrap();
+    let mine = list
+        .lines()
+        .find(|line| line.contains(" qbuf=26 "))
+        .unwrap_or_else(|| panic!("{list}"));
+    assert!(mine.contains(" cmd=client|list "), "{mine}");
+    let theirs = list
+        .lines()
+        .find(|line| line.starts_with(&format!("id={other_id} ")))
+        .unwrap_or_else(|| panic!("{list}"));
+    assert!(
+        theirs.contains(" qbuf=0 ") && theirs.contains(" cmd=client|id "),
+        "{theirs}"
+    );
+}
+
+/// MONITOR shows a script's calls after the EVAL or FCALL that ran them, as the Lua client's
+/// (`[0 lua] "set" "foo" "bar"`), as Redis shows them.
+#[tokio::test]
+async fn monitor_shows_the_calls_of_scripts_and_functions() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut monitor = RawResp::connect(gateway.resp_addr()).await;
+    let mut client = RawResp::connect(gateway.resp_addr()).await;
+    assert_eq!(monitor.command(&["MONITOR"]).await, ok());
+    let line = |reply: Option<Value>| match reply {
+        Some(Value::Simple(line)) => line,
+        other => panic!("a monitor line, not {other:?}"),
+    };
+    client
+        .command(&["EVAL", "redis.call('set', KEYS[1], ARGV[1])", "1", "foo", "bar"])
+        .await;
+    let eval = line(monitor.reply().await);
+    assert!(
+        eval.contains("\"EVAL\" \"redis.call('set', KEYS[1], ARGV[1])\" \"1\" \"foo\" \"bar\""),
+        "{eval}"
+    );
+    let call = line(monitor.reply().await);
+    assert!(call.ends_with(" [0 lua] \"set\" \"foo\" \"bar\""), "{call}");
+    let library = "#!lua name=test\nredis.register_function('test', function() return redis.call('get', 'foo') end)";
+    assert_eq!(
+        client.command(&["FUNCTION", "LOAD", library]).await,
+        Value::bulk("test")
+    );
+    assert!(line(monitor.reply().await).contains("\"FUNCTION\" \"LOAD\""));
+    assert_eq!(client.command(&["FCALL", "test", "0"]).await, Value::bulk("bar"));
+    assert!(line(monitor.reply().await).ends_with("\"FCALL\" \"test\" \"0\""));
+    let call = line(monitor.reply().await);
+    assert!(call.ends_with(" [0 lua] \"get\" \"foo\""), "{call}");
+}

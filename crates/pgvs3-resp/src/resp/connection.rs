@@ -480,7 +480,8 @@ impl Connection {
             return;
         }
         let mut run = Run::default();
-        let mut last_command = "NULL";
+        // The last command's spec (none: unknown) and first argument, named at the end.
+        let mut last: Option<(Option<&'static Spec>, Option<Bytes>)> = None;
         for args in requests {
             if self.quit || self.over_limit {
                 break;
@@ -489,7 +490,7 @@ impl Connection {
             let Some(name) = args.first() else { continue };
             let name = String::from_utf8_lossy(name).to_ascii_lowercase();
             let spec = command::lookup(&name);
-            last_command = spec.map_or("unknown", |spec| spec.name);
+            last = Some((spec, args.get(1).cloned()));
             if self.tracking.is_some() {
                 self.tracking_command_starts(&name);
             }
@@ -579,6 +580,12 @@ impl Connection {
                 }
                 None => {
                     self.flush(&mut run, out).await;
+                    // What CLIENT LIST and CLIENT INFO show of the client running them.
+                    let (full_name, bytes) = (spec.full_name(args.get(1).map(|sub| &sub[..])), encoded_size(&args));
+                    self.set_client(|info| {
+                        info.last_command = full_name;
+                        info.query_bytes = bytes;
+                    });
                     let started = Instant::now();
                     let reply = Box::pin(self.other_command(spec, &args)).await;
                     self.finish(spec, started.elapsed(), reply, out);
@@ -588,9 +595,16 @@ impl Connection {
         self.flush(&mut run, out).await;
         let (db, resp) = (self.db, if self.resp3 { 3 } else { 2 });
         let queued = self.multi.as_ref().map_or(-1, |multi| multi.commands.len() as i64);
+        let last_command = last.map(|(spec, sub)| match spec {
+            Some(spec) => spec.full_name(sub.as_deref()),
+            None => "unknown".to_owned(),
+        });
         self.set_client(|info| {
             info.last_active = Instant::now();
-            info.last_command = last_command;
+            if let Some(last_command) = last_command {
+                info.last_command = last_command;
+            }
+            info.query_bytes = 0;
             info.db = db;
             info.resp = resp;
             info.queued = queued;
@@ -887,6 +901,12 @@ fn refused_by_lookup(reply: &Reply) -> bool {
 
 /// What a request's arguments hold in memory: their bytes and each one's handle (an empty
 /// argument costs its handle, so a request of a million empty ones is 32 MB, not 0).
+/// A request's size as RESP sends it (`*<n>`, then `$<len>` and the bytes of each argument).
+fn encoded_size(args: &[Bytes]) -> usize {
+    let header = |count: usize| count.to_string().len() + 3;
+    header(args.len()) + args.iter().map(|arg| header(arg.len()) + arg.len() + 2).sum::<usize>()
+}
+
 fn request_size(args: &[Bytes]) -> usize {
     args.iter().map(|arg| arg.len() + size_of::<Bytes>()).sum()
 }

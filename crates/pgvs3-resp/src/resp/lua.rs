@@ -359,6 +359,10 @@ pub fn run(
     // after the last look; one that failed because it was stopped is undone.
     let failed = !matches!(result, Ok(ref reply) if !reply.is_error());
     if failed && let Some(why) = stopped(stop, deadline, limits.time) {
+        if chunk == Chunk::Library && stop.reason() != KILLED && stop.reason() != SHUTTING_DOWN {
+            // FUNCTION LOAD words it after `Error registering functions: ` (commands/functions.rs).
+            return Outcome::Aborted(Reply::error("ERR FUNCTION LOAD timeout"));
+        }
         return Outcome::Aborted(Reply::error(why));
     }
     match result {

@@ -149,8 +149,8 @@ pub struct RespServer {
     pause: pause::Pause,
     /// ACL users' rules as this gateway last read them, and its ACL LOG.
     acl: Arc<acl::Acl>,
-    /// MONITOR's clients on this gateway.
-    monitors: monitor::Monitors,
+    /// MONITOR's clients on this gateway (scripts' calls are shown to them too).
+    monitors: Arc<monitor::Monitors>,
     started: Instant,
     port: u16,
 }
@@ -222,11 +222,13 @@ impl RespServer {
             Arc::clone(&tracking),
             buckets.store().clone(),
         ));
+        let monitors = Arc::new(monitor::Monitors::default());
         let scripts = script::Scripts::new(
             settings.script,
             settings.running_scripts,
             settings.admission.max_wait,
             Arc::clone(&pubsub),
+            Arc::clone(&monitors),
         );
         Ok(Arc::new(RespServer {
             group_commit: group_commit::GroupCommit::new(
@@ -249,7 +251,7 @@ impl RespServer {
             stats: stats::CommandStats::default(),
             pause: pause::Pause::default(),
             acl: Arc::default(),
-            monitors: monitor::Monitors::default(),
+            monitors,
             started: Instant::now(),
             port,
         }))

@@ -46,6 +46,7 @@ impl Connection {
         script::RunBy {
             id: self.id(),
             remembers_reads: self.remembers_reads(),
+            db: self.db,
         }
     }
 
