@@ -737,7 +737,7 @@ impl Connection {
     /// Answers a command refused before it ran (`None`: one that does not exist): Redis's
     /// `rejected_calls`, which `total_commands_processed` leaves out.
     fn reject(&mut self, spec: Option<&'static Spec>, reply: Reply, out: &mut BytesMut) {
-        self.server.stats.rejected(spec);
+        self.server.stats.rejected(spec, error_text(&reply));
         self.record(spec.map_or("unknown", |spec| spec.name), &reply);
         self.emit(reply, out);
     }
@@ -774,7 +774,9 @@ impl Connection {
 
     /// Counts a command that ran (INFO's stats and commandstats, the metrics).
     pub(crate) fn count(&self, spec: &'static Spec, took: Duration, reply: &Reply) {
-        self.server.stats.called(spec, took, reply.is_error());
+        self.server
+            .stats
+            .called(spec, took, reply.is_error().then(|| error_text(reply)));
         self.record(spec.name, reply);
     }
 
@@ -901,6 +903,14 @@ fn refused_by_lookup(reply: &Reply) -> bool {
 
 /// What a request's arguments hold in memory: their bytes and each one's handle (an empty
 /// argument costs its handle, so a request of a million empty ones is 32 MB, not 0).
+/// An error reply's text (`ERR ...`); empty for other replies.
+fn error_text(reply: &Reply) -> &str {
+    match reply {
+        Reply::Error(text) => text,
+        _ => "",
+    }
+}
+
 /// A request's size as RESP sends it (`*<n>`, then `$<len>` and the bytes of each argument).
 fn encoded_size(args: &[Bytes]) -> usize {
     let header = |count: usize| count.to_string().len() + 3;

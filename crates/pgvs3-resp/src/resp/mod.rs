@@ -152,7 +152,8 @@ pub struct RespServer {
     /// MONITOR's clients on this gateway (scripts' calls are shown to them too).
     monitors: Arc<monitor::Monitors>,
     started: Instant,
-    port: u16,
+    /// Where the RESP listener listens (INFO's `tcp_port`, CONFIG GET's `port` and `bind`).
+    addr: std::net::SocketAddr,
 }
 
 impl RespServer {
@@ -161,7 +162,7 @@ impl RespServer {
         buckets: Buckets,
         metrics: Metrics,
         settings: RespSettings,
-        port: u16,
+        addr: std::net::SocketAddr,
         replica: ReplicaLag,
         buffers: crate::admission::BufferBudget,
         database: Option<(tokio_postgres::Config, crate::pg::connections::Connections)>,
@@ -253,7 +254,7 @@ impl RespServer {
             acl: Arc::default(),
             monitors,
             started: Instant::now(),
-            port,
+            addr,
         }))
     }
 
