@@ -996,9 +996,21 @@ async fn config_refuses_and_answers_as_redis() {
             "CONFIG GET maxmemory-clients",
             "CONFIG GET key-load-delay",
             "CONFIG GET key-load-*",
+            "CONFIG GET_XX",
+            "CONFIG|GET GET_XX",
         ],
     )
     .await;
+    for server in [&mut ours, &mut theirs] {
+        let Value::Bulk(info) = server.command(&["INFO"]).await else {
+            panic!("INFO")
+        };
+        let info = String::from_utf8(info).unwrap();
+        assert!(
+            info.contains("\r\nlazyfree_pending_objects:0\r\n") && info.contains("\r\nlazyfreed_objects:0\r\n"),
+            "{info}"
+        );
+    }
     let Value::Array(bind) = ours.command(&["CONFIG", "GET", "bind"]).await else {
         panic!("CONFIG GET bind")
     };

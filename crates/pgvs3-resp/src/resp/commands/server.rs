@@ -111,9 +111,11 @@ impl Connection {
         }
         if show("memory") {
             let used = resident_bytes();
+            // `lazyfree_*`: a key is deleted by PostgreSQL in its command's transaction; the
+            // gateway frees nothing in the background.
             text.push_str(&format!(
                 "# Memory\r\nused_memory:{used}\r\nused_memory_human:{:.2}M\r\nused_memory_rss:{used}\r\n\
-                 maxmemory:0\r\nmaxmemory_policy:noeviction\r\nmem_allocator:mimalloc\r\n\r\n",
+                 maxmemory:0\r\nmaxmemory_policy:noeviction\r\nmem_allocator:mimalloc\r\nlazyfree_pending_objects:0\r\n\r\n",
                 used as f64 / (1024.0 * 1024.0)
             ));
         }
@@ -214,7 +216,7 @@ impl Connection {
              expired_keys:{expired}\r\nevicted_keys:0\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\n\
              migrate_cached_sockets:0\r\n\
              tracking_total_keys:{}\r\ntracking_total_items:{}\r\ntracking_total_prefixes:{}\r\n\
-             unexpected_error_replies:0\r\ntotal_error_replies:{}\r\n\r\n",
+             unexpected_error_replies:0\r\ntotal_error_replies:{}\r\nlazyfreed_objects:0\r\n\r\n",
             self.server.clients.total_registered(),
             self.server.stats.processed(),
             self.server.pubsub.channels(false, None).len(),
@@ -639,9 +641,14 @@ fn config_command(args: &[Bytes], parameters: &[(&'static str, String)], changes
             Reply::OK
         }
         b"set" => wrong_arity("config|set"),
-        _ => Reply::error(format!(
+        // Redis's other subcommands.
+        b"rewrite" | b"help" => Reply::error(format!(
             "ERR CONFIG {} is not supported by pgvs3 (it is configured by its flags)",
             String::from_utf8_lossy(&args[1]).to_uppercase()
+        )),
+        _ => Reply::error(format!(
+            "ERR unknown subcommand '{}'. Try CONFIG HELP.",
+            String::from_utf8_lossy(&args[1])
         )),
     }
 }
