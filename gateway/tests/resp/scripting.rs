@@ -1137,3 +1137,25 @@ async fn cmsgpack_packs_big_tables() {
         return {#packed_map, #packed_array, count, #array2, redis.sha1hex(packed_array)}";
     same_replies(&mut ours, &mut theirs, &[&["EVAL", script, "0"]]).await;
 }
+
+/// `redis.sha1hex` takes one argument, as Redis's: another count raises `wrong number of
+/// arguments` (positioned as Redis positions it), a number is hashed as Lua writes it and a
+/// table as nothing; compared live.
+#[tokio::test]
+async fn sha1hex_reads_its_argument_as_redis() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let redis = LiveRedis::start().await;
+    let mut ours = RawResp::connect(gateway.resp_addr()).await;
+    let mut theirs = redis.connect().await;
+    for script in [
+        "return redis.sha1hex()",
+        "return redis.sha1hex('a', 'b')",
+        "return redis.sha1hex({})",
+        "return redis.sha1hex(12)",
+        "return redis.sha1hex(1.5)",
+        "return redis.sha1hex('abc')",
+        "return redis.sha1hex(nil)",
+    ] {
+        same_replies(&mut ours, &mut theirs, &[&["EVAL", script, "0"]]).await;
+    }
+}
