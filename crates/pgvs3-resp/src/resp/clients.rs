@@ -22,8 +22,8 @@ pub struct ClientInfo {
     pub last_active: Instant,
     /// The command running now, else the last one, by its full name (`client|list`).
     pub last_command: String,
-    /// `qbuf=`: the bytes of the request running now, as RESP (Redis's query buffer still
-    /// holds it while it runs); 0 between batches.
+    /// `qbuf=`: the bytes of the CLIENT request running now, as RESP (Redis's query buffer
+    /// still holds it while it runs); 0 otherwise.
     pub query_bytes: usize,
     /// Commands queued in MULTI (-1 outside one), as CLIENT LIST's `multi=`.
     pub queued: i64,

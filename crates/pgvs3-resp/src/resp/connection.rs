@@ -580,12 +580,15 @@ impl Connection {
                 }
                 None => {
                     self.flush(&mut run, out).await;
-                    // What CLIENT LIST and CLIENT INFO show of the client running them.
-                    let (full_name, bytes) = (spec.full_name(args.get(1).map(|sub| &sub[..])), encoded_size(&args));
-                    self.set_client(|info| {
-                        info.last_command = full_name;
-                        info.query_bytes = bytes;
-                    });
+                    // What CLIENT LIST and CLIENT INFO show of the client running them (only
+                    // CLIENT's own calls: the registry's lock is the gateway's, shared by all).
+                    if spec.name == "client" {
+                        let (full_name, bytes) = (spec.full_name(args.get(1).map(|sub| &sub[..])), encoded_size(&args));
+                        self.set_client(|info| {
+                            info.last_command = full_name;
+                            info.query_bytes = bytes;
+                        });
+                    }
                     let started = Instant::now();
                     let reply = Box::pin(self.other_command(spec, &args)).await;
                     self.finish(spec, started.elapsed(), reply, out);
