@@ -1121,6 +1121,8 @@ async fn blocking_commands_from_scripts_answer_as_redis() {
 /// packer held a Lua reference per key and ran out of them), with the bytes Redis packs.
 #[tokio::test]
 async fn cmsgpack_packs_big_tables() {
+    // Its tables take tens of MiB of the process (hostile.rs measures the process's peak).
+    let _large = crate::LARGE_ALLOCATIONS.read().await;
     let gateway = TestGateway::with_resp(&[]).await;
     let redis = LiveRedis::start().await;
     let mut ours = RawResp::connect(gateway.resp_addr()).await;
