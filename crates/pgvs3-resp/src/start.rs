@@ -34,7 +34,7 @@ pub async fn start(
         buckets,
         shared.metrics.clone(),
         settings,
-        started.addr.port(),
+        started.addr,
         shared.lag.clone(),
         shared.buffers.clone(),
         Some(database),

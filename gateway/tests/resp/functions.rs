@@ -487,3 +487,25 @@ async fn function_kill_and_script_kill_each_stop_their_own_kind() {
         assert!(answer.contains("Script killed by user"), "{answer}");
     }
 }
+
+/// A library whose load runs past 500 ms is refused with Redis's `FUNCTION LOAD timeout`,
+/// whatever the script time limit (5 s here), and nothing is loaded; compared live.
+#[tokio::test]
+async fn a_load_that_runs_too_long_times_out_as_in_redis() {
+    let gateway = TestGateway::with_resp(&["--resp-script-time-limit", "5s"]).await;
+    let redis = LiveRedis::start().await;
+    let mut ours = RawResp::connect(gateway.resp_addr()).await;
+    let mut theirs = redis.connect().await;
+    let endless = "#!lua name=endless\nlocal a = 1\nwhile 1 do a = a + 1 end";
+    same_replies(
+        &mut ours,
+        &mut theirs,
+        &[&["FUNCTION", "LOAD", endless], &["FUNCTION", "LIST"]],
+    )
+    .await;
+    let mut con = connect(&gateway).await;
+    assert_eq!(
+        error(&mut con, &["FUNCTION", "LOAD", endless]).await,
+        "ERR Error registering functions: ERR FUNCTION LOAD timeout"
+    );
+}

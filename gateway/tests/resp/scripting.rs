@@ -8,6 +8,8 @@ use pgvs3_testkit as common;
 use std::process::Stdio;
 
 use common::TestGateway;
+use common::resp::RawResp;
+use common::resp::live::{LiveRedis, same_replies};
 use redis::Value;
 use redis_rs::{command, connect, error, query};
 
@@ -506,7 +508,7 @@ async fn typed_keys_from_lua() {
             redis.call('TYPE', KEYS[1]).ok,
             redis.call('TYPE', KEYS[2]).ok,
             redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]),
-            redis.call('BLPOP', 'empty-list', 0),
+            redis.call('BLMPOP', 0, 1, 'empty-list', 'LEFT'),
             redis.pcall('LPUSH', KEYS[5], 'v').err,
         }
     "#;
@@ -1043,5 +1045,119 @@ async fn a_script_sees_its_typed_calls_from_generic_commands() {
         assert_eq!(replies, expected, "{args:?}");
         let key = args[3];
         assert_eq!(query::<String>(&mut con, &["GET", key]).await, "text");
+    }
+}
+
+/// The blocking commands Redis 7.0 flags `noscript` are refused from a script, BLMPOP and
+/// BZMPOP run without waiting, and XREAD / XREADGROUP with BLOCK are refused naming the command
+/// as the script spelled it: each reply as redis-server 7.0.15 gives it (compared live), for
+/// EVAL and for a function.
+#[tokio::test]
+async fn blocking_commands_from_scripts_answer_as_redis() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let redis = LiveRedis::start().await;
+    let mut con = connect(&gateway).await;
+    let blpop = "return redis.call('blpop', 'x', 0)";
+    assert_eq!(
+        error(&mut con, &["EVAL", blpop, "0"]).await,
+        format!(
+            "ERR This Redis command is not allowed from script script: {}, on @user_script:1.",
+            sha1(blpop)
+        )
+    );
+    let mut ours = RawResp::connect(gateway.resp_addr()).await;
+    let mut theirs = redis.connect().await;
+    let library = "#!lua name=blocking\nredis.register_function('run', function(keys, args) return redis.pcall(unpack(args)) end)";
+    same_replies(
+        &mut ours,
+        &mut theirs,
+        &[
+            &["FUNCTION", "LOAD", library],
+            &["XGROUP", "CREATE", "s", "g", "$", "MKSTREAM"],
+        ],
+    )
+    .await;
+    let calls: &[&[&str]] = &[
+        &["blpop", "x", "0"],
+        &["brpop", "x", "0"],
+        &["brpoplpush", "x", "y", "0"],
+        &["blmove", "x", "y", "LEFT", "LEFT", "0"],
+        &["bzpopmin", "z", "0"],
+        &["bzpopmax", "z", "0"],
+        &["blmpop", "0", "1", "x", "LEFT"],
+        &["bzmpop", "0", "1", "z", "MIN"],
+        &["xread", "STREAMS", "s", "$"],
+        &["xread", "BLOCK", "0", "STREAMS", "s", "$"],
+        &["XRead", "COUNT", "1", "BLOCK", "0", "STREAMS", "s", "$"],
+        &["xreadgroup", "GROUP", "g", "c", "STREAMS", "s", ">"],
+        &[
+            "xreadgroup",
+            "GROUP",
+            "g",
+            "c",
+            "NOACK",
+            "BLOCK",
+            "0",
+            "STREAMS",
+            "s",
+            ">",
+        ],
+    ];
+    for call in calls {
+        let pcall = format!(
+            "return redis.pcall({})",
+            call.iter().map(|arg| format!("'{arg}'")).collect::<Vec<_>>().join(", ")
+        );
+        same_replies(&mut ours, &mut theirs, &[&["EVAL", &pcall, "1", "s"]]).await;
+        let fcall: Vec<&str> = ["FCALL", "run", "1", "s"]
+            .into_iter()
+            .chain(call.iter().copied())
+            .collect();
+        same_replies(&mut ours, &mut theirs, &[&fcall]).await;
+    }
+}
+
+/// cmsgpack packs and unpacks tables of 100,000 items, as the Tcl suite's smoke test does (the
+/// packer held a Lua reference per key and ran out of them), with the bytes Redis packs.
+#[tokio::test]
+async fn cmsgpack_packs_big_tables() {
+    // Its tables take tens of MiB of the process (hostile.rs measures the process's peak).
+    let _large = crate::LARGE_ALLOCATIONS.read().await;
+    let gateway = TestGateway::with_resp(&[]).await;
+    let redis = LiveRedis::start().await;
+    let mut ours = RawResp::connect(gateway.resp_addr()).await;
+    let mut theirs = redis.connect().await;
+    let script = "local map, array = {}, {}
+        for i = 1, 100000 do map[tostring(i)] = i; array[i] = i end
+        local packed_map, packed_array = cmsgpack.pack(map), cmsgpack.pack(array)
+        local map2, array2 = cmsgpack.unpack(packed_map), cmsgpack.unpack(packed_array)
+        local count = 0
+        for k, v in pairs(map2) do
+            if map[k] ~= v then return redis.error_reply('differs at ' .. k) end
+            count = count + 1
+        end
+        return {#packed_map, #packed_array, count, #array2, redis.sha1hex(packed_array)}";
+    same_replies(&mut ours, &mut theirs, &[&["EVAL", script, "0"]]).await;
+}
+
+/// `redis.sha1hex` takes one argument, as Redis's: another count raises `wrong number of
+/// arguments` (positioned as Redis positions it), a number is hashed as Lua writes it and a
+/// table as nothing; compared live.
+#[tokio::test]
+async fn sha1hex_reads_its_argument_as_redis() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let redis = LiveRedis::start().await;
+    let mut ours = RawResp::connect(gateway.resp_addr()).await;
+    let mut theirs = redis.connect().await;
+    for script in [
+        "return redis.sha1hex()",
+        "return redis.sha1hex('a', 'b')",
+        "return redis.sha1hex({})",
+        "return redis.sha1hex(12)",
+        "return redis.sha1hex(1.5)",
+        "return redis.sha1hex('abc')",
+        "return redis.sha1hex(nil)",
+    ] {
+        same_replies(&mut ours, &mut theirs, &[&["EVAL", script, "0"]]).await;
     }
 }

@@ -1,13 +1,14 @@
 //! The server commands the Redis test suite and client libraries use around the data:
 //! FLUSHALL, FUNCTION FLUSH, CONFIG SET of encoding parameters, INFO's memory, stats and CPU
 //! sections and commandstats, MEMORY USAGE, CLIENT LIST's fields, CLIENT KILL, REPLY, UNBLOCK and
-//! PAUSE, EXPIRE's combined options and COMMAND's introspection, each answered as Redis 7
-//! answers it.
+//! PAUSE, EXPIRE's combined options, COMMAND's introspection, CONFIG RESETSTAT and INFO's
+//! errorstats, MONITOR's lines of script calls, each answered as Redis 7 answers it.
 
 use crate::redis_rs;
 use pgvs3_testkit as common;
 
 use common::TestGateway;
+use common::resp::live::{LiveRedis, same_lines};
 use common::resp::{RawResp, Value, encode};
 
 fn ok() -> Value {
@@ -617,7 +618,9 @@ async fn config_get_answers_what_clients_ask_for() {
             "maxmemory-policy",
             "noeviction",
             "maxmemory-samples",
-            "5"
+            "5",
+            "maxmemory-clients",
+            "0"
         ])
     );
     assert_eq!(raw.command(&["CONFIG", "GET", "nothing-such"]).await, pairs(&[]));
@@ -846,4 +849,170 @@ async fn getkeysandflags_tell_keys_apart_as_redis_does() {
         ],
     )
     .await;
+}
+
+/// CLIENT INFO and CLIENT LIST show the command running as Redis names it (`client|info`) and
+/// its request still in the query buffer (`qbuf=26`, the Tcl suite's figure for CLIENT LIST),
+/// and the last command of an idle client by its full name.
+#[tokio::test]
+async fn client_list_shows_the_running_command_and_its_request() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut me = RawResp::connect(gateway.resp_addr()).await;
+    let mut other = RawResp::connect(gateway.resp_addr()).await;
+    let Value::Int(other_id) = other.command(&["CLIENT", "ID"]).await else {
+        panic!("CLIENT ID")
+    };
+    let Value::Bulk(info) = me.command(&["CLIENT", "INFO"]).await else {
+        panic!("CLIENT INFO")
+    };
+    let info = String::from_utf8(info).unwrap();
+    assert!(info.contains(" qbuf=26 "), "{info}");
+    assert!(info.contains(" cmd=client|info "), "{info}");
+    let Value::Bulk(list) = me.command(&["CLIENT", "LIST"]).await else {
+        panic!("CLIENT LIST")
+    };
+    let list = String::from_utf8(list).unwrap();
+    let mine = list
+        .lines()
+        .find(|line| line.contains(" qbuf=26 "))
+        .unwrap_or_else(|| panic!("{list}"));
+    assert!(mine.contains(" cmd=client|list "), "{mine}");
+    let theirs = list
+        .lines()
+        .find(|line| line.starts_with(&format!("id={other_id} ")))
+        .unwrap_or_else(|| panic!("{list}"));
+    assert!(
+        theirs.contains(" qbuf=0 ") && theirs.contains(" cmd=client|id "),
+        "{theirs}"
+    );
+}
+
+/// MONITOR shows a script's calls after the EVAL or FCALL that ran them, as the Lua client's
+/// (`[0 lua] "set" "foo" "bar"`), as Redis shows them.
+#[tokio::test]
+async fn monitor_shows_the_calls_of_scripts_and_functions() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut monitor = RawResp::connect(gateway.resp_addr()).await;
+    let mut client = RawResp::connect(gateway.resp_addr()).await;
+    assert_eq!(monitor.command(&["MONITOR"]).await, ok());
+    let line = |reply: Option<Value>| match reply {
+        Some(Value::Simple(line)) => line,
+        other => panic!("a monitor line, not {other:?}"),
+    };
+    client
+        .command(&["EVAL", "redis.call('set', KEYS[1], ARGV[1])", "1", "foo", "bar"])
+        .await;
+    let eval = line(monitor.reply().await);
+    assert!(
+        eval.contains("\"EVAL\" \"redis.call('set', KEYS[1], ARGV[1])\" \"1\" \"foo\" \"bar\""),
+        "{eval}"
+    );
+    let call = line(monitor.reply().await);
+    assert!(call.ends_with(" [0 lua] \"set\" \"foo\" \"bar\""), "{call}");
+    let library = "#!lua name=test\nredis.register_function('test', function() return redis.call('get', 'foo') end)";
+    assert_eq!(
+        client.command(&["FUNCTION", "LOAD", library]).await,
+        Value::bulk("test")
+    );
+    assert!(line(monitor.reply().await).contains("\"FUNCTION\" \"LOAD\""));
+    assert_eq!(client.command(&["FCALL", "test", "0"]).await, Value::bulk("bar"));
+    assert!(line(monitor.reply().await).ends_with("\"FCALL\" \"test\" \"0\""));
+    let call = line(monitor.reply().await);
+    assert!(call.ends_with(" [0 lua] \"get\" \"foo\""), "{call}");
+}
+
+/// CONFIG RESETSTAT zeroes the counts, and INFO's `errorstats` counts error replies by code
+/// (in INFO's default sections), as redis-server 7.0.15 does: the same commands on both, then
+/// the same `errorstats` section, `total_error_replies` and failed calls.
+#[tokio::test]
+async fn resetstat_and_errorstats_count_as_redis() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let redis = LiveRedis::start().await;
+    let mut ours = RawResp::connect(gateway.resp_addr()).await;
+    let mut theirs = redis.connect().await;
+    same_lines(
+        &mut ours,
+        &mut theirs,
+        &[
+            "SET s v",
+            "NOSUCHCOMMAND",
+            "CONFIG RESETSTAT extra",
+            "CONFIG RESETSTAT",
+            "LPUSH s x",
+            "INCR s",
+            "XREADGROUP GROUP g c STREAMS nostream >",
+            "NOSUCHCOMMAND",
+            "GET s",
+        ],
+    )
+    .await;
+    for server in [&mut ours, &mut theirs] {
+        let Value::Bulk(info) = server.command(&["INFO"]).await else {
+            panic!("INFO")
+        };
+        let info = String::from_utf8(info).unwrap();
+        let errorstats = info
+            .split("\r\n\r\n")
+            .find(|section| section.starts_with("# Errorstats"));
+        assert_eq!(
+            errorstats,
+            Some("# Errorstats\r\nerrorstat_ERR:count=2\r\nerrorstat_NOGROUP:count=1\r\nerrorstat_WRONGTYPE:count=1"),
+            "{info}"
+        );
+        assert!(info.contains("\r\ntotal_error_replies:4\r\n"), "{info}");
+        let Value::Bulk(commandstats) = server.command(&["INFO", "commandstats"]).await else {
+            panic!("INFO commandstats")
+        };
+        let commandstats = String::from_utf8(commandstats).unwrap();
+        assert!(
+            commandstats.contains("cmdstat_lpush:calls=1,") && commandstats.contains("failed_calls=1\r\n"),
+            "{commandstats}"
+        );
+        assert!(!commandstats.contains("cmdstat_set:"), "{commandstats}");
+    }
+}
+
+/// CONFIG SET refuses a parameter given twice and Redis's immutable ones with Redis's texts, and
+/// CONFIG GET answers `replicaof`, `slaveof`, `maxmemory-clients` and the hidden `key-load-delay`
+/// (only when named) as redis-server 7.0.15 does; compared live.
+#[tokio::test]
+async fn config_refuses_and_answers_as_redis() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let redis = LiveRedis::start().await;
+    let mut ours = RawResp::connect(gateway.resp_addr()).await;
+    let mut theirs = redis.connect().await;
+    same_lines(
+        &mut ours,
+        &mut theirs,
+        &[
+            "CONFIG SET maxmemory 10000001 maxmemory 10000002",
+            "CONFIG SET hash-max-listpack-entries 1 HASH-MAX-LISTPACK-ENTRIES 2",
+            "CONFIG SET daemonize yes",
+            "CONFIG SET databases 2",
+            "CONFIG SET hash-max-listpack-entries 1 io-threads 2",
+            "CONFIG GET hash-max-listpack-entries",
+            "CONFIG GET replicaof",
+            "CONFIG GET slaveof",
+            "CONFIG GET maxmemory-clients",
+            "CONFIG GET key-load-delay",
+            "CONFIG GET key-load-*",
+            "CONFIG GET_XX",
+            "CONFIG|GET GET_XX",
+        ],
+    )
+    .await;
+    for server in [&mut ours, &mut theirs] {
+        let Value::Bulk(info) = server.command(&["INFO"]).await else {
+            panic!("INFO")
+        };
+        let info = String::from_utf8(info).unwrap();
+        assert!(
+            info.contains("\r\nlazyfree_pending_objects:0\r\n") && info.contains("\r\nlazyfreed_objects:0\r\n"),
+            "{info}"
+        );
+    }
+    let Value::Array(bind) = ours.command(&["CONFIG", "GET", "bind"]).await else {
+        panic!("CONFIG GET bind")
+    };
+    assert_eq!(bind, [Value::bulk("bind"), Value::bulk("127.0.0.1")]);
 }

@@ -245,6 +245,7 @@ async fn gateway_wide_commands_are_the_root_key_s() {
         (&["CLIENT", "PAUSE", "100000", "ALL"][..], "client|pause"),
         (&["CLIENT", "UNPAUSE"], "client|unpause"),
         (&["CONFIG", "SET", "tracking-table-max-keys", "0"], "config|set"),
+        (&["CONFIG", "RESETSTAT"], "config|resetstat"),
         (&["ACL", "USERS"], "acl|users"),
         (&["ACL", "LIST"], "acl|list"),
         (&["ACL", "LOG", "RESET"], "acl|log"),

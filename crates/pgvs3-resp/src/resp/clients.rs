@@ -20,7 +20,11 @@ pub struct ClientInfo {
     pub resp: u8,
     pub connected: Instant,
     pub last_active: Instant,
-    pub last_command: &'static str,
+    /// The command running now, else the last one, by its full name (`client|list`).
+    pub last_command: String,
+    /// `qbuf=`: the bytes of the CLIENT request running now, as RESP (Redis's query buffer
+    /// still holds it while it runs); 0 otherwise.
+    pub query_bytes: usize,
     /// Commands queued in MULTI (-1 outside one), as CLIENT LIST's `multi=`.
     pub queued: i64,
     /// The ACL user (`user=`): `default`, or the access key AUTH named.
@@ -68,7 +72,8 @@ impl ClientInfo {
             resp: 2,
             connected: now,
             last_active: now,
-            last_command: "NULL",
+            last_command: "NULL".to_owned(),
+            query_bytes: 0,
             queued: -1,
             user: "default".into(),
             subscriptions: [0; 3],
@@ -79,12 +84,12 @@ impl ClientInfo {
     }
 
     /// A line of CLIENT LIST, with Redis 7's fields in Redis's order. Buffers are per batch
-    /// here, not per client, so the buffer and memory fields are 0 between batches, when this
-    /// is read, and every client is a normal one (a subscriber too: its flags stay `N`).
+    /// here, not per client, so the buffer and memory fields but `qbuf` are 0, and every client
+    /// is a normal one (a subscriber too: its flags stay `N`).
     fn line(&self, id: u64) -> String {
         format!(
             "id={id} addr={} laddr={} fd=-1 name={} age={} idle={} flags=N db={} sub={} psub={} ssub={} multi={} \
-             qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} \
+             qbuf={} qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} \
              user={} redir=-1 resp={} lib-name={} lib-ver={}\n",
             self.addr,
             self.local_addr,
@@ -96,6 +101,7 @@ impl ClientInfo {
             self.subscriptions[1],
             self.subscriptions[2],
             self.queued,
+            self.query_bytes,
             self.last_command,
             self.user,
             self.resp,

@@ -65,6 +65,24 @@ const PAIRS: (i64, i64, i64) = (1, -1, 2);
 /// OBJECT's key, after its subcommand.
 const TWO_ONLY: (i64, i64, i64) = (2, 2, 1);
 
+/// Commands whose first argument is a subcommand, which Redis names `command|subcommand`.
+const CONTAINERS: &[&str] = &[
+    "acl", "client", "command", "config", "function", "memory", "object", "pubsub", "script", "xgroup", "xinfo",
+];
+
+impl Spec {
+    /// The command's name as Redis names a call of it (CLIENT LIST's `cmd=`): a container's
+    /// with its subcommand, `client|list`.
+    pub fn full_name(&self, subcommand: Option<&[u8]>) -> String {
+        match subcommand {
+            Some(sub) if CONTAINERS.contains(&self.name) => {
+                format!("{}|{}", self.name, String::from_utf8_lossy(sub).to_ascii_lowercase())
+            }
+            _ => self.name.to_owned(),
+        }
+    }
+}
+
 pub static COMMANDS: &[Spec] = &[
     spec("get", 2, R, ONE),
     spec("set", -3, W, ONE),
@@ -170,12 +188,14 @@ pub static COMMANDS: &[Spec] = &[
     spec("lpos", -3, &["readonly"], ONE),
     spec("lmove", 5, &["write", "denyoom"], TWO),
     spec("rpoplpush", 3, &["write", "denyoom"], TWO),
-    spec("blpop", -3, &["write", "blocking"], (1, -2, 1)),
-    spec("brpop", -3, &["write", "blocking"], (1, -2, 1)),
-    spec("blmove", 6, &["write", "denyoom", "blocking"], TWO),
-    spec("brpoplpush", 4, &["write", "denyoom", "blocking"], TWO),
-    spec("bzpopmin", -3, &["write", "blocking", "fast"], (1, -2, 1)),
-    spec("bzpopmax", -3, &["write", "blocking", "fast"], (1, -2, 1)),
+    // Redis 7.0 refuses these from scripts (`noscript`); BLMPOP and BZMPOP run there without
+    // waiting, as inside MULTI.
+    spec("blpop", -3, &["write", "noscript", "blocking"], (1, -2, 1)),
+    spec("brpop", -3, &["write", "noscript", "blocking"], (1, -2, 1)),
+    spec("blmove", 6, &["write", "denyoom", "noscript", "blocking"], TWO),
+    spec("brpoplpush", 4, &["write", "denyoom", "noscript", "blocking"], TWO),
+    spec("bzpopmin", -3, &["write", "noscript", "blocking", "fast"], (1, -2, 1)),
+    spec("bzpopmax", -3, &["write", "noscript", "blocking", "fast"], (1, -2, 1)),
     spec("xadd", -5, &["write", "denyoom", "fast"], ONE),
     spec("xlen", 2, R, ONE),
     spec("xrange", -4, &["readonly"], ONE),

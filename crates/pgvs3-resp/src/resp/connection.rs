@@ -505,7 +505,8 @@ impl Connection {
             return;
         }
         let mut run = Run::default();
-        let mut last_command = "NULL";
+        // The last command's spec (none: unknown) and first argument, named at the end.
+        let mut last: Option<(Option<&'static Spec>, Option<Bytes>)> = None;
         for args in requests {
             if self.quit || self.over_limit {
                 break;
@@ -514,7 +515,7 @@ impl Connection {
             let Some(name) = args.first() else { continue };
             let name = String::from_utf8_lossy(name).to_ascii_lowercase();
             let spec = command::lookup(&name);
-            last_command = spec.map_or("unknown", |spec| spec.name);
+            last = Some((spec, args.get(1).cloned()));
             if self.tracking.is_some() {
                 self.tracking_command_starts(&name);
             }
@@ -604,6 +605,15 @@ impl Connection {
                 }
                 None => {
                     self.flush(&mut run, out).await;
+                    // What CLIENT LIST and CLIENT INFO show of the client running them (only
+                    // CLIENT's own calls: the registry's lock is the gateway's, shared by all).
+                    if spec.name == "client" {
+                        let (full_name, bytes) = (spec.full_name(args.get(1).map(|sub| &sub[..])), encoded_size(&args));
+                        self.set_client(|info| {
+                            info.last_command = full_name;
+                            info.query_bytes = bytes;
+                        });
+                    }
                     let started = Instant::now();
                     let reply = Box::pin(self.other_command(spec, &args)).await;
                     self.finish(spec, started.elapsed(), reply, out);
@@ -613,9 +623,16 @@ impl Connection {
         self.flush(&mut run, out).await;
         let (db, resp) = (self.db, if self.resp3 { 3 } else { 2 });
         let queued = self.multi.as_ref().map_or(-1, |multi| multi.commands.len() as i64);
+        let last_command = last.map(|(spec, sub)| match spec {
+            Some(spec) => spec.full_name(sub.as_deref()),
+            None => "unknown".to_owned(),
+        });
         self.set_client(|info| {
             info.last_active = Instant::now();
-            info.last_command = last_command;
+            if let Some(last_command) = last_command {
+                info.last_command = last_command;
+            }
+            info.query_bytes = 0;
             info.db = db;
             info.resp = resp;
             info.queued = queued;
@@ -753,7 +770,7 @@ impl Connection {
     /// Answers a command refused before it ran (`None`: one that does not exist): Redis's
     /// `rejected_calls`, which `total_commands_processed` leaves out.
     fn reject(&mut self, spec: Option<&'static Spec>, reply: Reply, out: &mut BytesMut) {
-        self.server.stats.rejected(spec);
+        self.server.stats.rejected(spec, error_text(&reply));
         self.record(spec.map_or("unknown", |spec| spec.name), &reply);
         self.emit(reply, out);
     }
@@ -790,7 +807,9 @@ impl Connection {
 
     /// Counts a command that ran (INFO's stats and commandstats, the metrics).
     pub(crate) fn count(&self, spec: &'static Spec, took: Duration, reply: &Reply) {
-        self.server.stats.called(spec, took, reply.is_error());
+        self.server
+            .stats
+            .called(spec, took, reply.is_error().then(|| error_text(reply)));
         self.record(spec.name, reply);
     }
 
@@ -961,6 +980,20 @@ fn refused_by_lookup(reply: &Reply) -> bool {
 
 /// What a request's arguments hold in memory: their bytes and each one's handle (an empty
 /// argument costs its handle, so a request of a million empty ones is 32 MB, not 0).
+/// An error reply's text (`ERR ...`); empty for other replies.
+fn error_text(reply: &Reply) -> &str {
+    match reply {
+        Reply::Error(text) => text,
+        _ => "",
+    }
+}
+
+/// A request's size as RESP sends it (`*<n>`, then `$<len>` and the bytes of each argument).
+fn encoded_size(args: &[Bytes]) -> usize {
+    let header = |count: usize| count.to_string().len() + 3;
+    header(args.len()) + args.iter().map(|arg| header(arg.len()) + arg.len() + 2).sum::<usize>()
+}
+
 fn request_size(args: &[Bytes]) -> usize {
     args.iter().map(|arg| arg.len() + size_of::<Bytes>()).sum()
 }

@@ -359,6 +359,10 @@ pub fn run(
     // after the last look; one that failed because it was stopped is undone.
     let failed = !matches!(result, Ok(ref reply) if !reply.is_error());
     if failed && let Some(why) = stopped(stop, deadline, limits.time) {
+        if chunk == Chunk::Library && stop.reason() != KILLED && stop.reason() != SHUTTING_DOWN {
+            // FUNCTION LOAD words it after `Error registering functions: ` (commands/functions.rs).
+            return Outcome::Aborted(Reply::error("ERR FUNCTION LOAD timeout"));
+        }
         return Outcome::Aborted(Reply::error(why));
     }
     match result {
@@ -425,7 +429,7 @@ fn sandbox(limits: Limits, deadline: Instant, stop: &Arc<Stop>, calls: mpsc::Sen
     let check_stop = Arc::clone(stop);
     let stopped_fn = lua.create_function(move |_, ()| Ok(stopped(&check_stop, deadline, limit)))?;
     let (call, pcall) = native_calls(&lua, calls)?;
-    let sha1hex = lua.create_function(|_, text: mlua::String| Ok(hex::encode(Sha1::digest(&*text.as_bytes()))))?;
+    let sha1hex = library::function(&lua, sha1hex)?;
     let log = script_log(&lua)?;
     let set_environment =
         lua.create_function(|_, (function, env): (mlua::Function, Table)| function.set_environment(env))?;
@@ -437,6 +441,23 @@ fn sandbox(limits: Limits, deadline: Instant, stop: &Arc<Stop>, calls: mpsc::Sen
     // Set last: the libraries and the prelude are not the script's to pay for.
     lua.set_memory_limit(limits.memory.saturating_add(lua.used_memory()))?;
     Ok(lua)
+}
+
+/// `redis.sha1hex(text)`: one argument, read as `lua_tolstring` reads it (a string, a number as
+/// Lua writes it, anything else as empty), as Redis's `luaRedisSha1hexCommand`.
+fn sha1hex(lua: &Lua, args: mlua::MultiValue) -> library::LibraryResult {
+    let [value] = &args.into_vec()[..] else {
+        return Err(library::LibraryError::Unpositioned("wrong number of arguments".into()));
+    };
+    let text = match value {
+        Value::String(_) | Value::Integer(_) | Value::Number(_) => lua
+            .coerce_string(value.clone())?
+            .map(|text| text.as_bytes().to_vec())
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    };
+    let digest = lua.create_string(hex::encode(Sha1::digest(&text)))?;
+    Ok(mlua::MultiValue::from_vec(vec![Value::String(digest)]))
 }
 
 /// The longest message `redis.log` writes, as Redis's log truncates a line (`LOG_MAX_LEN`).

@@ -150,10 +150,11 @@ pub struct RespServer {
     pause: pause::Pause,
     /// ACL users' rules as this gateway last read them, and its ACL LOG.
     acl: Arc<acl::Acl>,
-    /// MONITOR's clients on this gateway.
-    monitors: monitor::Monitors,
+    /// MONITOR's clients on this gateway (scripts' calls are shown to them too).
+    monitors: Arc<monitor::Monitors>,
     started: Instant,
-    port: u16,
+    /// Where the RESP listener listens (INFO's `tcp_port`, CONFIG GET's `port` and `bind`).
+    addr: std::net::SocketAddr,
 }
 
 impl RespServer {
@@ -162,7 +163,7 @@ impl RespServer {
         buckets: Buckets,
         metrics: Metrics,
         settings: RespSettings,
-        port: u16,
+        addr: std::net::SocketAddr,
         replica: ReplicaLag,
         buffers: crate::admission::BufferBudget,
         database: Option<(tokio_postgres::Config, crate::pg::connections::Connections)>,
@@ -223,11 +224,13 @@ impl RespServer {
             Arc::clone(&tracking),
             buckets.store().clone(),
         ));
+        let monitors = Arc::new(monitor::Monitors::default());
         let scripts = script::Scripts::new(
             settings.script,
             settings.running_scripts,
             settings.admission.max_wait,
             Arc::clone(&pubsub),
+            Arc::clone(&monitors),
         );
         Ok(Arc::new(RespServer {
             group_commit: group_commit::GroupCommit::new(
@@ -250,9 +253,9 @@ impl RespServer {
             stats: stats::CommandStats::default(),
             pause: pause::Pause::default(),
             acl: Arc::default(),
-            monitors: monitor::Monitors::default(),
+            monitors,
             started: Instant::now(),
-            port,
+            addr,
         }))
     }
 

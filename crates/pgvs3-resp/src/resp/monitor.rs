@@ -69,14 +69,28 @@ impl Monitors {
     /// by the client at `addr`. Admin commands (CONFIG, ACL, MONITOR) are not shown, nor
     /// AUTH's and HELLO's credentials, as in Redis.
     pub(crate) fn feed(&self, spec: &Spec, db: u32, addr: impl FnOnce() -> String, args: &[Bytes]) {
-        if self.count.load(Ordering::Relaxed) == 0 || spec.flags.contains(&"admin") {
+        if !self.watched() || spec.flags.contains(&"admin") {
             return;
         }
-        let line = line(spec, db, &addr(), args);
+        self.feed_lines(&[line(spec, db, &addr(), args)]);
+    }
+
+    /// Whether any client monitors (perhaps one gone since): else there is nothing to format.
+    pub(crate) fn watched(&self) -> bool {
+        self.count.load(Ordering::Relaxed) > 0
+    }
+
+    /// Hands lines made by [`script_line`] (or `feed`) to every monitor, in order.
+    pub(crate) fn feed_lines(&self, lines: &[Bytes]) {
+        if lines.is_empty() {
+            return;
+        }
         let mut feeds = self.feeds.lock().expect("monitors lock");
         feeds.retain(|feed| match feed.upgrade() {
             Some(feed) => {
-                feed.push(&line);
+                for line in lines {
+                    feed.push(line);
+                }
                 true
             }
             None => false,
@@ -125,6 +139,12 @@ impl Feed {
         state.bytes = 0;
         true
     }
+}
+
+/// The line of a script's `redis.call`, which Redis shows as the Lua client's
+/// (`+1339518083.107412 [0 lua] "set" "foo" "bar"`); none for an admin command, as `feed`.
+pub(crate) fn script_line(spec: &Spec, db: u32, args: &[Bytes]) -> Option<Bytes> {
+    (!spec.flags.contains(&"admin")).then(|| line(spec, db, "lua", args))
 }
 
 /// Redis's monitor line: time, database, client, then each argument quoted as `sdscatrepr`

@@ -35,6 +35,7 @@ use super::command::{self, KeyCommand, Spec, wrong_arity};
 use super::commands::pubsub::STANDBY_PUBSUB;
 use super::keys;
 use super::lua::{self, Limits, Outcome, Stop};
+use super::monitor::{self, Monitors};
 use super::notify::Recorder;
 use super::pubsub::PubSub;
 use crate::bucket::Keyspace;
@@ -47,6 +48,9 @@ const MAX_SCRIPT_BYTES: usize = 1024 * 1024;
 /// then gets NOSCRIPT from EVALSHA and sends EVAL again, as client libraries do).
 const CACHE_SCRIPTS: usize = 1000;
 const CACHE_BYTES: usize = 32 * 1024 * 1024;
+/// How long FUNCTION LOAD's run of a library may take (Redis's `LOAD_TIMEOUT_MS`, whatever
+/// its script time limit): a library's top level only registers functions.
+const LOAD_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(500);
 
 pub fn is_script(name: &str) -> bool {
     matches!(name, "eval" | "evalsha" | "eval_ro" | "evalsha_ro")
@@ -69,6 +73,8 @@ pub struct Scripts {
     busy_wait: std::time::Duration,
     /// Where the messages scripts PUBLISH go once their run commits.
     pubsub: Arc<PubSub>,
+    /// The gateway's monitors, shown the calls of runs that commit.
+    monitors: Arc<Monitors>,
 }
 
 /// A run on the list of those running.
@@ -181,6 +187,8 @@ pub struct RunBy {
     pub remembers_reads: bool,
     /// The namespace of its channels, which its PUBLISH calls publish to (pubsub.rs).
     pub channels: Bytes,
+    /// Its database: MONITOR shows a script's calls as `[<db> lua]`.
+    pub db: u32,
 }
 
 /// Whether steps need a write batch (a read-only batch takes no lock).
@@ -216,7 +224,13 @@ fn too_large() -> Reply {
 }
 
 impl Scripts {
-    pub fn new(limits: Limits, interpreters: usize, busy_wait: std::time::Duration, pubsub: Arc<PubSub>) -> Scripts {
+    pub fn new(
+        limits: Limits,
+        interpreters: usize,
+        busy_wait: std::time::Duration,
+        pubsub: Arc<PubSub>,
+        monitors: Arc<Monitors>,
+    ) -> Scripts {
         Scripts {
             cache: Mutex::default(),
             running: Mutex::default(),
@@ -224,6 +238,7 @@ impl Scripts {
             interpreters: Arc::new(tokio::sync::Semaphore::new(interpreters.max(1))),
             busy_wait,
             pubsub,
+            monitors,
         }
     }
 
@@ -510,6 +525,7 @@ impl Scripts {
             pubsub: Arc::clone(&self.pubsub),
             published: Vec::new(),
             published_bytes: 0,
+            monitored: self.monitors.watched().then(|| (client.db, Vec::new())),
         };
         let mut replies = Vec::with_capacity(steps.len());
         for step in steps {
@@ -543,6 +559,9 @@ impl Scripts {
         };
         session.batch.commit().await?;
         changed.tell(&self.pubsub.tracking, keyspace.bucket());
+        if let Some((_, lines)) = session.monitored {
+            self.monitors.feed_lines(&lines);
+        }
         // Sent once the writes they tell of are committed, so that a subscriber reading the
         // keys on a message sees them (as in Redis, where no one reads before the script ends).
         for (shard, channel, message) in session.published {
@@ -554,8 +573,9 @@ impl Scripts {
     }
 
     /// Runs code that makes no `redis.call` (FUNCTION LOAD's run of a library, which only
-    /// registers its functions) in an interpreter of its own, bounded as scripts are and
-    /// stoppable by SCRIPT KILL / FUNCTION KILL, and returns what it returned or raised.
+    /// registers its functions) in an interpreter of its own, bounded as scripts are (and at
+    /// most `LOAD_TIMEOUT`) and stoppable by SCRIPT KILL / FUNCTION KILL, and returns what it
+    /// returned or raised.
     pub async fn evaluate_alone(&self, body: Bytes, tenant: &str) -> Reply {
         let interpreter = tokio::time::timeout(self.busy_wait, Arc::clone(&self.interpreters).acquire_owned()).await;
         let Ok(Ok(interpreter)) = interpreter else {
@@ -567,7 +587,10 @@ impl Scripts {
         let stop = Arc::clone(&running.stop);
         // No call has anywhere to go: the channel's receiving end is dropped at once.
         let (calls, _) = mpsc::channel::<lua::Call>(1);
-        let limits = self.limits;
+        let limits = Limits {
+            time: self.limits.time.min(LOAD_TIMEOUT),
+            ..self.limits
+        };
         let outcome = tokio::task::spawn_blocking(move || {
             let _interpreter = interpreter;
             lua::run(&body, lua::Chunk::Library, &[], &[], limits, &stop, calls)
@@ -633,6 +656,34 @@ impl Scripts {
         drop(running);
         outcome
     }
+}
+
+/// XREAD and XREADGROUP called from a script with BLOCK: Redis refuses them when its option
+/// parser reaches BLOCK (so an earlier bad option keeps its own error, which the command's
+/// parser gives), naming the command as the script spelled it.
+fn block_option_refused(spec: &Spec, args: &[Bytes]) -> Option<Reply> {
+    let group = match spec.name {
+        "xread" => false,
+        "xreadgroup" => true,
+        _ => return None,
+    };
+    let mut i = 1;
+    while i < args.len() {
+        let more = args.len() - i - 1;
+        match args[i].to_ascii_uppercase().as_slice() {
+            b"BLOCK" if more > 0 => {
+                return Some(Reply::error(format!(
+                    "ERR {} command is not allowed with BLOCK option from scripts",
+                    String::from_utf8_lossy(&args[0])
+                )));
+            }
+            b"COUNT" if more > 0 => i += 2,
+            b"GROUP" if group && more >= 2 => i += 3,
+            b"NOACK" if group => i += 1,
+            _ => return None,
+        }
+    }
+    None
 }
 
 /// A `#!lua` first line: where the code starts after it, and whether it says `no-writes`.
@@ -725,6 +776,9 @@ struct Session {
     /// bytes are held to the script's memory limit.
     published: Vec<(bool, Bytes, Bytes)>,
     published_bytes: i64,
+    /// When the gateway had monitors as the run started: the run's database and the MONITOR
+    /// lines of its calls, shown once it commits (a run that starts over shows its calls once).
+    monitored: Option<(u32, Vec<Bytes>)>,
 }
 
 impl Session {
@@ -816,6 +870,9 @@ impl Session {
         if spec.flags.contains(&"noscript") {
             return Reply::error("ERR This Redis command is not allowed from script");
         }
+        if let Some(refusal) = block_option_refused(spec, args) {
+            return refusal;
+        }
         if let Some(Err(reply)) = caller.map(|caller| caller.check(spec, args)) {
             return reply;
         }
@@ -826,6 +883,9 @@ impl Session {
             return Reply::error("ERR Write commands are not allowed from read-only scripts.");
         }
         self.remember_declared(spec);
+        if let Some((db, lines)) = &mut self.monitored {
+            lines.extend(monitor::script_line(spec, *db, args));
+        }
         match KeyCommand::parse(&name, args) {
             Err(reply) => reply,
             Ok(Some(mut command)) => match self.apply(command.limit_reply(self.reply_limit)).await {

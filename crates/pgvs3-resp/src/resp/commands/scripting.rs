@@ -47,6 +47,7 @@ impl Connection {
             id: self.id(),
             remembers_reads: self.remembers_reads(),
             channels: self.channel_namespace(),
+            db: self.db,
         }
     }
 

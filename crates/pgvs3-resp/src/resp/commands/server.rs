@@ -111,9 +111,11 @@ impl Connection {
         }
         if show("memory") {
             let used = resident_bytes();
+            // `lazyfree_*`: a key is deleted by PostgreSQL in its command's transaction; the
+            // gateway frees nothing in the background.
             text.push_str(&format!(
                 "# Memory\r\nused_memory:{used}\r\nused_memory_human:{:.2}M\r\nused_memory_rss:{used}\r\n\
-                 maxmemory:0\r\nmaxmemory_policy:noeviction\r\nmem_allocator:mimalloc\r\n\r\n",
+                 maxmemory:0\r\nmaxmemory_policy:noeviction\r\nmem_allocator:mimalloc\r\nlazyfree_pending_objects:0\r\n\r\n",
                 used as f64 / (1024.0 * 1024.0)
             ));
         }
@@ -140,6 +142,10 @@ impl Connection {
         }
         if show("commandstats") {
             text.push_str(&self.server.stats.section());
+            text.push_str("\r\n");
+        }
+        if show("errorstats") {
+            text.push_str(&self.server.stats.error_section());
             text.push_str("\r\n");
         }
         if show("cluster") {
@@ -172,7 +178,7 @@ impl Connection {
             std::env::consts::ARCH,
             std::process::id(),
             run_id(),
-            self.server.port,
+            self.server.addr.port(),
             now.as_micros(),
             uptime / 86_400,
             executable.display(),
@@ -211,7 +217,7 @@ impl Connection {
              expired_keys:{expired}\r\nevicted_keys:0\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\n\
              migrate_cached_sockets:0\r\n\
              tracking_total_keys:{}\r\ntracking_total_items:{}\r\ntracking_total_prefixes:{}\r\n\
-             unexpected_error_replies:0\r\ntotal_error_replies:{}\r\n\r\n",
+             unexpected_error_replies:0\r\ntotal_error_replies:{}\r\nlazyfreed_objects:0\r\n\r\n",
             self.server.clients.total_registered(),
             self.server.stats.processed(),
             pubsub_channels,
@@ -246,6 +252,17 @@ impl Connection {
     /// read there (no tenant reads another's settings), CONFIG SET of them the right to write.
     /// `tracking-table-max-keys` is this gateway's, for every tenant: the root key's alone to set.
     async fn config(&mut self, args: &[Bytes]) -> Reply {
+        if args[1].eq_ignore_ascii_case(b"resetstat") {
+            // The counts are the gateway's, every tenant's: the root key's to reset.
+            return match (args.len(), self.root_only("config|resetstat")) {
+                (2, Ok(())) => {
+                    self.server.stats.reset();
+                    Reply::OK
+                }
+                (2, Err(reply)) => reply,
+                _ => wrong_arity("config|resetstat"),
+            };
+        }
         let events = &self.server.pubsub.events;
         let bucket = match self.keyspace(Access::Read).await {
             Ok(keyspace) => keyspace.bucket().to_owned(),
@@ -304,7 +321,11 @@ impl Connection {
             ("databases", databases.to_string()),
             ("maxclients", settings.max_clients.to_string()),
             ("timeout", idle.to_string()),
-            ("port", self.server.port.to_string()),
+            ("port", self.server.addr.port().to_string()),
+            ("bind", self.server.addr.ip().to_string()),
+            // There is no replication to configure (see Replicas): Redis's empty values.
+            ("replicaof", String::new()),
+            ("slaveof", String::new()),
             ("maxmemory", "0".into()),
             ("maxmemory-policy", "noeviction".into()),
             // Every write is durable at its reply (PostgreSQL): no snapshots, no AOF.
@@ -332,6 +353,7 @@ impl Connection {
             ("slowlog-max-len", "128".into()),
             ("latency-monitor-threshold", "0".into()),
             ("maxmemory-samples", "5".into()),
+            ("maxmemory-clients", "0".into()),
             ("hz", "10".into()),
             ("io-threads", "1".into()),
             ("replica-read-only", "yes".into()),
@@ -476,23 +498,92 @@ struct Changes {
 }
 
 /// CONFIG GET answers the parameters of `parameters` that one of its glob patterns names.
+/// Redis 7.0.15's parameters CONFIG SET refuses as immutable (`can't set immutable config`).
+const IMMUTABLE_PARAMETERS: &[&str] = &[
+    "aclfile",
+    "always-show-logo",
+    "aof_rewrite_cpulist",
+    "appenddirname",
+    "appendfilename",
+    "bgsave_cpulist",
+    "bio_cpulist",
+    "cluster-config-file",
+    "cluster-enabled",
+    "cluster-port",
+    "daemonize",
+    "databases",
+    "disable-thp",
+    "enable-debug-command",
+    "enable-module-command",
+    "enable-protected-configs",
+    "io-threads",
+    "io-threads-do-reads",
+    "logfile",
+    "pidfile",
+    "rdbchecksum",
+    "replicaof",
+    "server_cpulist",
+    "set-proc-title",
+    "slaveof",
+    "socket-mark-id",
+    "supervised",
+    "syslog-enabled",
+    "syslog-facility",
+    "syslog-ident",
+    "tcp-backlog",
+    "unixsocket",
+    "unixsocketperm",
+];
+
+/// Redis's hidden parameters that CONFIG GET answers only when named, not by a pattern, with
+/// what stands for them here: nothing is loaded, so no key waits to load.
+const HIDDEN_PARAMETERS: &[(&str, &str)] = &[("key-load-delay", "0")];
+
 /// CONFIG SET checks every pair before any is set, into `changes`.
 fn config_command(args: &[Bytes], parameters: &[(&'static str, String)], changes: &mut Changes) -> Reply {
     match args[1].to_ascii_lowercase().as_slice() {
         b"get" if args.len() >= 3 => {
             let patterns: Vec<Vec<u8>> = args[2..].iter().map(|pattern| pattern.to_ascii_lowercase()).collect();
+            let hidden = HIDDEN_PARAMETERS
+                .iter()
+                .filter(|(name, _)| patterns.iter().any(|pattern| pattern == name.as_bytes()));
             Reply::Map(
                 parameters
                     .iter()
                     .filter(|(name, _)| patterns.iter().any(|pattern| glob::matches(pattern, name.as_bytes())))
                     .map(|(name, value)| (Reply::text(name), Reply::bulk(value.clone())))
+                    .chain(hidden.map(|(name, value)| (Reply::text(name), Reply::text(value))))
                     .collect(),
             )
         }
         b"get" => wrong_arity("config|get"),
         b"set" if args.len() >= 4 && args.len().is_multiple_of(2) => {
-            for pair in args[2..].chunks(2) {
+            // Redis checks every name before any value: immutable, then given twice.
+            let pairs: Vec<&[Bytes]> = args[2..].chunks(2).collect();
+            for (at, pair) in pairs.iter().enumerate() {
                 let name = String::from_utf8_lossy(&pair[0]).to_ascii_lowercase();
+                let why = if IMMUTABLE_PARAMETERS.contains(&name.as_str()) {
+                    "can't set immutable config"
+                } else if pairs[..at]
+                    .iter()
+                    .any(|earlier| earlier[0].eq_ignore_ascii_case(&pair[0]))
+                {
+                    "duplicate parameter"
+                } else {
+                    continue;
+                };
+                return Reply::error(format!(
+                    "ERR CONFIG SET failed (possibly related to argument '{}') - {why}",
+                    String::from_utf8_lossy(&pair[0])
+                ));
+            }
+            for pair in pairs {
+                let name = String::from_utf8_lossy(&pair[0]).to_ascii_lowercase();
+                let failed = |why: &str| {
+                    Reply::error(format!(
+                        "ERR CONFIG SET failed (possibly related to argument '{name}') - {why}"
+                    ))
+                };
                 if ENCODING_PARAMETERS.iter().any(|(encoding, _)| *encoding == name) {
                     continue;
                 }
@@ -502,11 +593,6 @@ fn config_command(args: &[Bytes], parameters: &[(&'static str, String)], changes
                 if name == "save" && pair[1].is_empty() {
                     continue;
                 }
-                let failed = |why: &str| {
-                    Reply::error(format!(
-                        "ERR CONFIG SET failed (possibly related to argument '{name}') - {why}"
-                    ))
-                };
                 if let Some((_, parameter, memory)) = KEPT_ENCODING_PARAMETERS.iter().find(|(kept, ..)| *kept == name) {
                     let value = if *memory {
                         memory_value(&pair[1]).ok_or_else(|| failed("argument must be a memory value"))
@@ -556,9 +642,14 @@ fn config_command(args: &[Bytes], parameters: &[(&'static str, String)], changes
             Reply::OK
         }
         b"set" => wrong_arity("config|set"),
-        _ => Reply::error(format!(
+        // Redis's other subcommands.
+        b"rewrite" | b"help" => Reply::error(format!(
             "ERR CONFIG {} is not supported by pgvs3 (it is configured by its flags)",
             String::from_utf8_lossy(&args[1]).to_uppercase()
+        )),
+        _ => Reply::error(format!(
+            "ERR unknown subcommand '{}'. Try CONFIG HELP.",
+            String::from_utf8_lossy(&args[1])
         )),
     }
 }

@@ -97,12 +97,13 @@ fn pack(value: &Value, level: usize, out: &mut Vec<u8>, bounds: &Bounds) -> Resu
     bounds.step()
 }
 
+/// Two passes over the table, one to tell an array from a map and count, one to pack: holding
+/// its pairs between them would take a Lua reference each, and a big table (the Tcl suite's
+/// 100,000 keys) runs out of them.
 fn pack_table(table: &Table, level: usize, out: &mut Vec<u8>, bounds: &Bounds) -> Result<(), LibraryError> {
-    let mut pairs = Vec::new();
-    let (mut largest, mut array) = (0.0_f64, true);
+    let (mut count, mut largest, mut array) = (0_usize, 0.0_f64, true);
     for pair in table.pairs::<Value, Value>() {
-        let (key, value) = pair?;
-        let index = match key {
+        let index = match pair?.0 {
             Value::Integer(index) => index as f64,
             Value::Number(index) => index,
             _ => f64::NAN,
@@ -111,19 +112,20 @@ fn pack_table(table: &Table, level: usize, out: &mut Vec<u8>, bounds: &Bounds) -
             array = false;
         }
         largest = largest.max(index);
-        pairs.push((key, value));
+        count += 1;
     }
     // Keys are distinct, so positive integer keys up to `count` are exactly 1..count.
-    if array && largest == pairs.len() as f64 {
-        header(out, pairs.len(), 0x90, 0xdc);
-        for index in 1..=pairs.len() {
+    if array && largest == count as f64 {
+        header(out, count, 0x90, 0xdc);
+        for index in 1..=count {
             pack(&table.raw_get::<Value>(index)?, level + 1, out, bounds)?;
         }
     } else {
-        header(out, pairs.len(), 0x80, 0xde);
-        for (key, value) in &pairs {
-            pack(key, level + 1, out, bounds)?;
-            pack(value, level + 1, out, bounds)?;
+        header(out, count, 0x80, 0xde);
+        for pair in table.pairs::<Value, Value>() {
+            let (key, value) = pair?;
+            pack(&key, level + 1, out, bounds)?;
+            pack(&value, level + 1, out, bounds)?;
         }
     }
     Ok(())
