@@ -459,7 +459,9 @@ impl<'a> BucketHandle<'a> {
         })
     }
 
-    /// Copies `source_key` of `source` (if `conditions` hold on it) to `key` here. `meta` and
+    /// Copies `source_key` of `source` (if `conditions` hold on it) to `key` here, if
+    /// `condition` holds on `key` (the destination's `If-Match` / `If-None-Match`, checked
+    /// atomically with the write). `meta` and
     /// `tags` replace the source's when given; the copy's ACL is `acl`, never the source's. Between plain buckets of one namespace the bytes
     /// never leave PostgreSQL; otherwise they stream through the gateway, read and written as
     /// each bucket's kind says (a cache source fills from its origin, a cache destination
@@ -474,6 +476,7 @@ impl<'a> BucketHandle<'a> {
         source_version: Option<&str>,
         conditions: &Preconditions,
         key: &str,
+        condition: &WriteCondition,
         meta: Option<ObjectMeta>,
         tags: Option<Tags>,
         lock: RequestedLock,
@@ -508,6 +511,7 @@ impl<'a> BucketHandle<'a> {
                     tags.clone(),
                     lock.clone(),
                     acl.clone(),
+                    condition,
                 )
                 .await?
             {
@@ -541,7 +545,7 @@ impl<'a> BucketHandle<'a> {
             observer: checksum.unwrap_or_else(|| Box::new(StoredBytes)),
             encryption: target,
         };
-        self.put(key, upload, &WriteCondition::Always).await
+        self.put(key, upload, condition).await
     }
 
     /// Starts an upload by `initiator` (`None`: anonymous); the object it completes gets the
@@ -610,8 +614,9 @@ impl<'a> BucketHandle<'a> {
         self.upload_part(key, upload_id, part_number, upload).await
     }
 
-    /// Turns an upload into its object. In a cache bucket the object then reaches the origin
-    /// as the bucket's mode says, like a PUT of the same size.
+    /// Turns an upload into its object, if its parts add up to `expected_size` (when given).
+    /// In a cache bucket the object then reaches the origin as the bucket's mode says, like a
+    /// PUT of the same size.
     pub async fn complete_multipart_upload(
         &self,
         key: &str,
@@ -619,11 +624,12 @@ impl<'a> BucketHandle<'a> {
         parts: &[CompletedPart],
         checksums: &dyn PartChecksums,
         condition: &WriteCondition,
+        expected_size: Option<u64>,
     ) -> StoreResult<PartOutcome> {
         self.writable()?;
         let outcome = self
             .store()
-            .complete_multipart_upload(&self.info, key, upload_id, parts, checksums, condition)
+            .complete_multipart_upload(&self.info, key, upload_id, parts, checksums, condition, expected_size)
             .await?;
         if let Some(cache) = self.cache() {
             let wait = CacheTier::waits_for_origin(&self.info, outcome.written.size);

@@ -48,6 +48,13 @@ async fn unsigned_and_badly_signed_requests_are_refused() {
     let headers = signer(&gw, ROOT_SECRET_KEY).sign("GET", "/bkt/there", &[], &sha256_hex(b""), stale);
     let late = send(gw.gateway.s3_addr, "GET", "/bkt/there", &headers, b"").await;
     assert_eq!((late.status, late.code()), (403, Some("RequestTimeTooSkewed")));
+    // AWS's wording, not s3s's ("request time is too far from server time").
+    assert!(
+        late.body
+            .contains("<Message>The difference between the request time and the current time is too large.</Message>"),
+        "{}",
+        late.body
+    );
 
     let mut headers = signer(&gw, ROOT_SECRET_KEY).sign("GET", "/bkt/there", &[], &sha256_hex(b""), SystemTime::now());
     headers.retain(|(name, _)| name != "x-amz-date");

@@ -559,3 +559,66 @@ async fn copies_share_nothing_but_bytes_and_follow_the_metadata_directive() {
     assert!(read_object(s3, "dst", "copy-of-multi").await == multi);
     assert_eq!(read_object(s3, "dst", "kept").await, small);
 }
+
+/// CopyObject's `If-None-Match` / `If-Match` are conditions on its destination, as on a
+/// PutObject (AWS's conditional copies): both where the bytes stay inside PostgreSQL and where
+/// they stream through the gateway (`x-amz-checksum-algorithm`).
+#[tokio::test]
+async fn conditional_copies_write_only_when_the_destination_allows() {
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    s3.create_bucket().bucket("ccopy").send().await.unwrap();
+    let source_etag = put_etag(s3, "ccopy", "csrc", b"the source".to_vec()).await;
+    let other = "\"0123456789abcdef0123456789abcdef\"";
+    for through_gateway in [false, true] {
+        let dst = format!("cdst-{through_gateway}");
+        let copy = || {
+            let request = copy_request(s3, "ccopy", &dst, "ccopy/csrc");
+            match through_gateway {
+                true => request.checksum_algorithm(aws_sdk_s3::types::ChecksumAlgorithm::Crc32),
+                false => request,
+            }
+        };
+        let dst_etag = put_etag(s3, "ccopy", &dst, b"the destination".to_vec()).await;
+
+        let refused = copy().if_none_match("*").send().await.unwrap_err();
+        assert_eq!(refusal(&refused), (412, "PreconditionFailed".into()), "{dst}");
+        let refused = copy().if_match(other).send().await.unwrap_err();
+        assert_eq!(refusal(&refused), (412, "PreconditionFailed".into()), "{dst}");
+        let refused = copy().if_none_match(&dst_etag).send().await.unwrap_err();
+        assert_eq!(refusal(&refused), (412, "PreconditionFailed".into()), "{dst}");
+        assert_eq!(read_object(s3, "ccopy", &dst).await, b"the destination", "{dst}");
+
+        copy().if_match(&dst_etag).send().await.unwrap();
+        assert_eq!(read_object(s3, "ccopy", &dst).await, b"the source", "{dst}");
+        // The copy is now what the destination holds: the old ETag no longer matches.
+        let refused = copy().if_match(&dst_etag).send().await.unwrap_err();
+        assert_eq!(refusal(&refused), (412, "PreconditionFailed".into()), "{dst}");
+        copy().if_none_match(other).send().await.unwrap();
+
+        let missing = format!("missing-{through_gateway}");
+        let refused = copy_request(s3, "ccopy", &missing, "ccopy/csrc")
+            .if_match(&source_etag)
+            .send()
+            .await
+            .unwrap_err();
+        assert_eq!(refusal(&refused), (404, "NoSuchKey".into()), "{missing}");
+        let refused = copy_request(s3, "ccopy", &missing, "ccopy/csrc")
+            .if_match("*")
+            .send()
+            .await
+            .unwrap_err();
+        assert_eq!(refusal(&refused), (404, "NoSuchKey".into()), "{missing}");
+        assert!(
+            s3.head_object().bucket("ccopy").key(&missing).send().await.is_err(),
+            "a refused copy creates nothing"
+        );
+        copy_request(s3, "ccopy", &missing, "ccopy/csrc")
+            .if_none_match("*")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(read_object(s3, "ccopy", &missing).await, b"the source");
+    }
+    gw.stop().await;
+}

@@ -3,6 +3,7 @@
 
 mod acl;
 mod aws_edges;
+mod aws_wording;
 mod bad_input;
 mod bucket_logging;
 mod cli_clients;

@@ -147,6 +147,10 @@ fn headers_of(err: &StoreError) -> Option<http::HeaderMap> {
                 headers.insert(http::header::LAST_MODIFIED, value);
             }
         }
+        // Named in the 416's body by `error_body::complete`, which takes this header off.
+        StoreError::InvalidRange { size } => {
+            headers.insert(super::error_body::ACTUAL_OBJECT_SIZE, http::HeaderValue::from(*size));
+        }
         _ => return None,
     }
     Some(headers)

@@ -18,9 +18,10 @@ pub struct CopySource<'a> {
 }
 
 impl Store {
-    /// Copies an object. `meta` and `tags` replace the source's when given (S3's REPLACE
-    /// directives); the copy's ACL is `acl`, never the source's (as S3's); a copy keeps the
-    /// source's ETag, since it has the same bytes. `None` when
+    /// Copies an object if `condition` holds on the destination key (checked atomically with
+    /// the write, as a PutObject's). `meta` and `tags` replace the source's when given (S3's
+    /// REPLACE directives); the copy's ACL is `acl`, never the source's (as S3's); a copy keeps
+    /// the source's ETag, since it has the same bytes. `None` when
     /// the source is encrypted: its chunks are sealed for its own bodies and key, so the copy
     /// must be read and written through the gateway.
     #[allow(clippy::too_many_arguments)]
@@ -34,6 +35,7 @@ impl Store {
         tags: Option<super::Tags>,
         lock: super::RequestedLock,
         acl: Option<crate::access::acl::Acl>,
+        condition: &WriteCondition,
     ) -> StoreResult<Option<PutOutcome>> {
         check_key(source.key)?;
         check_key(key)?;
@@ -100,7 +102,7 @@ impl Store {
         // Bucket notifications name this write ObjectCreated:Copy (functions/objects.sql).
         tx.execute("SELECT set_config('pgvs3.event_source', 'copy', true)", &[])
             .await?;
-        let written = self.write_object_row(&tx, to, &row, &WriteCondition::Always).await?;
+        let written = self.write_object_row(&tx, to, &row, condition).await?;
         tx.commit().await?;
         Ok(Some(PutOutcome {
             etag: head.etag,

@@ -470,7 +470,9 @@ impl Store {
 
     /// Turns an upload into its object, if `condition` holds. The listed parts must exist with
     /// the given ETags, ascend, and all but the last hold at least [`MIN_PART_SIZE`]; parts
-    /// not listed are dropped. On any refusal the upload stays as it was.
+    /// not listed are dropped; the parts must add up to `expected_size` when the client names
+    /// one (`x-amz-mp-object-size`). On any refusal the upload stays as it was.
+    #[allow(clippy::too_many_arguments)]
     #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store complete_multipart_upload", otel.kind = "client", db.system = "postgresql"))]
     pub(crate) async fn complete_multipart_upload(
         &self,
@@ -480,6 +482,7 @@ impl Store {
         parts: &[CompletedPart],
         checksums: &dyn PartChecksums,
         condition: &WriteCondition,
+        expected_size: Option<u64>,
     ) -> StoreResult<PartOutcome> {
         let upload_id = upload_number(upload_id)?;
         let mut client = self.client().await?;
@@ -544,6 +547,11 @@ impl Store {
             offsets.push(size as i64);
             etags.push(etag.as_str());
             size += part_size;
+        }
+        if let Some(expected) = expected_size.filter(|expected| *expected != size) {
+            return Err(StoreError::InvalidRequest(format!(
+                "The provided 'x-amz-mp-object-size' header value {expected} does not match what was computed: {size}"
+            )));
         }
         let etag = multipart_etag(&etags)?;
         meta.checksum = match (kept, part_checksums) {

@@ -7,7 +7,7 @@ use super::checks::{self, Request};
 use super::context::RequestContext;
 use super::lifecycle::expiration_header;
 use super::tagging::header_tags;
-use super::wire::{fail, part_number, timestamp, to_etag_condition, to_system_time};
+use super::wire::{fail, header_write_condition, part_number, timestamp, to_etag_condition, to_system_time};
 use super::{acl, encryption};
 use crate::s3::checksum::{Algorithm, UploadCheck};
 use crate::store;
@@ -58,6 +58,8 @@ pub(super) async fn copy_object(
         ));
     }
     let conditions = copy_source_conditions!(input);
+    // The destination's conditions, as on a PutObject (AWS's conditional copies).
+    let condition = header_write_condition(&req.headers)?;
     let meta = replace.then(|| meta_from_input!(input, req.headers));
     if let Some(meta) = &meta {
         checks::check_user_metadata(&meta.user)?;
@@ -97,6 +99,7 @@ pub(super) async fn copy_object(
             source_version,
             &conditions,
             &input.key,
+            &condition,
             meta,
             tags,
             lock,

@@ -23,16 +23,11 @@ pub(super) async fn list_objects_v2(
         max_keys: max_keys(input.max_keys)?,
     };
     let fetch_owner = input.fetch_owner.unwrap_or(false);
+    let url_encode = url_encoding(input.encoding_type.as_ref())?;
     let bucket = &cx.bucket;
-    let listing = listing(
-        bucket,
-        cx.front.buckets.catalog(),
-        &request,
-        &input.encoding_type,
-        fetch_owner,
-    )
-    .await
-    .map_err(|e| fail(&req, e))?;
+    let listing = listing(bucket, cx.front.buckets.catalog(), &request, url_encode, fetch_owner)
+        .await
+        .map_err(|e| fail(&req, e))?;
     Ok(S3Response::new(ListObjectsV2Output {
         name: Some(input.bucket.clone()),
         prefix: Some(listing.encode(request.prefix)),
@@ -62,8 +57,9 @@ pub(super) async fn list_objects(
         continuation: None,
         max_keys: max_keys(input.max_keys)?,
     };
+    let url_encode = url_encoding(input.encoding_type.as_ref())?;
     let bucket = &cx.bucket;
-    let listing = listing(bucket, cx.front.buckets.catalog(), &request, &input.encoding_type, true)
+    let listing = listing(bucket, cx.front.buckets.catalog(), &request, url_encode, true)
         .await
         .map_err(|e| fail(&req, e))?;
     // S3 sends NextMarker only with a delimiter; without one, clients resume after the last key.
@@ -105,10 +101,10 @@ pub(super) async fn list_object_versions(
         },
         version_id_marker: input.version_id_marker.clone().filter(|marker| !marker.is_empty()),
     };
+    let encode = key_encoder(url_encoding(input.encoding_type.as_ref())?);
     let bucket = &cx.bucket;
     let page = bucket.list_versions(&request).await.map_err(|e| fail(&req, e))?;
     let owner = acl::bucket_owner(bucket, cx.front.buckets.catalog());
-    let encode = key_encoder(input.encoding_type.as_ref());
     let (versions, delete_markers) = version_entries(page.entries, &owner, &encode);
     let (next_key_marker, next_version_id_marker) = match page.next {
         Some((key, version)) => (Some(encode(key)), version),
@@ -206,10 +202,22 @@ impl Listing {
     }
 }
 
-/// How a listing answers its key fields for its `encoding-type`: percent-encoded for `url`,
-/// as they are otherwise.
-pub(super) fn key_encoder(encoding_type: Option<&EncodingType>) -> impl Fn(String) -> String + Copy {
-    let url_encode = encoding_type.is_some_and(|e| e.as_str() == EncodingType::URL);
+/// Whether a listing's `encoding-type` asks for its key fields percent-encoded: `url` does,
+/// none does not, and any other is refused as S3 refuses it.
+pub(super) fn url_encoding(encoding_type: Option<&EncodingType>) -> S3Result<bool> {
+    match encoding_type.map(EncodingType::as_str) {
+        None => Ok(false),
+        Some(EncodingType::URL) => Ok(true),
+        Some(_) => Err(s3s::s3_error!(
+            InvalidArgument,
+            "Invalid Encoding Method specified in Request"
+        )),
+    }
+}
+
+/// How a listing answers its key fields: percent-encoded for `encoding-type=url`, as they are
+/// otherwise.
+pub(super) fn key_encoder(url_encode: bool) -> impl Fn(String) -> String + Copy {
     move |text| encode_key(url_encode, text)
 }
 
@@ -226,7 +234,7 @@ async fn listing(
     bucket: &BucketHandle<'_>,
     catalog: &Catalog,
     request: &ListRequest,
-    encoding_type: &Option<EncodingType>,
+    url_encode: bool,
     fetch_owner: bool,
 ) -> Result<Listing, StoreError> {
     let page = bucket.list(request).await?;
@@ -238,7 +246,7 @@ async fn listing(
         truncated: page.next_token.is_some(),
         next_token: page.next_token.clone(),
         next_marker: None,
-        url_encode: encoding_type.as_ref().is_some_and(|e| e.as_str() == EncodingType::URL),
+        url_encode,
     };
     listing.next_marker = page
         .next_token

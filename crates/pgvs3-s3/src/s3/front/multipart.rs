@@ -146,12 +146,33 @@ pub(super) async fn complete_multipart_upload(
         declared_type: input.checksum_type.clone(),
     };
     let condition = write_condition(&input.if_match, &input.if_none_match)?;
+    // The size the client expects its parts to add up to (AWS checks it, and completes
+    // nothing when they do not).
+    let expected_size = input
+        .mpu_object_size
+        .map(|size| {
+            u64::try_from(size).map_err(|_| {
+                s3s::s3_error!(
+                    InvalidRequest,
+                    "Value for x-amz-mp-object-size header is less than zero: '{}'",
+                    size
+                )
+            })
+        })
+        .transpose()?;
     let bucket = &cx.bucket;
     let store::PartOutcome {
         written: outcome,
         sse_s3,
     } = bucket
-        .complete_multipart_upload(&input.key, &input.upload_id, &parts, &completion, &condition)
+        .complete_multipart_upload(
+            &input.key,
+            &input.upload_id,
+            &parts,
+            &completion,
+            &condition,
+            expected_size,
+        )
         .await
         .map_err(|e| fail(&req, e))?;
     let mut output = CompleteMultipartUploadOutput {
@@ -254,14 +275,14 @@ pub(super) async fn list_multipart_uploads(
         upload_id_marker: input.upload_id_marker.clone(),
         max_uploads: max_uploads as usize,
     };
+    // `encoding-type=url` encodes every key field, as ListObjectsV2's.
+    let encode = super::list::key_encoder(super::list::url_encoding(input.encoding_type.as_ref())?);
     let bucket = &cx.bucket;
     let page = bucket
         .list_multipart_uploads(&request)
         .await
         .map_err(|e| fail(&req, e))?;
     let bucket_owner = acl::owner_id(bucket, cx.front.buckets.catalog());
-    // `encoding-type=url` encodes every key field, as ListObjectsV2's.
-    let encode = super::list::key_encoder(input.encoding_type.as_ref());
     let uploads = page
         .uploads
         .into_iter()

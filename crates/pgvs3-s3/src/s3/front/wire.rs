@@ -82,6 +82,21 @@ pub(super) fn write_condition(
     }
 }
 
+/// The destination's `If-Match` / `If-None-Match` of a request whose s3s input has no field for
+/// them (CopyObject: AWS's conditional copies), read from its headers as s3s reads PutObject's.
+pub(super) fn header_write_condition(headers: &http::HeaderMap) -> S3Result<WriteCondition> {
+    let read = |name: http::HeaderName| -> S3Result<Option<ETagCondition>> {
+        headers
+            .get(&name)
+            .map(|value| {
+                ETagCondition::parse_http_header(value.as_bytes())
+                    .map_err(|_| s3s::s3_error!(InvalidArgument, "invalid header: {}: {:?}", name.as_str(), value))
+            })
+            .transpose()
+    };
+    write_condition(&read(http::header::IF_MATCH)?, &read(http::header::IF_NONE_MATCH)?)
+}
+
 /// The part number of a read, as S3 checks it.
 pub(super) fn part_number(number: Option<i32>) -> S3Result<Option<u32>> {
     match number {
