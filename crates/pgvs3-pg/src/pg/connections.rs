@@ -61,13 +61,18 @@ impl Connections {
             id,
             registry: Arc::downgrade(&self.inner),
         };
-        // Held across the spawn so the task cannot deregister before it is registered.
-        let mut drivers = self.inner.drivers.lock().expect("connections lock");
+        // Not held across the spawn: a runtime shutting down drops the future inside `spawn`,
+        // and `Forget::drop` would then wait for the lock held here (a deadlock seen at a test
+        // process's exit). A task that ends before it is registered is removed again below (were
+        // one ever left, aborting a finished task does nothing).
         let task = tokio::spawn(async move {
             let _forget = forget;
             driver.await
         });
-        drivers.insert(id, task.abort_handle());
+        self.inner.drivers.lock().expect("connections lock").insert(id, task.abort_handle());
+        if task.is_finished() {
+            self.inner.drivers.lock().expect("connections lock").remove(&id);
+        }
         task
     }
 
