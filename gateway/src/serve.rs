@@ -197,7 +197,7 @@ impl Core {
     /// /healthz, /readyz and /metrics.
     fn admin_service(&self, args: &ServeArgs) -> AdminService {
         AdminService::new(
-            self.database.pool.clone(),
+            &self.database,
             self.shared.metrics.clone(),
             args.require_role,
             self.lag.clone(),

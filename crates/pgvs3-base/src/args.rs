@@ -70,7 +70,8 @@ pub struct HttpArgs {
 
     /// A keep-alive connection with no request open for this long is closed: HTTP/1.1 must send
     /// its next request head within it, HTTP/2 is sent GOAWAY (and PINGed at this interval, which
-    /// finds dead peers).
+    /// finds dead peers). A connection whose client accepts no byte of a response for this long
+    /// is cut, freeing the database connection a download holds.
     #[arg(long, env = "PGVS3_HTTP_IDLE_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
     pub http_idle_timeout: Duration,
 

@@ -31,6 +31,7 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::metrics::Metrics;
 use crate::request_body::{Leftover, RequestBody};
+use crate::send_stall::SendStall;
 
 /// A signal that flips once, when the process begins to shut down.
 #[derive(Clone)]
@@ -69,7 +70,8 @@ pub struct HttpLimits {
     /// A connection with no request open for this long is closed: HTTP/1.1 must deliver its
     /// next request head within it (hyper's header-read timer covers the idle wait and the head
     /// alike); HTTP/2 is sent GOAWAY ([`Streams`]), and this is also its PING interval, which
-    /// finds dead peers.
+    /// finds dead peers. A connection whose client accepts no response bytes for this long is
+    /// cut ([`SendStall`]).
     pub idle_timeout: Duration,
     /// A request body that delivers no byte for this long fails (S3: 400 RequestTimeout).
     pub body_idle_timeout: Duration,
@@ -296,7 +298,7 @@ where
     {
         let connection = self
             .builder
-            .serve_connection(TokioIo::new(io), self.service)
+            .serve_connection(TokioIo::new(SendStall::new(io, self.idle_timeout)), self.service)
             .into_owned();
         tokio::pin!(connection);
         let first_request = first_request_deadline(&self.first_request, self.deadline);

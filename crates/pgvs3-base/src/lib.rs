@@ -11,5 +11,6 @@ pub mod http_server;
 pub mod metrics;
 pub mod replica_lag;
 pub mod request_body;
+pub mod send_stall;
 pub mod simulate;
 pub mod telemetry;

@@ -1,11 +1,17 @@
 //! Where this gateway's database stands in replication, sampled in the background: whether it is
-//! a hot standby (it changes when a standby is promoted), how far its replay trails what it
-//! received from its primary, and the optional refusal of reads beyond a limit
-//! (`--max-replication-lag`).
+//! a hot standby (it changes when a standby is promoted), how far its replay trails its primary,
+//! and the optional refusal of reads beyond a limit (`--max-replication-lag`).
+//!
+//! A standby that streams from its primary lags by what it received and has not replayed. One
+//! that does not stream (its primary is down or cut off, its WAL receiver reconnecting) cannot
+//! tell what it is missing: its lag counts as the time since it was last seen streaming, so a
+//! limit trips that long after the cut — the WAL receiver's own reconnects (5 s apart by
+//! default) are the grace — and reads that could be arbitrarily stale are refused.
 
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use deadpool_postgres::Pool;
 
@@ -21,18 +27,34 @@ struct Inner {
     /// The last sample, in milliseconds (0 on a primary).
     millis: AtomicU64,
     limit: Option<Duration>,
+    /// When the standby was last seen streaming from its primary (or the sampler started).
+    streamed: Mutex<Instant>,
 }
 
 /// Replay is behind when the standby has received WAL it has not replayed yet; then the lag is
 /// the age of the last replayed commit. A standby that replayed all it received counts as
-/// current, so an idle primary does not look like lag.
+/// current, so an idle primary does not look like lag. `streaming`: a WAL receiver is connected
+/// and streaming; a role without pg_read_all_stats sees the receiver's row but not its status,
+/// and a row is only shown once the receiver has connected, so that counts as streaming.
 const SAMPLE_SQL: &str = "SELECT pg_is_in_recovery() AS standby, CASE
         WHEN NOT pg_is_in_recovery() THEN 0
         WHEN pg_last_wal_receive_lsn() IS NOT DISTINCT FROM pg_last_wal_replay_lsn() THEN 0
         ELSE coalesce(extract(epoch FROM now() - pg_last_xact_replay_timestamp()), 0)
-    END::float8 AS lag_seconds";
+    END::float8 AS lag_seconds,
+    EXISTS (SELECT FROM pg_stat_wal_receiver WHERE coalesce(status, 'streaming') = 'streaming') AS streaming";
 
 impl ReplicaLag {
+    /// The lag of one sample: a standby that does not stream lags by at least the time since
+    /// it last did.
+    fn lag_seconds(&self, standby: bool, replay: f64, streaming: bool) -> f64 {
+        let mut streamed = self.inner.streamed.lock().expect("lag lock");
+        if !standby || streaming {
+            *streamed = Instant::now();
+            return replay;
+        }
+        replay.max(streamed.elapsed().as_secs_f64())
+    }
+
     /// `standby`: the role found at start. `limit`: refuse reads while the lag exceeds it
     /// (`None`: never).
     pub fn new(standby: bool, limit: Option<Duration>) -> ReplicaLag {
@@ -41,6 +63,7 @@ impl ReplicaLag {
                 standby: AtomicBool::new(standby),
                 millis: AtomicU64::new(0),
                 limit,
+                streamed: Mutex::new(Instant::now()),
             }),
         }
     }
@@ -76,11 +99,15 @@ impl ReplicaLag {
                 let sample = async {
                     let client = pool.get().await.ok()?;
                     let row = client.query_one(SAMPLE_SQL, &[]).await.ok()?;
-                    Some((row.get::<_, bool>("standby"), row.get::<_, f64>("lag_seconds")))
+                    Some((
+                        row.get::<_, bool>("standby"),
+                        row.get::<_, f64>("lag_seconds"),
+                        row.get::<_, bool>("streaming"),
+                    ))
                 }
                 .await;
-                if let Some((standby, seconds)) = sample {
-                    let seconds = seconds.max(0.0);
+                if let Some((standby, replay, streaming)) = sample {
+                    let seconds = lag.lag_seconds(standby, replay.max(0.0), streaming);
                     lag.inner.standby.store(standby, Ordering::Relaxed);
                     lag.inner.millis.store((seconds * 1000.0) as u64, Ordering::Relaxed);
                     metrics.replication_lag_seconds.set(seconds);

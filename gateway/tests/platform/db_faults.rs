@@ -543,3 +543,24 @@ async fn a_primary_only_gateway_whose_address_turns_standby_reports_unready() {
     put_object(&gateway.client, "roles", "k", b"x").await;
     gateway.stop().await;
 }
+
+/// Readiness asks on a connection of its own: a pool taken whole by slow requests is no reason
+/// to report a database that answers as unavailable (which made every gateway of a fleet leave
+/// its load balancer at once under load).
+#[tokio::test]
+async fn readiness_answers_while_every_pool_connection_is_busy() {
+    let gateway = TestGateway::with_args(common::fresh_database().await, &["--pool-size", "2"]).await;
+    let pool = gateway.gateway.store.pool();
+    // Every connection the background tasks leave, until one more is not to be had.
+    let mut held = Vec::new();
+    while let Ok(Ok(client)) = tokio::time::timeout(Duration::from_secs(2), pool.get()).await {
+        held.push(client);
+    }
+    let taken = pool.status();
+    assert_eq!((taken.size, taken.available), (2, 0), "the pool is taken whole");
+    let (status, body) = ready_status(&gateway).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"ready\":true"), "{body}");
+    drop(held);
+    gateway.stop().await;
+}

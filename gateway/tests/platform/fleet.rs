@@ -103,6 +103,15 @@ async fn a_standby_gateway_serves_reads_refuses_writes_and_takes_writes_after_pr
         "{refused:?}"
     );
 
+    // OJS on the standby: a write is refused as retryable, since a promotion (or the client's
+    // next gateway) takes it.
+    let ojs = common::ojs::Ojs::of(&reader);
+    let job = serde_json::json!({ "type": "fleet.task", "args": [] });
+    let (status, refused) = ojs.post("/ojs/v1/jobs", job.clone()).await;
+    assert_eq!(status, 503, "{refused}");
+    assert_eq!(refused["error"]["code"], "read_only", "{refused}");
+    assert_eq!(refused["error"]["retryable"], true, "{refused}");
+
     let ready = admin_get(&reader, "/readyz").await;
     assert_eq!(ready.status, 200, "{}", ready.body);
     assert!(ready.body.contains(r#""role":"standby""#), "{}", ready.body);
@@ -132,6 +141,9 @@ async fn a_standby_gateway_serves_reads_refuses_writes_and_takes_writes_after_pr
     let ready = admin_get(&reader, "/readyz").await;
     assert_eq!(ready.status, 503, "{}", ready.body);
     assert!(ready.body.contains(r#""role":"primary""#), "{}", ready.body);
+    // The same OJS write the standby refused as retryable is taken now.
+    let (status, taken) = ojs.post("/ojs/v1/jobs", job).await;
+    assert_eq!(status, 201, "{taken}");
     // RESP on the same gateway takes writes too, on the connection it already had.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while standby_resp.command(&["SET", "greeting", "promoted"]).await != common::resp::Value::Simple("OK".into()) {
@@ -269,6 +281,54 @@ async fn a_standby_too_far_behind_refuses_reads_until_replay_catches_up() {
     .await;
     assert_eq!(admin_get(&reader, "/readyz").await.status, 200);
     assert_eq!(resp.command(&["GET", "first"]).await, common::resp::Value::bulk("v"));
+    reader.stop().await;
+    writer.stop().await;
+}
+
+/// A standby cut off from its primary receives nothing, so it has nothing unreplayed: it used
+/// to report zero lag and serve reads of any age. Its lag now counts from the moment it was last
+/// seen streaming.
+#[tokio::test]
+async fn a_standby_cut_off_from_its_primary_refuses_reads_beyond_the_lag_limit() {
+    let (primary, standby) = primary_and_standby("cutoff");
+    let writer = TestGateway::on(primary.url("postgres")).await;
+    let reader = TestGateway::with_args(
+        standby.url("postgres"),
+        &["--max-replication-lag", "1s", "--resp-addr", "127.0.0.1:0"],
+    )
+    .await;
+    writer.client.create_bucket().bucket("cut").send().await.unwrap();
+    put_request(&writer.client, "cut", "obj", b"v0").send().await.unwrap();
+    let read = || async {
+        match reader.client.get_object().bucket("cut").key("obj").send().await {
+            Ok(_) => 200,
+            Err(err) => err.raw_response().map(|r| r.status().as_u16()).unwrap_or(0),
+        }
+    };
+    eventually(Duration::from_secs(30), "the standby to serve the object", || async {
+        (read().await == 200).then_some(())
+    })
+    .await;
+    // Current while it streams, however idle the primary.
+    assert_eq!(admin_get(&reader, "/readyz").await.status, 200);
+
+    // The primary goes away at once, as a crash or a cut would take it.
+    common::faults::kill9(postmaster_pid("cutoff", "primary"));
+    eventually(Duration::from_secs(30), "reads to be refused", || async {
+        (read().await == 503).then_some(())
+    })
+    .await;
+    let mut resp = common::resp::RawResp::connect(reader.resp_addr()).await;
+    let stale = resp.command(&["GET", "anything"]).await;
+    assert!(stale.error().starts_with("MASTERDOWN "), "{stale:?}");
+    let ready = admin_get(&reader, "/readyz").await;
+    assert_eq!(ready.status, 503, "{}", ready.body);
+    let body: serde_json::Value = serde_json::from_str(&ready.body).unwrap();
+    assert!(
+        body["replication_lag_seconds"].as_f64().unwrap() > 1.0,
+        "{}",
+        ready.body
+    );
     reader.stop().await;
     writer.stop().await;
 }

@@ -7,7 +7,7 @@ use pgvs3_testkit as common;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use common::TestGateway;
+use common::{TestGateway, eventually};
 use common::raw::send;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -229,5 +229,115 @@ async fn connections_beyond_one_addresses_cap_are_refused_and_others_still_serve
     })
     .await;
     gw.client.list_buckets().send().await.expect("served again");
+    gw.stop().await;
+}
+
+/// A GET of a large object (a presigned path, as a browser or `curl` would send) that we then
+/// never read: the gateway's writes back up into its socket, its response stream and the
+/// database connection behind it.
+async fn unread_get(gw: &TestGateway, path: &str) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut stream = socket.connect(gw.gateway.s3_addr).await.unwrap();
+    let head = format!("GET {path} HTTP/1.1\r\nhost: {}\r\n\r\n", gw.gateway.s3_addr);
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream
+}
+
+/// A 32 MiB object (far more than socket buffers and the gateway's own hold) and a presigned
+/// path that reads it.
+async fn large_object(gw: &TestGateway) -> (String, usize) {
+    const SIZE: usize = 32 << 20;
+    gw.client.create_bucket().bucket("downloads").send().await.unwrap();
+    common::s3::put_object(&gw.client, "downloads", "large", common::noise(SIZE, 7)).await;
+    let signer = common::raw::Signer {
+        access_key: common::ROOT_ACCESS_KEY.into(),
+        secret_key: common::ROOT_SECRET_KEY.into(),
+        host: gw.gateway.s3_addr.to_string(),
+    };
+    let path = signer.presign("GET", "/downloads/large", "3600", std::time::SystemTime::now());
+    (path, SIZE)
+}
+
+/// The gateway's database sessions blocked on sending rows the gateway does not take: its
+/// streams held back by their clients.
+async fn sessions_held_by_clients(sql: &tokio_postgres::Client) -> i64 {
+    sql.query_one(
+        "SELECT count(*) AS held FROM pg_stat_activity
+          WHERE datname = current_database() AND wait_event = 'ClientWrite'",
+        &[],
+    )
+    .await
+    .unwrap()
+    .get("held")
+}
+
+/// A client that asks for a download and never reads it used to hold the database connection
+/// behind the download for as long as it kept the socket open: a few such sockets starved the
+/// whole gateway. A response the client accepts nothing of for the idle timeout is cut.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_download_whose_client_stops_reading_is_cut_and_frees_its_database_connection() {
+    let gw = TestGateway::with_args(
+        common::fresh_database().await,
+        &["--http-idle-timeout", "2s", "--pool-size", "4"],
+    )
+    .await;
+    let (path, size) = large_object(&gw).await;
+    let sql = gw.sql().await;
+    let mut unread = Vec::new();
+    for _ in 0..2 {
+        unread.push(unread_get(&gw, &path).await);
+    }
+    eventually(Duration::from_secs(30), "both downloads to stall", || async {
+        (sessions_held_by_clients(&sql).await == 2).then_some(())
+    })
+    .await;
+    // Still unread, the sockets open: only the gateway can end the stall.
+    eventually(Duration::from_secs(60), "the stalled downloads to be cut", || async {
+        (sessions_held_by_clients(&sql).await == 0).then_some(())
+    })
+    .await;
+    for mut stream in unread {
+        let (received, _) = until_closed(&mut stream, Duration::from_secs(30)).await;
+        assert!(received.starts_with(b"HTTP/1.1 200 OK\r\n"), "{:?}", &received[..received.len().min(64)]);
+        assert!(received.len() < size, "cut short: {} bytes", received.len());
+    }
+    // A client that reads gets the whole object.
+    let whole = gw.client.get_object().bucket("downloads").key("large").send().await.unwrap();
+    assert_eq!(whole.body.collect().await.unwrap().into_bytes().len(), size);
+    gw.stop().await;
+}
+
+/// Downloads hold their database connections within the stream share (the pool less a quarter),
+/// as uploads do: however many clients read slowly, other requests (RESP, small S3 requests)
+/// still find a connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_downloads_leave_a_quarter_of_the_pool_to_other_requests() {
+    let gw = TestGateway::with_args(
+        common::fresh_database().await,
+        &["--http-idle-timeout", "10m", "--pool-size", "4", "--resp-addr", "127.0.0.1:0"],
+    )
+    .await;
+    let (path, _) = large_object(&gw).await;
+    let sql = gw.sql().await;
+    let mut unread = Vec::new();
+    for _ in 0..5 {
+        unread.push(unread_get(&gw, &path).await);
+    }
+    // Three streams (4 less a quarter) hold connections; the others wait without one.
+    eventually(Duration::from_secs(30), "the share's downloads to stall", || async {
+        (sessions_held_by_clients(&sql).await == 3).then_some(())
+    })
+    .await;
+    let mut resp = common::resp::RawResp::connect(gw.resp_addr()).await;
+    assert_eq!(
+        resp.command(&["SET", "k", "v"]).await,
+        common::resp::Value::Simple("OK".into())
+    );
+    common::s3::put_object(&gw.client, "downloads", "small", b"small".to_vec()).await;
+    let small = gw.client.get_object().bucket("downloads").key("small").send().await.unwrap();
+    assert_eq!(small.body.collect().await.unwrap().into_bytes().as_ref(), b"small");
+    assert_eq!(sessions_held_by_clients(&sql).await, 3, "no fourth stream got a connection");
+    drop(unread);
     gw.stop().await;
 }

@@ -125,6 +125,11 @@ pub async fn migrate(pool: &Pool) -> anyhow::Result<i32> {
 /// The layout version recorded in the database (0 when none).
 pub async fn current_version(pool: &Pool) -> anyhow::Result<i32> {
     let client = pool.get().await?;
+    layout_version(&client).await
+}
+
+/// [`current_version`] on a connection of the caller's own.
+pub async fn layout_version(client: &tokio_postgres::Client) -> anyhow::Result<i32> {
     let exists: bool = client
         .query_one("SELECT to_regclass('pgvs3.layout') IS NOT NULL AS exists", &[])
         .await?

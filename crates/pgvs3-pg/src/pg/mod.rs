@@ -189,6 +189,11 @@ async fn wait_until_reachable(pool: &Pool, tls: &PgTls) -> anyhow::Result<()> {
 /// Whether the server is a hot standby (reads only).
 pub async fn is_standby(pool: &Pool) -> anyhow::Result<bool> {
     let client = pool.get().await?;
+    in_recovery(&client).await
+}
+
+/// [`is_standby`] on a connection of the caller's own.
+pub async fn in_recovery(client: &tokio_postgres::Client) -> anyhow::Result<bool> {
     Ok(client
         .query_one("SELECT pg_is_in_recovery() AS standby", &[])
         .await?

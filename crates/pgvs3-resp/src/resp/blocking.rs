@@ -186,7 +186,7 @@ impl Wakeups {
             tokio::spawn(async move {
                 loop {
                     if let Err(err) = listen(&config, &connections, &wakeups, &pubsub).await {
-                        tracing::debug!(error = %format!("{err:#}"), "RESP LISTEN connection lost; reconnecting");
+                        tracing::warn!(error = %format!("{err:#}"), "RESP LISTEN connection lost; reconnecting");
                     }
                     pubsub.set_client(None);
                     // Nothing tells the blocked clients now: each tries again, then at

@@ -11,7 +11,7 @@ use tokio_postgres::types::Type;
 use super::chunks::{ChunkStream, Chunker, Segment};
 use super::encryption::ObjectKey;
 use super::objects::{BodyObserver, BodyStream, NamespaceSql, ObjectHead, ReadOptions, StoredChecksum};
-use super::{StoreError, StoreResult};
+use super::{Store, StoreError, StoreResult};
 
 /// The body SQL of one namespace: chunks read and written, parts located.
 #[derive(Debug)]
@@ -61,6 +61,7 @@ impl BodySql {
 /// one streamed by the connection (which the stream keeps until it ends); empty for a HEAD.
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn stored_body(
+    store: &Store,
     client: deadpool_postgres::Object,
     sql: &NamespaceSql,
     inline: Option<Bytes>,
@@ -78,6 +79,7 @@ pub(super) async fn stored_body(
             Box::pin(futures::stream::once(async move { Ok(bytes) }))
         }
         (true, None, Some(body_id)) if span.0 < span.1 => {
+            let client = store.streaming(client).await?;
             let (segments, rows) = body_rows(&client, sql, body_id, size, multipart, span).await?;
             Box::pin(ChunkStream::new(Some(client), rows, segments).decrypting(key))
         }

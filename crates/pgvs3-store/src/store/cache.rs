@@ -525,6 +525,7 @@ impl Store {
         let (head, span, partial) = locate(&client, sql, entry.head, entry.body_id, options).await?;
         let size = head.size;
         let body = stored_body(
+            self,
             client,
             sql,
             entry.inline,

@@ -11,6 +11,7 @@ use tokio_postgres::RowStream;
 
 use super::StoreError;
 use super::encryption::ObjectKey;
+use super::share::StreamClient;
 
 /// One raw chunk fills one heap page exactly (see migrations/0001_layout_v1.sql).
 pub const CHUNK_SIZE: usize = 8120;
@@ -132,10 +133,10 @@ impl Segment {
 }
 
 /// Streams the chunks of a run of segments (one per body, in order) from one statement,
-/// holding its pooled connection until the last byte so no other request queues behind the
-/// stream on that connection.
+/// holding its pooled connection (and its place in the stream share) until the last byte so no
+/// other request queues behind the stream on that connection.
 pub struct ChunkStream {
-    client: Option<deadpool_postgres::Object>,
+    client: Option<StreamClient>,
     rows: Pin<Box<RowStream>>,
     segments: VecDeque<Segment>,
     /// The body of the segment being read (its chunks' counter blocks name it).
@@ -152,7 +153,7 @@ impl ChunkStream {
     /// `rows` yields `(body_id, seq, data)` for the chunks of `segments`, segment after segment.
     /// `client` is the connection `rows` come from, kept checked out until the stream ends
     /// (`None` when the caller holds it).
-    pub fn new(client: Option<deadpool_postgres::Object>, rows: RowStream, segments: Vec<Segment>) -> ChunkStream {
+    pub fn new(client: Option<StreamClient>, rows: RowStream, segments: Vec<Segment>) -> ChunkStream {
         let mut stream = ChunkStream {
             client,
             rows: Box::pin(rows),

@@ -26,6 +26,7 @@ mod reaper;
 mod resp_acl;
 #[cfg(test)]
 mod row_reads;
+mod share;
 mod staging;
 mod sts;
 mod tagging;
@@ -109,8 +110,8 @@ pub enum Access {
 pub struct Store {
     pool: Pool,
     catalog: Arc<Catalog>,
-    /// The connections uploads' writes may hold at once.
-    uploads: staging::UploadShare,
+    /// The connections streams (uploads' writes, downloads' reads) may hold at once.
+    streams: share::StreamShare,
     /// How to reach the server to cancel a keyspace statement its caller abandoned (see
     /// `kv::abandon`); without it such a statement runs to its end.
     cancel: Option<crate::pg::connections::Connections>,
@@ -118,11 +119,11 @@ pub struct Store {
 
 impl Store {
     pub fn new(pool: Pool, catalog: Arc<Catalog>) -> Store {
-        let uploads = staging::UploadShare::of(&pool);
+        let streams = share::StreamShare::of(&pool);
         Store {
             pool,
             catalog,
-            uploads,
+            streams,
             cancel: None,
         }
     }

@@ -393,7 +393,7 @@ impl Store {
         let (md5, checksum) = digest.finish(size).await?;
         let etag = hex::encode(md5);
         let part_checksum = kept.and(checksum.as_ref()).map(|checksum| checksum.value.as_str());
-        let mut client = self.upload_client().await?;
+        let mut client = self.stream_client().await?;
         let tx = client.transaction().await?;
         let statement = tx.prepare_cached(&bucket.sql.multipart.lock_upload).await?;
         if tx

@@ -460,6 +460,7 @@ impl Store {
                 body: Box::pin(futures::stream::empty()),
             });
         }
+        let client = self.streaming(client).await?;
         let (segments, rows) = body_rows(
             &client,
             &bucket.sql,
@@ -637,7 +638,7 @@ impl Store {
         let (md5, checksum) = digest.finish(size).await?;
         meta.checksum = checksum;
         let etag = hex::encode(md5);
-        let mut client = self.upload_client().await?;
+        let mut client = self.stream_client().await?;
         let tx = client.transaction().await?;
         let body_id = staged.finish(&tx).await?;
         let row = NewObjectRow {

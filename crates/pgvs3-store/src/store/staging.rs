@@ -6,16 +6,14 @@
 //! last batch commits with the row that names the body, and until then the body is *leased* —
 //! a row in `retired_bodies` dated in the future — so the reaper takes the chunks of an upload
 //! whose client left or whose gateway died (once the lease ran out), and never those of a live
-//! one. Uploads take their connections within [`UploadShare`], so requests that are not uploads
-//! always find some of the pool free.
+//! one. Uploads take their connections within the stream share (`super::share`), so requests that
+//! are not streams always find some of the pool free.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use deadpool_postgres::{GenericClient, Object, Pool};
+use deadpool_postgres::GenericClient;
 use futures::StreamExt;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::types::Type;
@@ -68,58 +66,7 @@ impl StagingSql {
     }
 }
 
-/// The pool connections uploads may hold at once: all but a quarter of the pool (at least one
-/// connection is kept for other requests; at least one is the uploads').
-#[derive(Clone)]
-pub(super) struct UploadShare {
-    permits: Arc<Semaphore>,
-}
-
-impl UploadShare {
-    pub(super) fn of(pool: &Pool) -> UploadShare {
-        let pool_size = pool.status().max_size;
-        let size = pool_size.saturating_sub((pool_size / 4).max(1)).max(1);
-        UploadShare {
-            permits: Arc::new(Semaphore::new(size)),
-        }
-    }
-}
-
-/// A pool connection taken for an upload's write, within the [`UploadShare`].
-pub(super) struct UploadClient {
-    client: Object,
-    _share: OwnedSemaphorePermit,
-}
-
-impl std::ops::Deref for UploadClient {
-    type Target = Object;
-    fn deref(&self) -> &Object {
-        &self.client
-    }
-}
-
-impl std::ops::DerefMut for UploadClient {
-    fn deref_mut(&mut self) -> &mut Object {
-        &mut self.client
-    }
-}
-
 impl Store {
-    /// A connection for an upload's write: first a place in the upload share, then one of the
-    /// pool, both within the pool's wait timeout.
-    pub(super) async fn upload_client(&self) -> StoreResult<UploadClient> {
-        let wait = self.pool.timeouts().wait.unwrap_or(Duration::from_secs(30));
-        let share = tokio::time::timeout(wait, Arc::clone(&self.uploads.permits).acquire_owned())
-            .await
-            .ok()
-            .and_then(Result::ok)
-            .ok_or_else(|| StoreError::Unavailable("timed out waiting for a connection for uploads".into()))?;
-        Ok(UploadClient {
-            client: self.client().await?,
-            _share: share,
-        })
-    }
-
     /// Reads `body` (after `head`, bytes already taken from it) into chunks, each piece also
     /// given to `digest`; every full batch but the last is written on a connection of its own.
     /// The rest is written by [`Staged::finish`], in the transaction that stores the row.
@@ -201,7 +148,7 @@ impl Staged<'_> {
                 Err(_) => {
                     // A lease not renewed now (no connection, a database error) is renewed with
                     // the next batch; one that ran out fails the upload.
-                    let renewed = match self.store.upload_client().await {
+                    let renewed = match self.store.stream_client().await {
                         Ok(client) => lease.renew(&*client).await,
                         Err(err) => Err(err),
                     };
@@ -218,7 +165,7 @@ impl Staged<'_> {
 
     /// Writes the full chunks read so far, in a transaction of their own, under the body's lease.
     async fn flush(&mut self) -> StoreResult<()> {
-        let mut client = self.store.upload_client().await?;
+        let mut client = self.store.stream_client().await?;
         let tx = client.transaction().await?;
         // A batch's commit acknowledges nothing, so it does not wait for its WAL to reach the
         // disk: the upload's last transaction commits synchronously, and that flush takes the

@@ -409,6 +409,7 @@ impl Store {
         let inline: Option<Vec<u8>> = row.get("inline");
         let size = head.size;
         let body = stored_body(
+            self,
             client,
             &bucket.sql,
             inline.map(Bytes::from),

@@ -438,8 +438,13 @@ impl Queue {
             // The claim has committed by now: its jobs are active and their attempts spent, so
             // they go to this worker whatever became of the promotion (which the next fetch
             // tries again).
-            if let Err(error) = promote {
-                tracing::warn!(%error, "promoting due and lapsed OJS jobs failed");
+            // On a standby both fail alike and the claim's error answers the client: no warning
+            // on every fetch for what only a promotion changes.
+            match promote {
+                Err(error) if error.code() != Some(&tokio_postgres::error::SqlState::READ_ONLY_SQL_TRANSACTION) => {
+                    tracing::warn!(%error, "promoting due and lapsed OJS jobs failed");
+                }
+                _ => {}
             }
             claim
         } else {

@@ -206,7 +206,9 @@ impl From<EngineError> for OjsError {
                     ("x-ojs-queue-bound", bound.to_string()),
                 ];
             }
-            ErrorKind::Unavailable => answer.retryable = true,
+            // A standby is promoted, or the client's next connection lands on the primary: the
+            // same write may well succeed later.
+            ErrorKind::Unavailable | ErrorKind::ReadOnly => answer.retryable = true,
             _ => {}
         }
         answer
