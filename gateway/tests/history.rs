@@ -370,7 +370,7 @@ async fn s3_large_bodies_and_copies_are_linearizable() {
     let client = &target.gateway.client;
     client.create_bucket().bucket("bodies").send().await.unwrap();
     let recorder = Arc::new(history::recorder::Recorder::new(Instant::now()));
-    history::s3_bodies::run(&recorder, client, "bodies", CLIENTS, &bounds).await;
+    history::s3_bodies::run(&recorder, client, "bodies", CLIENTS, &bounds, bounds.faults).await;
     history::s3_bodies::read_all(&recorder, CLIENTS, client, "bodies").await;
     let kills = target.calm().await;
     let ops = recorder.history();
@@ -395,7 +395,7 @@ async fn s3_gateway_killed_mid_history_keeps_what_it_acknowledged() {
     client.create_bucket().bucket("bodies").send().await.unwrap();
     let killer = history::gateway_kill::Killer::start(gateway, &bounds);
     let recorder = Arc::new(history::recorder::Recorder::new(Instant::now()));
-    history::s3_bodies::run(&recorder, &client, "bodies", CLIENTS, &bounds).await;
+    history::s3_bodies::run(&recorder, &client, "bodies", CLIENTS, &bounds, true).await;
     let (gateway, kills) = killer.stop().await;
     history::s3_bodies::read_all(&recorder, CLIENTS, &gateway.client(), "bodies").await;
     let ops = recorder.history();

@@ -177,13 +177,15 @@ impl Model for Object {
 /// The bodies written so far, by their MD5 (hex): what a copy's ETag names.
 type Written = Arc<Mutex<HashMap<String, String>>>;
 
-/// Runs `clients` clients on the keys of the unversioned bucket `bucket` into `recorder`.
+/// Runs `clients` clients on the keys of the unversioned bucket `bucket` into `recorder`;
+/// `killed`: the gateway may be killed meanwhile (a body cut short is then no answer).
 pub async fn run(
     recorder: &Arc<Recorder<Call, Reply>>,
     client: &Client,
     bucket: &str,
     clients: usize,
     bounds: &Bounds,
+    killed: bool,
 ) {
     let schedule = Schedule::new(clients, bounds, Duration::from_millis(20));
     let written: Written = Arc::default();
@@ -228,7 +230,7 @@ pub async fn run(
                         _ => call(&destination, Cmd::Get),
                     };
                     recorder
-                        .record(id, call.clone(), send(&s3, &bucket, &call, &written))
+                        .record(id, call.clone(), send(&s3, &bucket, &call, &written, killed))
                         .await;
                 }
             }
@@ -237,7 +239,8 @@ pub async fn run(
     join(tasks).await;
 }
 
-/// A GET of every key by client `client`, one after another (what is there at the end).
+/// A GET of every key by client `client`, one after another (what is there at the end, read
+/// from a gateway that is not killed).
 pub async fn read_all(recorder: &Recorder<Call, Reply>, client: usize, s3: &Client, bucket: &str) {
     for key in SOURCES.iter().chain(&DESTINATIONS) {
         let call = Call {
@@ -246,7 +249,7 @@ pub async fn read_all(recorder: &Recorder<Call, Reply>, client: usize, s3: &Clie
         };
         let written = Written::default();
         recorder
-            .record(client, call.clone(), send(s3, bucket, &call, &written))
+            .record(client, call.clone(), send(s3, bucket, &call, &written, false))
             .await;
     }
 }
@@ -260,7 +263,7 @@ fn refusal<E>(err: aws_sdk_s3::error::SdkError<E, aws_sdk_s3::config::http::Http
     }
 }
 
-async fn send(s3: &Client, bucket: &str, call: &Call, written: &Written) -> Outcome<Reply> {
+async fn send(s3: &Client, bucket: &str, call: &Call, written: &Written, killed: bool) -> Outcome<Reply> {
     let key = call.key.as_str();
     match &call.cmd {
         Cmd::Put(name) => {
@@ -283,7 +286,9 @@ async fn send(s3: &Client, bucket: &str, call: &Call, written: &Written) -> Outc
                     let bytes = bytes.into_bytes();
                     Outcome::Answered(name_of(&bytes).map_or_else(|| garbled(&bytes), Reply::Body))
                 }
-                Err(err) => Outcome::Unknown(format!("body: {err}")),
+                Err(err) if killed => Outcome::Unknown(format!("body: {err}")),
+                // Cut short by the gateway itself: it found the body incomplete.
+                Err(err) => Outcome::Answered(Reply::Garbled(0, format!("body cut short: {err}"))),
             },
             Err(err) => refusal(err),
         },
