@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use aws_sdk_s3::Client;
@@ -39,17 +39,22 @@ impl ChildGateway {
         }
     }
 
-    /// A client that does not retry: an attempt cut short by the kill is the operation's
-    /// outcome (unknown), not hidden behind a second attempt on the restarted gateway.
-    pub fn client(&self) -> Client {
-        let client = common::s3_client_at(self.s3_addr, common::ROOT_ACCESS_KEY, common::ROOT_SECRET_KEY);
-        Client::from_conf(
-            client
-                .config()
-                .to_builder()
-                .retry_config(RetryConfig::disabled())
-                .build(),
-        )
+    /// What makes a client for each operation: one that does not retry (an attempt cut short
+    /// by a kill is the operation's outcome, unknown, not hidden behind a second attempt on
+    /// the restarted gateway), on a connection of its own (none left over from a killed
+    /// gateway, so that a refused connection tells that nothing was sent).
+    pub fn connect(&self) -> impl Fn() -> Client + Clone + Send + 'static {
+        let addr = self.s3_addr;
+        move || {
+            let client = common::s3_client_at(addr, common::ROOT_ACCESS_KEY, common::ROOT_SECRET_KEY);
+            Client::from_conf(
+                client
+                    .config()
+                    .to_builder()
+                    .retry_config(RetryConfig::disabled())
+                    .build(),
+            )
+        }
     }
 
     /// Kill -9, then the same gateway started again, ready.
@@ -102,32 +107,31 @@ async fn spawn(database_url: &str, s3_addr: SocketAddr) -> Child {
 /// Kills the gateway every second or two until stopped.
 pub struct Killer {
     stop: Arc<AtomicBool>,
-    kills: Arc<AtomicUsize>,
-    task: tokio::task::JoinHandle<ChildGateway>,
+    task: tokio::task::JoinHandle<(ChildGateway, Vec<Instant>)>,
 }
 
 impl Killer {
     pub fn start(mut gateway: ChildGateway, bounds: &Bounds) -> Killer {
-        let (stop, kills) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)));
+        let stop = Arc::new(AtomicBool::new(false));
         let mut rng = bounds.rng("gateway-kills", 0);
-        let (stopped, killed) = (stop.clone(), kills.clone());
+        let stopped = stop.clone();
         let task = tokio::spawn(async move {
+            let mut kills = Vec::new();
             while !stopped.load(Ordering::Relaxed) {
                 tokio::time::sleep(Duration::from_millis(rng.random_range(800..2000))).await;
                 if !stopped.load(Ordering::Relaxed) {
+                    kills.push(Instant::now());
                     gateway.kill_and_restart().await;
-                    killed.fetch_add(1, Ordering::Relaxed);
                 }
             }
-            gateway
+            (gateway, kills)
         });
-        Killer { stop, kills, task }
+        Killer { stop, task }
     }
 
-    /// Stops killing; the gateway (running) and how many times it was killed.
-    pub async fn stop(self) -> (ChildGateway, usize) {
+    /// Stops killing; the gateway (running) and when it was killed.
+    pub async fn stop(self) -> (ChildGateway, Vec<Instant>) {
         self.stop.store(true, Ordering::Relaxed);
-        let gateway = self.task.await.unwrap();
-        (gateway, self.kills.load(Ordering::Relaxed))
+        self.task.await.unwrap()
     }
 }

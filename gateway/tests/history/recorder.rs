@@ -64,7 +64,12 @@ impl<I: Clone, O: Clone> Recorder<I, O> {
     }
 
     pub fn now(&self) -> u64 {
-        self.origin.elapsed().as_micros() as u64
+        self.at(Instant::now())
+    }
+
+    /// `instant` in the history's time.
+    pub fn at(&self, instant: Instant) -> u64 {
+        instant.saturating_duration_since(self.origin).as_micros() as u64
     }
 
     /// Runs `request` as client `client`'s operation `input` and records it; the answer, if any.

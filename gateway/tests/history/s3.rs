@@ -20,7 +20,9 @@ use aws_sdk_s3::Client;
 use aws_sdk_s3::config::http::HttpResponse;
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::types::{ObjectLockLegalHold, ObjectLockLegalHoldStatus, ObjectLockMode};
+use aws_sdk_s3::types::{
+    BucketVersioningStatus, ObjectLockLegalHold, ObjectLockLegalHoldStatus, ObjectLockMode, VersioningConfiguration,
+};
 use rand::Rng;
 use rand::rngs::StdRng;
 
@@ -56,11 +58,14 @@ pub enum Cmd {
     DeleteVersionBypass(String, bool),
     /// PutObjectLegalHold OFF on a version.
     ReleaseHold(String),
-    /// The current version's timestamps moved days back, as if it had been written then.
+    /// The current version's timestamps moved days back, as if it had been written then
+    /// (every key's at once: an operation on every key).
     Age,
     /// A lifecycle pass (current versions expire after a day) over the bucket: run once, it
     /// is an operation on every key.
     Expire,
+    /// The bucket's versioning set Suspended (true) or Enabled: an operation on every key.
+    Versioning(bool),
 }
 
 /// The object lock a version is written with.
@@ -98,8 +103,13 @@ impl fmt::Debug for Call {
                 if *allowed { "allowed" } else { "denied" }
             ),
             Cmd::ReleaseHold(v) => write!(f, "LEGAL-HOLD OFF {k}?versionId={v}"),
-            Cmd::Age => write!(f, "AGE {k}"),
+            Cmd::Age => write!(f, "AGE ({k})"),
             Cmd::Expire => write!(f, "LIFECYCLE PASS ({k})"),
+            Cmd::Versioning(suspended) => write!(
+                f,
+                "VERSIONING {} ({k})",
+                if *suspended { "Suspended" } else { "Enabled" }
+            ),
         }
     }
 }
@@ -167,7 +177,7 @@ impl Version {
 pub struct Versions {
     newest: Option<Arc<Node>>,
     /// The bucket is Suspended: a write whose answer did not name its version made the null
-    /// one. (The same for every state of a run.)
+    /// one.
     suspended: bool,
 }
 
@@ -199,6 +209,7 @@ impl PartialEq for Versions {
         loop {
             match (a, b) {
                 (None, None) => return true,
+                _ if self.suspended != other.suspended => return false,
                 (Some(x), Some(y)) if Arc::ptr_eq(x, y) => return true,
                 (Some(x), Some(y)) if x.hash == y.hash && x.version == y.version => (a, b) = (&x.older, &y.older),
                 _ => return false,
@@ -212,12 +223,14 @@ impl Eq for Versions {}
 impl Hash for Versions {
     fn hash<H: Hasher>(&self, state: &mut H) {
         state.write_u64(self.newest.as_ref().map_or(0, |node| node.hash));
+        self.suspended.hash(state);
     }
 }
 
 impl fmt::Debug for Versions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("Versions").field(&self.oldest_first()).finish()
+        let name = if self.suspended { "Suspended" } else { "Versions" };
+        f.debug_tuple(name).field(&self.oldest_first()).finish()
     }
 }
 
@@ -231,14 +244,6 @@ impl Versions {
         let mut versions: Vec<Version> = self.iter().cloned().collect();
         versions.reverse();
         versions
-    }
-
-    /// Suspended versioning: the initial state of a Suspended bucket's key.
-    pub fn suspended() -> Versions {
-        Versions {
-            newest: None,
-            suspended: true,
-        }
     }
 
     /// With `version` the newest; a null version replaces the null one there was.
@@ -370,6 +375,15 @@ impl Model for Versions {
         let out = op.output();
         let unchanged = || vec![self.clone()];
         let refused = matches!(out, Some(Reply::Refused(..)));
+        // A new version is the null one exactly when the bucket is Suspended.
+        let made = match (&op.input.cmd, out) {
+            (Cmd::DeleteVersion(_) | Cmd::DeleteVersionBypass(..), _) => None,
+            (_, Some(Reply::Written { version, .. } | Reply::Deleted { marker: Some(version) })) => Some(version),
+            _ => None,
+        };
+        if made.is_some_and(|version| (version == "null") != self.suspended) {
+            return vec![];
+        }
         match &op.input.cmd {
             Cmd::Put(body) | Cmd::Multipart(body) | Cmd::PutLocked(body, _) => match out {
                 None | Some(Reply::Written { .. }) => vec![self.with(self.written(op, Some(body.clone())))],
@@ -453,6 +467,17 @@ impl Model for Versions {
                 match out {
                     None => vec![self.clone(), aged],
                     Some(Reply::Done) => vec![aged],
+                    _ => vec![],
+                }
+            }
+            Cmd::Versioning(suspended) => {
+                let set = Versions {
+                    newest: self.newest.clone(),
+                    suspended: *suspended,
+                };
+                match out {
+                    None => vec![self.clone(), set],
+                    Some(Reply::Done) => vec![set],
                     _ => vec![],
                 }
             }
@@ -551,7 +576,8 @@ pub enum Mix {
     Locked {
         denied: Client,
     },
-    /// Each key gets two versions while the bucket is Enabled, then it is Suspended.
+    /// Each key gets two versions while the bucket is Enabled, then it is Suspended, and
+    /// clients switch it between Suspended and Enabled.
     Suspended,
     /// Keys aged and lifecycle passes run among the writes.
     Lifecycle(super::s3_lifecycle::Lifecycle),
@@ -582,7 +608,11 @@ pub async fn run_versions(
                 learn(&known, &call, output);
             }
         }
-        crate::common::s3::set_versioning(client, bucket, aws_sdk_s3::types::BucketVersioningStatus::Suspended).await;
+        let suspend = on_every_key(&keys, &Cmd::Versioning(true));
+        let suspended = recorder
+            .record_all(0, suspend, set_versioning(client, bucket, true))
+            .await;
+        assert!(suspended.is_some(), "the bucket is Suspended");
     }
     let schedule = Schedule::new(clients, bounds, Duration::from_millis(5));
     let mut tasks = tokio::task::JoinSet::new();
@@ -600,14 +630,18 @@ pub async fn run_versions(
                     let call = Call { key, cmd };
                     let output = match (&call.cmd, &mix) {
                         (Cmd::Age, Mix::Lifecycle(lifecycle)) => {
-                            recorder.record(id, call.clone(), lifecycle.age(&call.key)).await
+                            let calls = on_every_key(&keys, &call.cmd);
+                            recorder.record_all(id, calls, lifecycle.age()).await
                         }
                         (Cmd::Expire, Mix::Lifecycle(lifecycle)) => {
-                            let calls = keys.iter().map(|key| Call {
-                                key: key.clone(),
-                                cmd: Cmd::Expire,
-                            });
-                            recorder.record_all(id, calls.collect(), lifecycle.pass()).await
+                            let calls = on_every_key(&keys, &call.cmd);
+                            recorder.record_all(id, calls, lifecycle.pass()).await
+                        }
+                        (Cmd::Versioning(suspended), _) => {
+                            let calls = on_every_key(&keys, &call.cmd);
+                            recorder
+                                .record_all(id, calls, set_versioning(&s3, &bucket, *suspended))
+                                .await
                         }
                         (Cmd::DeleteVersionBypass(_, false), Mix::Locked { denied }) => {
                             recorder.record(id, call.clone(), send(denied, &bucket, &call)).await
@@ -621,6 +655,31 @@ pub async fn run_versions(
     }
     join(tasks).await;
     recorder.history()
+}
+
+/// A bucket-wide operation as one on each key.
+fn on_every_key(keys: &[String], cmd: &Cmd) -> Vec<Call> {
+    keys.iter()
+        .map(|key| Call {
+            key: key.clone(),
+            cmd: cmd.clone(),
+        })
+        .collect()
+}
+
+async fn set_versioning(s3: &Client, bucket: &str, suspended: bool) -> Outcome<Reply> {
+    let status = if suspended {
+        BucketVersioningStatus::Suspended
+    } else {
+        BucketVersioningStatus::Enabled
+    };
+    let set = s3
+        .put_bucket_versioning()
+        .bucket(bucket)
+        .versioning_configuration(VersioningConfiguration::builder().status(status).build())
+        .send()
+        .await;
+    set.map_or_else(refusal, |_| Outcome::Answered(Reply::Done))
 }
 
 fn random_cmd(rng: &mut StdRng, known: &Known, key: &str, body: String, mix: &Mix) -> Cmd {
@@ -655,8 +714,11 @@ fn random_cmd(rng: &mut StdRng, known: &Known, key: &str, body: String, mix: &Mi
         }
         (Mix::Locked { .. }, 62..68) => Cmd::ReleaseHold(pick(rng).id),
         (Mix::Locked { .. }, 80..90) => Cmd::DeleteVersionBypass(pick(rng).id, rng.random_bool(0.6)),
-        (Mix::Lifecycle(_), 32..40) => Cmd::Age,
-        (Mix::Lifecycle(_), 40..46) => Cmd::Expire,
+        // Passes in place of most deletes, and ages seldom (an age the search may place
+        // between a write and a pass lets the pass expire what the write made).
+        (Mix::Lifecycle(_), 32..35) => Cmd::Age,
+        (Mix::Lifecycle(_), 54..62 | 68..80) => Cmd::Expire,
+        (Mix::Suspended, 50..54) => Cmd::Versioning(rng.random_bool(0.5)),
         (_, 0..24) => Cmd::Put(body),
         (_, 24..32) => Cmd::Multipart(body),
         (_, 32..40) if conditional => Cmd::PutIfNoneMatch(body),
@@ -775,7 +837,7 @@ async fn send(s3: &Client, bucket: &str, call: &Call) -> Outcome<Reply> {
                 .await;
             return released.map_or_else(refusal, |_| Outcome::Answered(Reply::Done));
         }
-        Cmd::Age | Cmd::Expire => unreachable!("the lifecycle driver runs {call:?}"),
+        Cmd::Age | Cmd::Expire | Cmd::Versioning(_) => unreachable!("run_versions runs {call:?} apart"),
         Cmd::PutIfNoneMatch(body) => put(body).if_none_match("*").send().await,
         Cmd::PutIfMatch(body, etag) => put(body).if_match(etag).send().await,
         Cmd::Get | Cmd::GetVersion(_) => {

@@ -21,7 +21,7 @@ use md5::{Digest, Md5};
 use rand::Rng;
 
 use super::checker::Model;
-use super::recorder::{Op, Outcome, Recorder};
+use super::recorder::{Answer, Op, Outcome, Recorder};
 use super::schedule::{Bounds, Schedule, join};
 use crate::common::s3::{completion, http_status};
 
@@ -80,6 +80,8 @@ pub enum Reply {
     NotFound,
     /// A copy carried the body named this.
     Copied(String),
+    /// The connection was refused: nothing sent, nothing done.
+    NotSent,
 }
 
 /// The body named `name`: the name, `|`, then bytes that do not compress, 1.3 to 2.3 MiB in
@@ -152,6 +154,7 @@ impl Model for Object {
     fn step(&self, op: &Op<Call, Reply>) -> Vec<Object> {
         let unchanged = || vec![self.clone()];
         match (&op.input.cmd, op.output()) {
+            (_, Some(Reply::NotSent)) => unchanged(),
             (Cmd::Put(name), None | Some(Reply::Written)) => {
                 vec![self.written(Some(Body::Named(name.as_str().into())))]
             }
@@ -170,29 +173,28 @@ impl Model for Object {
     }
 
     fn changes_nothing(op: &Op<Call, Reply>) -> bool {
-        matches!(op.input.cmd, Cmd::Get | Cmd::CopiedTo { .. })
+        matches!(op.input.cmd, Cmd::Get | Cmd::CopiedTo { .. }) || op.output() == Some(&Reply::NotSent)
     }
 }
 
 /// The bodies written so far, by their MD5 (hex): what a copy's ETag names.
 type Written = Arc<Mutex<HashMap<String, String>>>;
 
-/// Runs `clients` clients on the keys of the unversioned bucket `bucket` into `recorder`;
-/// `killed`: the gateway may be killed meanwhile (a body cut short is then no answer).
+/// Runs `clients` clients on the keys of the unversioned bucket `bucket` into `recorder`, each
+/// operation with a client `connect` makes.
 pub async fn run(
     recorder: &Arc<Recorder<Call, Reply>>,
-    client: &Client,
+    connect: impl Fn() -> Client + Clone + Send + 'static,
     bucket: &str,
     clients: usize,
     bounds: &Bounds,
-    killed: bool,
 ) {
     let schedule = Schedule::new(clients, bounds, Duration::from_millis(20));
     let written: Written = Arc::default();
     let mut tasks = tokio::task::JoinSet::new();
     for id in 0..clients {
         let (recorder, schedule, written) = (recorder.clone(), schedule.clone(), written.clone());
-        let (s3, bucket) = (client.clone(), bucket.to_owned());
+        let (connect, bucket) = (connect.clone(), bucket.to_owned());
         let mut rng = bounds.rng("s3-bodies", id);
         tasks.spawn(async move {
             let mut n = 0;
@@ -203,6 +205,7 @@ pub async fn run(
                     let destination = DESTINATIONS[rng.random_range(0..DESTINATIONS.len())].to_owned();
                     let roll = rng.random_range(0..100);
                     let call = |key: &String, cmd| Call { key: key.clone(), cmd };
+                    let s3 = connect();
                     if roll >= 70 {
                         let part = rng.random_bool(0.5);
                         let read = call(
@@ -230,7 +233,7 @@ pub async fn run(
                         _ => call(&destination, Cmd::Get),
                     };
                     recorder
-                        .record(id, call.clone(), send(&s3, &bucket, &call, &written, killed))
+                        .record(id, call.clone(), send(&s3, &bucket, &call, &written))
                         .await;
                 }
             }
@@ -239,8 +242,7 @@ pub async fn run(
     join(tasks).await;
 }
 
-/// A GET of every key by client `client`, one after another (what is there at the end, read
-/// from a gateway that is not killed).
+/// A GET of every key by client `client`, one after another (what is there at the end).
 pub async fn read_all(recorder: &Recorder<Call, Reply>, client: usize, s3: &Client, bucket: &str) {
     for key in SOURCES.iter().chain(&DESTINATIONS) {
         let call = Call {
@@ -249,21 +251,44 @@ pub async fn read_all(recorder: &Recorder<Call, Reply>, client: usize, s3: &Clie
         };
         let written = Written::default();
         recorder
-            .record(client, call.clone(), send(s3, bucket, &call, &written, false))
+            .record(client, call.clone(), send(s3, bucket, &call, &written))
             .await;
     }
 }
 
-/// A 404 is an answer; any other failure leaves the outcome unknown (a 503, a gateway gone
-/// mid-request: the write may or may not have happened).
-fn refusal<E>(err: aws_sdk_s3::error::SdkError<E, aws_sdk_s3::config::http::HttpResponse>) -> Outcome<Reply> {
+/// A 404 is an answer, and so is a connection refused (no gateway listening: nothing was
+/// sent); any other failure leaves the outcome unknown (a 503, a gateway gone mid-request: the
+/// write may or may not have happened).
+fn refusal<E: fmt::Debug>(
+    err: aws_sdk_s3::error::SdkError<E, aws_sdk_s3::config::http::HttpResponse>,
+) -> Outcome<Reply> {
     match http_status(&err) {
         404 => Outcome::Answered(Reply::NotFound),
+        0 if format!("{err:?}").contains("ConnectionRefused") => Outcome::Answered(Reply::NotSent),
         status => Outcome::Unknown(format!("status {status}: {err}")),
     }
 }
 
-async fn send(s3: &Client, bucket: &str, call: &Call, written: &Written, killed: bool) -> Outcome<Reply> {
+/// Bodies cut short while the gateway was killed (between the read's call and its answer, as
+/// `kills` has them): no answer to judge after all. Any other body cut short stays a failure.
+pub fn excuse_cut_bodies(ops: &mut [Op<Call, Reply>], kills: &[u64]) {
+    for op in ops {
+        if let Answer::Returned {
+            at,
+            output: Reply::Garbled(_, why),
+        } = &op.answer
+            && why.starts_with(CUT_SHORT)
+            && kills.iter().any(|kill| (op.call..=*at).contains(kill))
+        {
+            op.answer = Answer::Lost(why.clone());
+        }
+    }
+}
+
+/// How a body cut short is told.
+const CUT_SHORT: &str = "body cut short";
+
+async fn send(s3: &Client, bucket: &str, call: &Call, written: &Written) -> Outcome<Reply> {
     let key = call.key.as_str();
     match &call.cmd {
         Cmd::Put(name) => {
@@ -286,9 +311,9 @@ async fn send(s3: &Client, bucket: &str, call: &Call, written: &Written, killed:
                     let bytes = bytes.into_bytes();
                     Outcome::Answered(name_of(&bytes).map_or_else(|| garbled(&bytes), Reply::Body))
                 }
-                Err(err) if killed => Outcome::Unknown(format!("body: {err}")),
-                // Cut short by the gateway itself: it found the body incomplete.
-                Err(err) => Outcome::Answered(Reply::Garbled(0, format!("body cut short: {err}"))),
+                // The gateway found the body incomplete (unless it was killed meanwhile:
+                // `excuse_cut_bodies`).
+                Err(err) => Outcome::Answered(Reply::Garbled(0, format!("{CUT_SHORT}: {err}"))),
             },
             Err(err) => refusal(err),
         },

@@ -1,7 +1,8 @@
 //! Lifecycle expiry running during a versioned bucket's history: the bucket has one rule
 //! (current versions expire a day after they were written), a client ages a key's current
 //! version by moving its timestamps days back in the database (as the lifecycle tests do:
-//! lifecycle counts days), and another runs a lifecycle pass. The model (`s3::Versions`) lets a
+//! lifecycle counts days) — every key's at once, so that a pass finds several due and expires
+//! them one after another, a while after it picked them — and another runs a lifecycle pass. The model (`s3::Versions`) lets a
 //! pass hide an aged current version behind a delete marker, or leave it; never a version
 //! written or made current after the pass picked what it expires.
 
@@ -49,14 +50,14 @@ impl Lifecycle {
         }
     }
 
-    /// Moves the timestamp of `key`'s current version three days back (one statement).
-    pub async fn age(&self, key: &str) -> Outcome<Reply> {
+    /// Moves the timestamps of the bucket's current versions three days back (one statement).
+    pub async fn age(&self) -> Outcome<Reply> {
         let aged = self
             .sql
             .execute(
                 "UPDATE s3p.objects SET last_modified = last_modified - interval '3 days'
-                  WHERE bucket_id = (SELECT id FROM pgvs3.buckets WHERE name = $1) AND key = $2",
-                &[&self.bucket, &key],
+                  WHERE bucket_id = (SELECT id FROM pgvs3.buckets WHERE name = $1)",
+                &[&self.bucket],
             )
             .await;
         match aged {
