@@ -391,3 +391,11 @@ BEGIN
     EXECUTE format('CREATE TRIGGER versions_event AFTER INSERT OR DELETE ON %I.versions
                         FOR EACH ROW EXECUTE FUNCTION pgvs3.object_event()', ns);
 END $$;
+
+-- A bucket's versioning state as committed now, not as the calling statement's snapshot has it:
+-- a volatile SQL function's query takes a fresh snapshot under READ COMMITTED. A write judges
+-- versioning with it after it holds the key's locks (or the row's), so a switch that committed
+-- while it waited is the state it writes under, as a delete that waited sees it (v56).
+CREATE OR REPLACE FUNCTION pgvs3.versioning_now(bucket bigint) RETURNS text LANGUAGE sql VOLATILE AS $$
+    SELECT versioning FROM pgvs3.buckets WHERE id = bucket
+$$;
