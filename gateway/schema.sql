@@ -4404,6 +4404,16 @@ CREATE FUNCTION pgvs3.valid_bucket_name(bucket text) RETURNS boolean
 $_$;
 
 --
+-- Name: versioning_now(bigint); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.versioning_now(bucket bigint) RETURNS text
+    LANGUAGE sql
+    AS $$
+    SELECT versioning FROM pgvs3.buckets WHERE id = bucket
+$$;
+
+--
 -- Name: events; Type: TABLE; Schema: ojs; Owner: -
 --
 

@@ -8,10 +8,13 @@ use pgvs3_testkit as common;
 mod history {
     mod cases;
     pub mod checker;
+    pub mod gateway_kill;
     pub mod ojs;
     pub mod recorder;
     pub mod resp;
     pub mod s3;
+    pub mod s3_bodies;
+    pub mod s3_lifecycle;
     pub mod s3_reads;
     pub mod schedule;
 }
@@ -27,6 +30,7 @@ use common::TestGateway;
 use common::faults::{ScratchDir, embedded_gateway, kill9, postmaster_pid};
 use history::checker::{Model, Verdict, check, minimise, render};
 use history::recorder::{Answer, Op};
+use history::s3::Mix;
 use history::schedule::Bounds;
 use rand::Rng;
 
@@ -125,7 +129,7 @@ async fn wait_ready(admin: std::net::SocketAddr) {
 }
 
 /// What a run did, printed whether it passed or not.
-fn summary<I, O>(
+fn summary<I: Debug, O: Debug>(
     name: &str,
     bounds: &Bounds,
     ops: &[Op<I, O>],
@@ -139,14 +143,29 @@ fn summary<I, O>(
         .map(|op| op.client)
         .collect::<std::collections::HashSet<_>>()
         .len();
+    // What the operations were and how they were answered, by kind: that the workload did
+    // what its case is about (a refused delete, a lifecycle pass) shows here.
+    let word = |text: String| text.split([' ', '(', '{']).next().unwrap_or_default().to_owned();
+    let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
+    for op in ops {
+        let answer = op
+            .output()
+            .map_or_else(|| "?".to_owned(), |out| word(format!("{out:?}")));
+        *kinds
+            .entry(format!("{} => {answer}", word(format!("{:?}", op.input))))
+            .or_default() += 1;
+    }
+    let kinds: Vec<String> = kinds.iter().map(|(kind, n)| format!("{kind} {n}")).collect();
     format!(
         "history {name}: seed {} ({} s, {clients} clients, faults {}): {} operations ({lost} without an answer) on {objects} objects, {kills} PostgreSQL kills, {:.1} s\n\
+         by kind: {}\n\
          replay: PGVS3_HISTORY_SEED={} cargo test -p pgvs3-gateway --test history -- {name}",
         bounds.seed,
         bounds.seconds,
         bounds.faults,
         ops.len(),
         started.elapsed().as_secs_f64(),
+        kinds.join(", "),
         bounds.seed,
     )
 }
@@ -235,27 +254,113 @@ fn verdict(summary: String, undecided: usize, failures: Vec<String>) {
 /// Versioned keys under concurrent writes, reads, copies and deletes (by version or not).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_version_histories_are_linearizable() {
-    s3_versions("s3_version_histories", false).await;
+    VersionsRun::start("s3_version_histories", 15, false)
+        .await
+        .run(Mix::Plain)
+        .await;
 }
 
 /// The same with writes and deletes conditional on the current version (If-None-Match,
 /// If-Match) among them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_conditional_writes_are_linearizable() {
-    s3_versions("s3_conditional_writes", true).await;
+    VersionsRun::start("s3_conditional_writes", 15, false)
+        .await
+        .run(Mix::Conditional)
+        .await;
 }
 
-async fn s3_versions(name: &str, conditional: bool) {
-    let bounds = Bounds::from_env(15);
-    let started = Instant::now();
-    let mut target = Target::start(&bounds, name, &[]).await;
-    let client = &target.gateway.client;
-    client.create_bucket().bucket("hist").send().await.unwrap();
-    common::s3::set_versioning(client, "hist", BucketVersioningStatus::Enabled).await;
-    let ops = history::s3::run_versions(client, "hist", &["k0", "k1"], conditional, CLIENTS, &bounds).await;
-    let kills = target.calm().await;
-    let (keys, undecided, failures) = check_keys(history::s3::Versions::default(), &ops, |call| call.key.clone());
-    verdict(summary(name, &bounds, &ops, keys, kills, started), undecided, failures);
+/// A bucket with object lock: versions under GOVERNANCE or COMPLIANCE retention or a legal
+/// hold, holds released, deletes of versions (bypassing GOVERNANCE, by a key allowed to and by
+/// one denied it) among the writes: a refused delete removes nothing, an allowed one removes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_object_lock_histories_are_linearizable() {
+    let run = VersionsRun::start("s3_object_lock", 8, true).await;
+    let denied = run.owner.clone();
+    let policy = r#"{"Version":"2012-10-17","Statement":[
+      {"Effect":"Allow","Action":"s3:*","Resource":["arn:aws:s3:::hist","arn:aws:s3:::hist/*"]},
+      {"Effect":"Deny","Action":"s3:BypassGovernanceRetention","Resource":"arn:aws:s3:::hist/*"}]}"#;
+    let catalog = run.target.gateway.gateway.store.catalog();
+    assert!(catalog.set_key_policy(OWNER_KEY, Some(policy)).await.unwrap());
+    run.run(Mix::Locked { denied }).await;
+}
+
+/// A bucket whose keys have versions from while it was Enabled, then Suspended: writes replace
+/// the null version, deletes make null delete markers, older versions stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_suspended_version_histories_are_linearizable() {
+    VersionsRun::start("s3_suspended_versions", 8, false)
+        .await
+        .run(Mix::Suspended)
+        .await;
+}
+
+/// Lifecycle passes (expire after a day) among the writes, with keys aged meanwhile: a pass
+/// expires a current version only if it is old enough when it does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_lifecycle_expiry_histories_are_linearizable() {
+    let run = VersionsRun::start("s3_lifecycle_expiry", 8, false).await;
+    let gateway = &run.target.gateway;
+    let lifecycle = history::s3_lifecycle::Lifecycle::on(gateway, &gateway.client, "hist").await;
+    run.run(Mix::Lifecycle(lifecycle)).await;
+}
+
+/// The key that owns the versioned bucket of a run (the run's root key may do anything).
+const OWNER_KEY: &str = "HISTORYOWNERKEY";
+
+/// A run of the versioned-bucket workload on the bucket `hist`, made (by a key of its own)
+/// versioned, with object lock or not, before the mix of operations is set up.
+struct VersionsRun {
+    name: &'static str,
+    bounds: Bounds,
+    started: Instant,
+    target: Target,
+    /// A client of the bucket's owner.
+    owner: aws_sdk_s3::Client,
+}
+
+impl VersionsRun {
+    async fn start(name: &'static str, seconds: u64, object_lock: bool) -> VersionsRun {
+        let bounds = Bounds::from_env(seconds);
+        let started = Instant::now();
+        let target = Target::start(&bounds, name, &[]).await;
+        let owner = common::s3::add_key(&target.gateway, OWNER_KEY).await;
+        let client = &target.gateway.client;
+        owner
+            .create_bucket()
+            .bucket("hist")
+            .object_lock_enabled_for_bucket(object_lock)
+            .send()
+            .await
+            .unwrap();
+        common::s3::set_versioning(client, "hist", BucketVersioningStatus::Enabled).await;
+        VersionsRun {
+            name,
+            bounds,
+            started,
+            target,
+            owner,
+        }
+    }
+
+    async fn run(mut self, mix: Mix) {
+        // A lifecycle pass expires what it found due one key after another: the more keys, the
+        // longer the last waits after it was picked.
+        let keys: &[&str] = match mix {
+            Mix::Lifecycle(_) => &["k0", "k1", "k2", "k3", "k4", "k5"],
+            _ => &["k0", "k1"],
+        };
+        let client = &self.target.gateway.client;
+        let ops = history::s3::run_versions(client, "hist", keys, mix, CLIENTS, &self.bounds).await;
+        let kills = self.target.calm().await;
+        let initial = history::s3::Versions::default();
+        let (keys, undecided, failures) = check_keys(initial, &ops, |call| call.key.clone());
+        verdict(
+            summary(self.name, &self.bounds, &ops, keys, kills, self.started),
+            undecided,
+            failures,
+        );
+    }
 }
 
 /// Many clients reading small objects (the body in the object's row: one statement per read)
@@ -277,6 +382,54 @@ async fn s3_small_reads_under_many_clients_are_linearizable() {
         undecided,
         failures,
     );
+}
+
+/// Bodies larger than a batch (written a MiB at a time) PUT, deleted, copied in the database
+/// (CopyObject, UploadPartCopy) while they change, and read: whole bodies a write made, or none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_large_bodies_and_copies_are_linearizable() {
+    let bounds = Bounds::from_env(8);
+    let started = Instant::now();
+    let mut target = Target::start(&bounds, "s3_large_bodies", &[]).await;
+    let client = &target.gateway.client;
+    client.create_bucket().bucket("bodies").send().await.unwrap();
+    let recorder = Arc::new(history::recorder::Recorder::new(Instant::now()));
+    let shared = client.clone();
+    history::s3_bodies::run(&recorder, move || shared.clone(), "bodies", CLIENTS, &bounds).await;
+    history::s3_bodies::read_all(&recorder, CLIENTS, client, "bodies").await;
+    let kills = target.calm().await;
+    let ops = recorder.history();
+    let (keys, undecided, failures) = check_keys(history::s3_bodies::Object::default(), &ops, |call| call.key.clone());
+    verdict(
+        summary("s3_large_bodies", &bounds, &ops, keys, kills, started),
+        undecided,
+        failures,
+    );
+}
+
+/// The gateway binary killed -9 every second or two while clients write large bodies, delete
+/// and copy them, and started again: after the last restart every key must hold what the
+/// acknowledged writes left (an unacknowledged one may or may not have happened), and no read,
+/// then or before, may see part of a body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_gateway_killed_mid_history_keeps_what_it_acknowledged() {
+    let bounds = Bounds::from_env(8);
+    let started = Instant::now();
+    let gateway = history::gateway_kill::ChildGateway::start(common::fresh_database().await).await;
+    let connect = gateway.connect();
+    connect().create_bucket().bucket("bodies").send().await.unwrap();
+    let killer = history::gateway_kill::Killer::start(gateway, &bounds);
+    let recorder = Arc::new(history::recorder::Recorder::new(Instant::now()));
+    history::s3_bodies::run(&recorder, connect.clone(), "bodies", CLIENTS, &bounds).await;
+    let (_gateway, kills) = killer.stop().await;
+    history::s3_bodies::read_all(&recorder, CLIENTS, &connect(), "bodies").await;
+    let mut ops = recorder.history();
+    let kills: Vec<u64> = kills.into_iter().map(|kill| recorder.at(kill)).collect();
+    history::s3_bodies::excuse_cut_bodies(&mut ops, &kills);
+    let kills = kills.len();
+    let (keys, undecided, failures) = check_keys(history::s3_bodies::Object::default(), &ops, |call| call.key.clone());
+    let summary = summary("s3_gateway_killed", &bounds, &ops, keys, 0, started);
+    verdict(format!("{summary}; {kills} gateway kills"), undecided, failures);
 }
 
 /// Paginated listings (the ways clients resend start-after) while keys come and go.

@@ -9,7 +9,8 @@ use super::checker::{Verdict, check, minimise};
 use super::ojs;
 use super::recorder::{Answer, Op};
 use super::resp::{self, Key};
-use super::s3::{self, ListCall, ListCmd, ListReply, Resend, Versions};
+use super::s3::{self, ListCall, ListCmd, ListReply, Lock, Resend, Versions};
+use super::s3_bodies;
 
 /// An operation of client `client` from `call` to `ret` milliseconds (`None`: no answer).
 fn op<I, O>(client: usize, call: u64, ret: Option<u64>, input: I, output: O) -> Op<I, O> {
@@ -162,6 +163,177 @@ fn an_ignored_delete_condition_is_a_violation() {
         output: s3::Reply::PreconditionFailed,
     };
     assert_eq!(versions_verdict(&refused), Verdict::Linearizable);
+}
+
+fn refused() -> s3::Reply {
+    s3::Reply::Refused(403, "AccessDenied".into())
+}
+
+/// A delete of a version under COMPLIANCE retention must be refused and remove nothing; one
+/// bypassing GOVERNANCE removes a GOVERNANCE version, but not by a key denied the bypass.
+#[test]
+fn a_locked_version_deleted_or_a_denied_bypass_is_a_violation() {
+    let history = |lock: Lock, delete: s3::Cmd, answer: s3::Reply| {
+        vec![
+            op(
+                0,
+                0,
+                Some(1),
+                s3("k", s3::Cmd::PutLocked("a".into(), lock)),
+                written("v1"),
+            ),
+            op(0, 2, Some(3), s3("k", delete), answer),
+            op(0, 4, Some(5), s3("k", s3::Cmd::Get), body("v1", "a")),
+        ]
+    };
+    let delete = || s3::Cmd::DeleteVersion("v1".into());
+    let bypass = |allowed| s3::Cmd::DeleteVersionBypass("v1".into(), allowed);
+    assert_eq!(
+        versions_verdict(&history(Lock::Compliance, delete(), refused())),
+        Verdict::Linearizable
+    );
+    assert_eq!(
+        versions_verdict(&history(Lock::Compliance, delete(), deleted())),
+        Verdict::Violation
+    );
+    assert_eq!(
+        versions_verdict(&history(Lock::LegalHold, bypass(true), deleted())),
+        Verdict::Violation
+    );
+    assert_eq!(
+        versions_verdict(&history(Lock::Governance, bypass(false), deleted())),
+        Verdict::Violation
+    );
+    assert_eq!(
+        versions_verdict(&history(Lock::Governance, bypass(false), refused())),
+        Verdict::Linearizable
+    );
+    // Bypassed by a key allowed to: gone, so the GET after must not find it.
+    assert_eq!(
+        versions_verdict(&history(Lock::Governance, bypass(true), deleted())),
+        Verdict::Violation
+    );
+    let mut gone = history(Lock::Governance, bypass(true), deleted());
+    gone[2].answer = Answer::Returned {
+        at: 5000,
+        output: s3::Reply::NotFound,
+    };
+    assert_eq!(versions_verdict(&gone), Verdict::Linearizable);
+}
+
+/// A pass may expire an aged current version, never one written after it was aged.
+#[test]
+fn a_pass_expiring_a_version_younger_than_its_rule_is_a_violation() {
+    let done = || s3::Reply::Done;
+    let ops = |pass_at: u64| {
+        vec![
+            op(0, 0, Some(1), s3("k", s3::Cmd::Put("a".into())), written("v1")),
+            op(0, 2, Some(3), s3("k", s3::Cmd::Age), done()),
+            op(0, 4, Some(5), s3("k", s3::Cmd::Put("b".into())), written("v2")),
+            op(1, pass_at, Some(pass_at + 1), s3("k", s3::Cmd::Expire), done()),
+            op(0, 10, Some(11), s3("k", s3::Cmd::Get), s3::Reply::NotFound),
+        ]
+    };
+    // Over before b was written: it expired a (then b is current: the GET is wrong either way).
+    assert_eq!(versions_verdict(&ops(3)), Verdict::Violation);
+    // Overlapping b's write it may have expired a before it; but b is young: still wrong.
+    let mut overlapping = ops(3);
+    overlapping[3].call = 3000;
+    overlapping[3].answer = Answer::Returned {
+        at: 9000,
+        output: done(),
+    };
+    overlapping.sort_by_key(|op| op.call);
+    assert_eq!(versions_verdict(&overlapping), Verdict::Violation);
+    // Without the second write, a pass hides the aged one.
+    let mut aged_only = ops(6);
+    aged_only.remove(2);
+    assert_eq!(versions_verdict(&aged_only), Verdict::Linearizable);
+}
+
+/// While Suspended a PUT makes the null version, replacing the null one; a real version id
+/// then is a violation.
+#[test]
+fn a_version_made_while_suspended_is_the_null_one() {
+    let ops = |marker: &str| {
+        vec![
+            op(0, 0, Some(1), s3("k", s3::Cmd::Versioning(true)), s3::Reply::Done),
+            op(0, 2, Some(3), s3("k", s3::Cmd::Put("a".into())), written("null")),
+            op(0, 4, Some(5), s3("k", s3::Cmd::Put("b".into())), written("null")),
+            op(
+                0,
+                6,
+                Some(7),
+                s3("k", s3::Cmd::Delete),
+                s3::Reply::Deleted {
+                    marker: Some(marker.into()),
+                },
+            ),
+            op(0, 8, Some(9), s3("k", s3::Cmd::DeleteVersion("null".into())), deleted()),
+            // No null version is left: not a's, replaced by b's, replaced by the marker.
+            op(0, 10, Some(11), s3("k", s3::Cmd::Get), s3::Reply::NotFound),
+        ]
+    };
+    assert_eq!(versions_verdict(&ops("null")), Verdict::Linearizable);
+    assert_eq!(versions_verdict(&ops("m1")), Verdict::Violation);
+    let mut a_back = ops("null");
+    a_back[5].answer = Answer::Returned {
+        at: 11000,
+        output: body("null", "a"),
+    };
+    assert_eq!(versions_verdict(&a_back), Verdict::Violation);
+}
+
+/// A copy's read of its source must see a body the source had during the copy, and its
+/// destination then holds that body.
+#[test]
+fn a_copy_of_a_body_its_source_never_had_is_a_violation() {
+    use s3_bodies::{Call, Cmd, Object, Reply};
+    let call = |key: &str, cmd| Call { key: key.into(), cmd };
+    let ops = |copied: &str, read: &str| {
+        vec![
+            op(0, 0, Some(1), call("s0", Cmd::Put("a".into())), Reply::Written),
+            op(0, 2, Some(3), call("s0", Cmd::Put("b".into())), Reply::Written),
+            op(
+                1,
+                4,
+                Some(6),
+                call(
+                    "s0",
+                    Cmd::CopiedTo {
+                        destination: "d0".into(),
+                        part: false,
+                    },
+                ),
+                Reply::Copied(copied.into()),
+            ),
+            op(
+                1,
+                4,
+                Some(6),
+                call(
+                    "d0",
+                    Cmd::CopyFrom {
+                        source: "s0".into(),
+                        part: false,
+                    },
+                ),
+                Reply::Copied(copied.into()),
+            ),
+            op(2, 7, Some(8), call("d0", Cmd::Get), Reply::Body(read.into())),
+        ]
+    };
+    let verdicts = |ops: Vec<Op<Call, Reply>>| {
+        ["s0", "d0"].map(|key| {
+            let on: Vec<_> = ops.iter().filter(|op| op.input.key == key).cloned().collect();
+            check(&Object::default(), &on, 100_000)
+        })
+    };
+    assert_eq!(verdicts(ops("b", "b")), [Verdict::Linearizable; 2]);
+    // The source held b throughout the copy.
+    assert_eq!(verdicts(ops("a", "a"))[0], Verdict::Violation);
+    // The destination must hold what the copy said it carried.
+    assert_eq!(verdicts(ops("b", "a"))[1], Verdict::Violation);
 }
 
 fn redis(cmd: resp::Cmd) -> resp::Call {

@@ -64,7 +64,12 @@ impl<I: Clone, O: Clone> Recorder<I, O> {
     }
 
     pub fn now(&self) -> u64 {
-        self.origin.elapsed().as_micros() as u64
+        self.at(Instant::now())
+    }
+
+    /// `instant` in the history's time.
+    pub fn at(&self, instant: Instant) -> u64 {
+        instant.saturating_duration_since(self.origin).as_micros() as u64
     }
 
     /// Runs `request` as client `client`'s operation `input` and records it; the answer, if any.
@@ -72,25 +77,58 @@ impl<I: Clone, O: Clone> Recorder<I, O> {
     where
         F: Future<Output = Outcome<O>>,
     {
-        let call = self.now();
-        let outcome = request.await;
-        let (answer, output) = match outcome {
-            Outcome::Answered(output) => (
-                Answer::Returned {
-                    at: self.now(),
-                    output: output.clone(),
-                },
-                Some(output),
-            ),
-            Outcome::Unknown(why) => (Answer::Lost(why), None),
+        self.record_all(client, vec![input], request).await
+    }
+
+    /// Runs `request`, one request that is an operation on several objects (a lifecycle pass
+    /// over a bucket), and records it as client `client`'s operation `inputs` on each of them,
+    /// all with the same interval and answer; the answer, if any.
+    pub async fn record_all<F>(&self, client: usize, inputs: Vec<I>, request: F) -> Option<O>
+    where
+        F: Future<Output = Outcome<O>>,
+    {
+        let count = inputs.len();
+        let each = async {
+            match request.await {
+                Outcome::Answered(output) => (0..count).map(|_| Outcome::Answered(output.clone())).collect(),
+                Outcome::Unknown(why) => (0..count).map(|_| Outcome::Unknown(why.clone())).collect(),
+            }
         };
-        self.ops.lock().unwrap().push(Op {
-            client,
-            call,
-            input,
-            answer,
-        });
-        output
+        self.record_each(client, inputs, each).await.pop().flatten()
+    }
+
+    /// Runs `request`, one request that is an operation on each of several objects with an
+    /// outcome of its own on each (a copy: a read of its source, a write of its destination),
+    /// and records them as client `client`'s operations `inputs`, with the same interval; the
+    /// answers.
+    pub async fn record_each<F>(&self, client: usize, inputs: Vec<I>, request: F) -> Vec<Option<O>>
+    where
+        F: Future<Output = Vec<Outcome<O>>>,
+    {
+        let call = self.now();
+        let outcomes = request.await;
+        let at = self.now();
+        let mut ops = self.ops.lock().unwrap();
+        let mut outputs = Vec::new();
+        for (input, outcome) in inputs.into_iter().zip(outcomes) {
+            let answer = match outcome {
+                Outcome::Answered(output) => {
+                    outputs.push(Some(output.clone()));
+                    Answer::Returned { at, output }
+                }
+                Outcome::Unknown(why) => {
+                    outputs.push(None);
+                    Answer::Lost(why)
+                }
+            };
+            ops.push(Op {
+                client,
+                call,
+                input,
+                answer,
+            });
+        }
+        outputs
     }
 
     /// Every operation recorded so far, in invocation order.

@@ -1,7 +1,11 @@
 //! S3: clients write, read, copy and delete a few keys of a versioned bucket through aws-sdk-s3
 //! — with and without a version id, conditionally (If-None-Match, If-Match) and by multipart
 //! upload — and each key's history is checked against its version history: which versions
-//! exist, in which order, and so which is current. Apart from that, clients list a bucket page
+//! exist, in which order, and so which is current. The same model checks a bucket with object
+//! lock (versions written under retention or legal hold, deletes of them refused, a bypass of
+//! GOVERNANCE retention by a key allowed to and by one that is not), a Suspended bucket (null
+//! versions replaced, null delete markers) and lifecycle expiry running among the writes
+//! (`s3_lifecycle`). Apart from that, clients list a bucket page
 //! by page (small max-keys, sending start-after along with the continuation token in the ways
 //! clients do) while others write and delete its keys: a listing must hold every key that
 //! existed throughout it and no key that never existed.
@@ -16,6 +20,9 @@ use aws_sdk_s3::Client;
 use aws_sdk_s3::config::http::HttpResponse;
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{
+    BucketVersioningStatus, ObjectLockLegalHold, ObjectLockLegalHoldStatus, ObjectLockMode, VersioningConfiguration,
+};
 use rand::Rng;
 use rand::rngs::StdRng;
 
@@ -44,6 +51,29 @@ pub enum Cmd {
     CopyVersion(String, Option<String>),
     /// Create, one part of this body, complete.
     Multipart(String),
+    /// PUT under object lock: a retention a day long, or a legal hold.
+    PutLocked(String, Lock),
+    /// DELETE of a version with `x-amz-bypass-governance-retention: true`, by a key that may
+    /// bypass GOVERNANCE retention (true) or one a policy denies it (false).
+    DeleteVersionBypass(String, bool),
+    /// PutObjectLegalHold OFF on a version.
+    ReleaseHold(String),
+    /// The current version's timestamps moved days back, as if it had been written then
+    /// (every key's at once: an operation on every key).
+    Age,
+    /// A lifecycle pass (current versions expire after a day) over the bucket: run once, it
+    /// is an operation on every key.
+    Expire,
+    /// The bucket's versioning set Suspended (true) or Enabled: an operation on every key.
+    Versioning(bool),
+}
+
+/// The object lock a version is written with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Lock {
+    Governance,
+    Compliance,
+    LegalHold,
 }
 
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -66,6 +96,20 @@ impl fmt::Debug for Call {
             Cmd::DeleteIfMatch(etag) => write!(f, "DELETE {k} If-Match: {etag}"),
             Cmd::CopyVersion(v, _) => write!(f, "COPY {k}?versionId={v} -> {k}"),
             Cmd::Multipart(body) => write!(f, "MULTIPART {k} body={body}"),
+            Cmd::PutLocked(body, lock) => write!(f, "PUT {k} body={body} lock={lock:?}"),
+            Cmd::DeleteVersionBypass(v, allowed) => write!(
+                f,
+                "DELETE {k}?versionId={v} bypassing GOVERNANCE ({})",
+                if *allowed { "allowed" } else { "denied" }
+            ),
+            Cmd::ReleaseHold(v) => write!(f, "LEGAL-HOLD OFF {k}?versionId={v}"),
+            Cmd::Age => write!(f, "AGE ({k})"),
+            Cmd::Expire => write!(f, "LIFECYCLE PASS ({k})"),
+            Cmd::Versioning(suspended) => write!(
+                f,
+                "VERSIONING {} ({k})",
+                if *suspended { "Suspended" } else { "Enabled" }
+            ),
         }
     }
 }
@@ -93,6 +137,8 @@ pub enum Reply {
     PreconditionFailed,
     /// Any other 4xx: refused, nothing done.
     Refused(u16, String),
+    /// An operation that answers nothing more (a legal hold set, an age, a lifecycle pass).
+    Done,
 }
 
 /// One version of a key. Its strings are shared: the checker copies version lists at every
@@ -105,6 +151,20 @@ pub struct Version {
     pub body: Option<Arc<str>>,
     /// `None` when unknown.
     pub etag: Option<Arc<str>>,
+    /// Old enough for the lifecycle rule to expire it.
+    pub aged: bool,
+    pub lock: Option<Lock>,
+}
+
+impl Version {
+    /// Whether a delete of this version must be refused (`bypass`: GOVERNANCE bypassed).
+    fn locked(&self, bypass: bool) -> bool {
+        match self.lock {
+            None => false,
+            Some(Lock::Governance) => !bypass,
+            Some(Lock::Compliance | Lock::LegalHold) => true,
+        }
+    }
 }
 
 /// One key of a versioned bucket: its versions, oldest first; the last is current.
@@ -116,6 +176,9 @@ pub struct Version {
 #[derive(Clone, Default)]
 pub struct Versions {
     newest: Option<Arc<Node>>,
+    /// The bucket is Suspended: a write whose answer did not name its version made the null
+    /// one.
+    suspended: bool,
 }
 
 struct Node {
@@ -146,6 +209,7 @@ impl PartialEq for Versions {
         loop {
             match (a, b) {
                 (None, None) => return true,
+                _ if self.suspended != other.suspended => return false,
                 (Some(x), Some(y)) if Arc::ptr_eq(x, y) => return true,
                 (Some(x), Some(y)) if x.hash == y.hash && x.version == y.version => (a, b) = (&x.older, &y.older),
                 _ => return false,
@@ -159,12 +223,14 @@ impl Eq for Versions {}
 impl Hash for Versions {
     fn hash<H: Hasher>(&self, state: &mut H) {
         state.write_u64(self.newest.as_ref().map_or(0, |node| node.hash));
+        self.suspended.hash(state);
     }
 }
 
 impl fmt::Debug for Versions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("Versions").field(&self.oldest_first()).finish()
+        let name = if self.suspended { "Suspended" } else { "Versions" };
+        f.debug_tuple(name).field(&self.oldest_first()).finish()
     }
 }
 
@@ -180,13 +246,19 @@ impl Versions {
         versions
     }
 
+    /// With `version` the newest; a null version replaces the null one there was.
     fn with(&self, version: Version) -> Versions {
-        let mut hasher = DefaultHasher::new();
-        version.hash(&mut hasher);
-        self.pushed(version, hasher.finish())
+        let older = match &*version.id {
+            "null" => self.without("null"),
+            _ => self.clone(),
+        };
+        older.pushed(version)
     }
 
-    fn pushed(&self, version: Version, own: u64) -> Versions {
+    fn pushed(&self, version: Version) -> Versions {
+        let mut hasher = DefaultHasher::new();
+        version.hash(&mut hasher);
+        let own = hasher.finish();
         let older_hash = self.newest.as_ref().map_or(0, |node| node.hash);
         Versions {
             newest: Some(Arc::new(Node {
@@ -195,24 +267,54 @@ impl Versions {
                 own,
                 hash: (older_hash.rotate_left(5) ^ own).wrapping_mul(0x9e37_79b9_7f4a_7c15),
             })),
+            suspended: self.suspended,
         }
     }
 
-    /// Without the versions named `id`: the versions older than the oldest of them are shared,
-    /// only the newer ones are rebuilt (deletes mostly name one of the newest).
+    /// Without the versions named `id`.
     fn without(&self, id: &str) -> Versions {
+        self.edited(id, |_| None)
+    }
+
+    /// With the versions named `id` as `edit` makes them (`None`: removed): the versions older
+    /// than the oldest of them are shared, only the newer ones are rebuilt (deletes mostly name
+    /// one of the newest).
+    fn edited(&self, id: &str, edit: impl Fn(&Version) -> Option<Version>) -> Versions {
         let nodes: Vec<&Node> = std::iter::successors(self.newest.as_deref(), |node| node.older.as_deref()).collect();
         let Some(oldest) = nodes.iter().rposition(|node| *node.version.id == *id) else {
             return self.clone();
         };
         let kept = Versions {
             newest: nodes[oldest].older.clone(),
+            suspended: self.suspended,
         };
-        nodes[..oldest]
-            .iter()
-            .rev()
-            .filter(|node| *node.version.id != *id)
-            .fold(kept, |list, node| list.pushed(node.version.clone(), node.own))
+        nodes[..=oldest].iter().rev().fold(kept, |list, node| {
+            if *node.version.id != *id {
+                return list.pushed_node(node);
+            }
+            match edit(&node.version) {
+                Some(version) => list.pushed(version),
+                None => list,
+            }
+        })
+    }
+
+    /// `node`'s version on top, its hash kept.
+    fn pushed_node(&self, node: &Node) -> Versions {
+        let older_hash = self.newest.as_ref().map_or(0, |newest| newest.hash);
+        Versions {
+            newest: Some(Arc::new(Node {
+                version: node.version.clone(),
+                older: self.newest.clone(),
+                own: node.own,
+                hash: (older_hash.rotate_left(5) ^ node.own).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            })),
+            suspended: self.suspended,
+        }
+    }
+
+    fn find(&self, id: &str) -> Option<&Version> {
+        self.iter().find(|v| *v.id == *id)
     }
 
     fn current_object(&self) -> Option<&Version> {
@@ -228,24 +330,39 @@ impl Versions {
         }
     }
 
-    /// The new version `op` wrote with `body`, as its answer names it.
-    fn written(op: &Op<Call, Reply>, body: Option<String>) -> Version {
-        match op.output() {
-            Some(Reply::Written { version, etag }) => Version {
-                id: version.as_str().into(),
-                body: body.map(Arc::from),
-                etag: Some(etag.as_str().into()),
-            },
-            Some(Reply::Deleted { marker: Some(id) }) => Version {
-                id: id.as_str().into(),
-                body: body.map(Arc::from),
-                etag: None,
-            },
-            _ => Version {
-                id: format!("?c{}@{}", op.client, op.call).into(),
-                body: body.map(Arc::from),
-                etag: None,
-            },
+    /// The new version `op` wrote with `body`, as its answer names it (unnamed: the null
+    /// version in a Suspended bucket, else one to be named by the first read that sees it).
+    fn written(&self, op: &Op<Call, Reply>, body: Option<String>) -> Version {
+        let (id, etag) = match op.output() {
+            Some(Reply::Written { version, etag }) => (version.as_str().into(), Some(etag.as_str().into())),
+            Some(Reply::Deleted { marker: Some(id) }) => (id.as_str().into(), None),
+            _ if self.suspended => ("null".into(), None),
+            _ => (format!("?c{}@{}", op.client, op.call).into(), None),
+        };
+        let lock = match &op.input.cmd {
+            Cmd::PutLocked(_, lock) => Some(*lock),
+            _ => None,
+        };
+        Version {
+            id,
+            body: body.map(Arc::from),
+            etag,
+            aged: false,
+            lock,
+        }
+    }
+
+    /// A delete of version `id` (GOVERNANCE bypassed or not) answered `out`.
+    fn delete_version(&self, id: &str, bypass: bool, out: Option<&Reply>) -> Vec<Versions> {
+        let locked = self.find(id).is_some_and(|v| v.locked(bypass));
+        match (out, locked) {
+            (None, false) => vec![self.without(id)],
+            // Deleting a version that is not there succeeds too.
+            (Some(Reply::Deleted { .. }), false) => vec![self.without(id)],
+            (None, true) => vec![self.clone()],
+            // Object lock refuses it: 403 AccessDenied, nothing removed.
+            (Some(Reply::Refused(403, _)), true) => vec![self.clone()],
+            _ => vec![],
         }
     }
 }
@@ -258,9 +375,18 @@ impl Model for Versions {
         let out = op.output();
         let unchanged = || vec![self.clone()];
         let refused = matches!(out, Some(Reply::Refused(..)));
+        // A new version is the null one exactly when the bucket is Suspended.
+        let made = match (&op.input.cmd, out) {
+            (Cmd::DeleteVersion(_) | Cmd::DeleteVersionBypass(..), _) => None,
+            (_, Some(Reply::Written { version, .. } | Reply::Deleted { marker: Some(version) })) => Some(version),
+            _ => None,
+        };
+        if made.is_some_and(|version| (version == "null") != self.suspended) {
+            return vec![];
+        }
         match &op.input.cmd {
-            Cmd::Put(body) | Cmd::Multipart(body) => match out {
-                None | Some(Reply::Written { .. }) => vec![self.with(Versions::written(op, Some(body.clone())))],
+            Cmd::Put(body) | Cmd::Multipart(body) | Cmd::PutLocked(body, _) => match out {
+                None | Some(Reply::Written { .. }) => vec![self.with(self.written(op, Some(body.clone())))],
                 _ => vec![],
             },
             Cmd::PutIfNoneMatch(body) | Cmd::PutIfMatch(body, _) => {
@@ -268,7 +394,7 @@ impl Model for Versions {
                     Cmd::PutIfMatch(_, etag) => self.current_matches(etag),
                     _ => Some(self.current_object().is_none()),
                 };
-                let written = || self.with(Versions::written(op, Some(body.clone())));
+                let written = || self.with(self.written(op, Some(body.clone())));
                 match (out, holds) {
                     // 409 ConditionalRequestConflict: a concurrent write won; nothing done.
                     (Some(Reply::Refused(409, _)), _) => unchanged(),
@@ -300,19 +426,80 @@ impl Model for Versions {
                 _ => vec![],
             },
             Cmd::Delete => match out {
-                None | Some(Reply::Deleted { .. }) => vec![self.with(Versions::written(op, None))],
+                None | Some(Reply::Deleted { .. }) => vec![self.with(self.written(op, None))],
                 _ => vec![],
             },
-            Cmd::DeleteVersion(id) => match out {
-                // Deleting a version that is not there succeeds too.
-                None | Some(Reply::Deleted { .. }) => {
-                    vec![self.without(id)]
+            Cmd::DeleteVersion(id) => self.delete_version(id, false, out),
+            Cmd::DeleteVersionBypass(id, true) => self.delete_version(id, true, out),
+            // The bypass needs s3:BypassGovernanceRetention, whatever the version's lock.
+            Cmd::DeleteVersionBypass(..) => match out {
+                None | Some(Reply::Refused(403, _)) => unchanged(),
+                _ => vec![],
+            },
+            Cmd::ReleaseHold(id) => {
+                let released = || {
+                    self.edited(id, |v| {
+                        Some(Version {
+                            lock: v.lock.filter(|lock| *lock != Lock::LegalHold),
+                            ..v.clone()
+                        })
+                    })
+                };
+                match (out, self.find(id)) {
+                    (None, _) => vec![self.clone(), released()],
+                    (Some(Reply::Done), Some(v)) if v.body.is_some() => vec![released()],
+                    (Some(Reply::NotFound), None) => unchanged(),
+                    // A delete marker holds no lock.
+                    (Some(Reply::MethodNotAllowed | Reply::Refused(..)), Some(v)) if v.body.is_none() => unchanged(),
+                    _ => vec![],
                 }
+            }
+            Cmd::Age => {
+                let aged = match self.iter().next() {
+                    Some(current) => self.edited(&current.id.clone(), |v| {
+                        Some(Version {
+                            aged: true,
+                            ..v.clone()
+                        })
+                    }),
+                    None => self.clone(),
+                };
+                match out {
+                    None => vec![self.clone(), aged],
+                    Some(Reply::Done) => vec![aged],
+                    _ => vec![],
+                }
+            }
+            Cmd::Versioning(suspended) => {
+                let set = Versions {
+                    newest: self.newest.clone(),
+                    suspended: *suspended,
+                };
+                match out {
+                    None => vec![self.clone(), set],
+                    Some(Reply::Done) => vec![set],
+                    _ => vec![],
+                }
+            }
+            // A pass may run before or after any write it overlaps: it expires the current
+            // version if that is old enough when it does, or leaves it; never a younger one.
+            Cmd::Expire => match (out, self.current_object()) {
+                (None | Some(Reply::Done), Some(current)) if current.aged => {
+                    let marker = Version {
+                        id: format!("?lifecycle@{}", op.call).into(),
+                        body: None,
+                        etag: None,
+                        aged: false,
+                        lock: None,
+                    };
+                    vec![self.clone(), self.with(marker)]
+                }
+                (None | Some(Reply::Done), _) => unchanged(),
                 _ => vec![],
             },
             Cmd::DeleteIfMatch(etag) => {
                 let holds = self.current_matches(etag);
-                let deleted = || self.with(Versions::written(op, None));
+                let deleted = || self.with(self.written(op, None));
                 match (out, holds) {
                     // Refusing the header outright is allowed; ignoring it is not.
                     _ if refused => unchanged(),
@@ -325,8 +512,8 @@ impl Model for Versions {
                 }
             }
             Cmd::CopyVersion(_, body) => match (out, body) {
-                (None, Some(body)) => vec![self.clone(), self.with(Versions::written(op, Some(body.clone())))],
-                (Some(Reply::Written { .. }), Some(body)) => vec![self.with(Versions::written(op, Some(body.clone())))],
+                (None, Some(body)) => vec![self.clone(), self.with(self.written(op, Some(body.clone())))],
+                (Some(Reply::Written { .. }), Some(body)) => vec![self.with(self.written(op, Some(body.clone())))],
                 (None, None) | (Some(Reply::NotFound | Reply::Refused(..) | Reply::MethodNotAllowed), _) => unchanged(),
                 _ => vec![],
             },
@@ -354,6 +541,7 @@ impl Versions {
         } else if current.id.starts_with('?') && !self.iter().any(|v| *v.id == *id) {
             let older = Versions {
                 newest: self.newest.as_ref().and_then(|node| node.older.clone()),
+                suspended: self.suspended,
             };
             vec![older.with(Version {
                 id: id.into(),
@@ -376,23 +564,60 @@ struct Named {
     body: Option<String>,
 }
 
-/// Runs `clients` clients on keys `keys` of the versioned bucket `bucket` (with conditional
-/// writes and deletes among their operations or not); the history.
+/// What else the clients of a versioned bucket do besides plain writes, reads and deletes.
+#[derive(Clone)]
+pub enum Mix {
+    Plain,
+    /// Writes and deletes conditional on the current version (If-None-Match, If-Match).
+    Conditional,
+    /// The bucket has object lock: versions written under retention or legal hold, holds
+    /// released, deletes of versions with and without the bypass; `denied` signs with a key
+    /// a policy denies s3:BypassGovernanceRetention.
+    Locked {
+        denied: Client,
+    },
+    /// Each key gets two versions while the bucket is Enabled, then it is Suspended, and
+    /// clients switch it between Suspended and Enabled.
+    Suspended,
+    /// Keys aged and lifecycle passes run among the writes.
+    Lifecycle(super::s3_lifecycle::Lifecycle),
+}
+
+/// Runs `clients` clients on keys `keys` of the versioned bucket `bucket`, `mix` among their
+/// operations; the history.
 pub async fn run_versions(
     client: &Client,
     bucket: &str,
     keys: &[&str],
-    conditional: bool,
+    mix: Mix,
     clients: usize,
     bounds: &Bounds,
 ) -> Vec<Op<Call, Reply>> {
     let recorder = Arc::new(Recorder::new(std::time::Instant::now()));
-    let schedule = Schedule::new(clients, bounds, Duration::from_millis(5));
     let known: Known = Arc::default();
     let keys: Vec<String> = keys.iter().map(|k| (*k).to_owned()).collect();
+    if let Mix::Suspended = mix {
+        for key in &keys {
+            for n in 0..2 {
+                let call = Call {
+                    key: key.clone(),
+                    cmd: Cmd::Put(format!("enabled.{key}.{n}")),
+                };
+                let output = recorder.record(0, call.clone(), send(client, bucket, &call)).await;
+                assert!(output.is_some(), "{call:?} answered");
+                learn(&known, &call, output);
+            }
+        }
+        let suspend = on_every_key(&keys, &Cmd::Versioning(true));
+        let suspended = recorder
+            .record_all(0, suspend, set_versioning(client, bucket, true))
+            .await;
+        assert!(suspended.is_some(), "the bucket is Suspended");
+    }
+    let schedule = Schedule::new(clients, bounds, Duration::from_millis(5));
     let mut tasks = tokio::task::JoinSet::new();
     for id in 0..clients {
-        let (recorder, schedule, known) = (recorder.clone(), schedule.clone(), known.clone());
+        let (recorder, schedule, known, mix) = (recorder.clone(), schedule.clone(), known.clone(), mix.clone());
         let (s3, bucket, keys) = (client.clone(), bucket.to_owned(), keys.clone());
         let mut rng = bounds.rng("s3-versions", id);
         tasks.spawn(async move {
@@ -401,9 +626,28 @@ pub async fn run_versions(
                 for _ in 0..ops {
                     n += 1;
                     let key = keys[rng.random_range(0..keys.len())].clone();
-                    let cmd = random_cmd(&mut rng, &known, &key, format!("c{id}.{n}"), conditional);
+                    let cmd = random_cmd(&mut rng, &known, &key, format!("c{id}.{n}"), &mix);
                     let call = Call { key, cmd };
-                    let output = recorder.record(id, call.clone(), send(&s3, &bucket, &call)).await;
+                    let output = match (&call.cmd, &mix) {
+                        (Cmd::Age, Mix::Lifecycle(lifecycle)) => {
+                            let calls = on_every_key(&keys, &call.cmd);
+                            recorder.record_all(id, calls, lifecycle.age()).await
+                        }
+                        (Cmd::Expire, Mix::Lifecycle(lifecycle)) => {
+                            let calls = on_every_key(&keys, &call.cmd);
+                            recorder.record_all(id, calls, lifecycle.pass()).await
+                        }
+                        (Cmd::Versioning(suspended), _) => {
+                            let calls = on_every_key(&keys, &call.cmd);
+                            recorder
+                                .record_all(id, calls, set_versioning(&s3, &bucket, *suspended))
+                                .await
+                        }
+                        (Cmd::DeleteVersionBypass(_, false), Mix::Locked { denied }) => {
+                            recorder.record(id, call.clone(), send(denied, &bucket, &call)).await
+                        }
+                        _ => recorder.record(id, call.clone(), send(&s3, &bucket, &call)).await,
+                    };
                     learn(&known, &call, output);
                 }
             }
@@ -413,7 +657,32 @@ pub async fn run_versions(
     recorder.history()
 }
 
-fn random_cmd(rng: &mut StdRng, known: &Known, key: &str, body: String, conditional: bool) -> Cmd {
+/// A bucket-wide operation as one on each key.
+fn on_every_key(keys: &[String], cmd: &Cmd) -> Vec<Call> {
+    keys.iter()
+        .map(|key| Call {
+            key: key.clone(),
+            cmd: cmd.clone(),
+        })
+        .collect()
+}
+
+async fn set_versioning(s3: &Client, bucket: &str, suspended: bool) -> Outcome<Reply> {
+    let status = if suspended {
+        BucketVersioningStatus::Suspended
+    } else {
+        BucketVersioningStatus::Enabled
+    };
+    let set = s3
+        .put_bucket_versioning()
+        .bucket(bucket)
+        .versioning_configuration(VersioningConfiguration::builder().status(status).build())
+        .send()
+        .await;
+    set.map_or_else(refusal, |_| Outcome::Answered(Reply::Done))
+}
+
+fn random_cmd(rng: &mut StdRng, known: &Known, key: &str, body: String, mix: &Mix) -> Cmd {
     let versions = known.lock().unwrap().get(key).cloned().unwrap_or_default();
     // Half the time one of the two newest: deleting the current version while others delete
     // older ones is where promotion races live.
@@ -433,25 +702,39 @@ fn random_cmd(rng: &mut StdRng, known: &Known, key: &str, body: String, conditio
             pick(rng).etag
         }
     };
+    let conditional = matches!(mix, Mix::Conditional);
     if versions.is_empty() && !matches!(roll, 0..40 | 46..54) {
         // Until a version of the key is known, whatever would name one writes one instead.
         return Cmd::Put(body);
     }
-    match roll {
-        0..24 => Cmd::Put(body),
-        24..32 => Cmd::Multipart(body),
-        32..40 if conditional => Cmd::PutIfNoneMatch(body),
-        32..40 => Cmd::Get,
-        40..46 if conditional => Cmd::PutIfMatch(body, etag(rng)),
-        40..54 => Cmd::Get,
-        54..62 => Cmd::Delete,
-        62..68 => Cmd::GetVersion(pick(rng).id),
-        68..74 if conditional => Cmd::DeleteIfMatch(etag(rng)),
-        68..94 => Cmd::DeleteVersion(pick(rng).id),
-        _ => {
-            let source = pick(rng);
-            Cmd::CopyVersion(source.id, source.body)
+    match (mix, roll) {
+        (Mix::Locked { .. }, 0..30) => {
+            let lock = [Lock::Governance, Lock::Compliance, Lock::LegalHold][rng.random_range(0..3)];
+            Cmd::PutLocked(body, lock)
         }
+        (Mix::Locked { .. }, 62..68) => Cmd::ReleaseHold(pick(rng).id),
+        (Mix::Locked { .. }, 80..90) => Cmd::DeleteVersionBypass(pick(rng).id, rng.random_bool(0.6)),
+        // Passes in place of most deletes, and ages seldom (an age the search may place
+        // between a write and a pass lets the pass expire what the write made).
+        (Mix::Lifecycle(_), 32..35) => Cmd::Age,
+        (Mix::Lifecycle(_), 54..62 | 68..80) => Cmd::Expire,
+        (Mix::Suspended, 50..54) => Cmd::Versioning(rng.random_bool(0.5)),
+        (_, 0..24) => Cmd::Put(body),
+        (_, 24..32) => Cmd::Multipart(body),
+        (_, 32..40) if conditional => Cmd::PutIfNoneMatch(body),
+        (_, 32..40) => Cmd::Get,
+        (_, 40..46) if conditional => Cmd::PutIfMatch(body, etag(rng)),
+        (_, 40..54) => Cmd::Get,
+        (_, 54..62) => Cmd::Delete,
+        (_, 62..68) => Cmd::GetVersion(pick(rng).id),
+        (_, 68..74) if conditional => Cmd::DeleteIfMatch(etag(rng)),
+        (_, 68..94) => Cmd::DeleteVersion(pick(rng).id),
+        _ => match pick(rng) {
+            // `null` names whichever null version there is when the copy reads it, not the
+            // one whose body the client knows: read it instead.
+            source if source.id == "null" => Cmd::GetVersion(source.id),
+            source => Cmd::CopyVersion(source.id, source.body),
+        },
     }
 }
 
@@ -459,9 +742,11 @@ fn learn(known: &Known, call: &Call, output: Option<Reply>) {
     let mut known = known.lock().unwrap();
     let versions = known.entry(call.key.clone()).or_default();
     let body = match &call.cmd {
-        Cmd::Put(body) | Cmd::PutIfNoneMatch(body) | Cmd::PutIfMatch(body, _) | Cmd::Multipart(body) => {
-            Some(body.clone())
-        }
+        Cmd::Put(body)
+        | Cmd::PutIfNoneMatch(body)
+        | Cmd::PutIfMatch(body, _)
+        | Cmd::Multipart(body)
+        | Cmd::PutLocked(body, _) => Some(body.clone()),
         Cmd::CopyVersion(_, body) => body.clone(),
         _ => None,
     };
@@ -471,7 +756,9 @@ fn learn(known: &Known, call: &Call, output: Option<Reply>) {
             etag,
             body,
         }),
-        (Cmd::DeleteVersion(id), Some(Reply::Deleted { .. })) => versions.retain(|v| &v.id != id),
+        (Cmd::DeleteVersion(id) | Cmd::DeleteVersionBypass(id, _), Some(Reply::Deleted { .. })) => {
+            versions.retain(|v| &v.id != id)
+        }
         (Cmd::Delete | Cmd::DeleteIfMatch(_), Some(Reply::Deleted { marker: Some(id) })) => versions.push(Named {
             id,
             etag: WRONG_ETAG.into(),
@@ -482,7 +769,7 @@ fn learn(known: &Known, call: &Call, output: Option<Reply>) {
 }
 
 /// What a refusal tells: a 4xx is an answer (nothing done), anything else leaves it unknown.
-fn refusal<E: ProvideErrorMetadata + fmt::Debug>(err: SdkError<E, HttpResponse>) -> Outcome<Reply> {
+pub fn refusal<E: ProvideErrorMetadata + fmt::Debug>(err: SdkError<E, HttpResponse>) -> Outcome<Reply> {
     match http_status(&err) {
         404 => Outcome::Answered(Reply::NotFound),
         405 => Outcome::Answered(Reply::MethodNotAllowed),
@@ -522,6 +809,35 @@ async fn send(s3: &Client, bucket: &str, call: &Call) -> Outcome<Reply> {
     };
     let put_result = match &call.cmd {
         Cmd::Put(body) => put(body).send().await,
+        Cmd::PutLocked(body, lock) => {
+            let until =
+                aws_sdk_s3::primitives::DateTime::from(std::time::SystemTime::now() + Duration::from_secs(86_400));
+            let request = match lock {
+                Lock::Governance => put(body).object_lock_mode(ObjectLockMode::Governance),
+                Lock::Compliance => put(body).object_lock_mode(ObjectLockMode::Compliance),
+                Lock::LegalHold => put(body).object_lock_legal_hold_status(ObjectLockLegalHoldStatus::On),
+            };
+            match lock {
+                Lock::LegalHold => request.send().await,
+                _ => request.object_lock_retain_until_date(until).send().await,
+            }
+        }
+        Cmd::ReleaseHold(version) => {
+            let released = s3
+                .put_object_legal_hold()
+                .bucket(bucket)
+                .key(key)
+                .version_id(version)
+                .legal_hold(
+                    ObjectLockLegalHold::builder()
+                        .status(ObjectLockLegalHoldStatus::Off)
+                        .build(),
+                )
+                .send()
+                .await;
+            return released.map_or_else(refusal, |_| Outcome::Answered(Reply::Done));
+        }
+        Cmd::Age | Cmd::Expire | Cmd::Versioning(_) => unreachable!("run_versions runs {call:?} apart"),
         Cmd::PutIfNoneMatch(body) => put(body).if_none_match("*").send().await,
         Cmd::PutIfMatch(body, etag) => put(body).if_match(etag).send().await,
         Cmd::Get | Cmd::GetVersion(_) => {
@@ -543,9 +859,10 @@ async fn send(s3: &Client, bucket: &str, call: &Call) -> Outcome<Reply> {
                 Err(err) => refusal(err),
             };
         }
-        Cmd::Delete | Cmd::DeleteVersion(_) | Cmd::DeleteIfMatch(_) => {
+        Cmd::Delete | Cmd::DeleteVersion(_) | Cmd::DeleteIfMatch(_) | Cmd::DeleteVersionBypass(..) => {
             let request = match &call.cmd {
                 Cmd::DeleteVersion(v) => delete(Some(v)),
+                Cmd::DeleteVersionBypass(v, _) => delete(Some(v)).bypass_governance_retention(true),
                 Cmd::DeleteIfMatch(etag) => delete(None).if_match(etag),
                 _ => delete(None),
             };

@@ -158,6 +158,7 @@ const NEW_SINCE_V10: &[&str] = &[
     "pgvs3.sts_role(text)",
     "pgvs3.sts_session(text)",
     "pgvs3.uuid_v7()",
+    "pgvs3.versioning_now(bigint)",
 ];
 /// v10 functions a later layout changed on purpose: v12 (versioning) keeps bodies that moved to
 /// `versions`, counts versions as content, and gives new namespaces their versions table; v13

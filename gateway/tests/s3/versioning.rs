@@ -1550,3 +1550,106 @@ async fn a_delete_keeps_versions_as_the_bucket_keeps_them_now() {
     let (kept, _) = get_version(s3, "flip", "k", Some("null")).await.unwrap();
     assert_eq!(kept, b"null version");
 }
+
+/// A write that waited for a key judges versioning as the bucket has it once the key is its, not
+/// as its statement's snapshot (taken before the wait) had it. A second session holds the key
+/// (its advisory locks while the bucket is versioned, its row while it never was), writers queue
+/// behind it, versioning is Enabled meanwhile, then the key is let go. (A PUT read the state from
+/// before the switch: in a Suspended bucket it wrote the null version over the delete marker that
+/// the DELETE before it, seeing Enabled, had made; in a never-versioned bucket it overwrote the
+/// object a GET after the switch had read instead of keeping it as version null. Both were
+/// found by the history checker's Suspended case.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_write_that_waited_for_its_key_writes_under_the_versioning_of_now() {
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    let sql = gw.sql().await;
+    let waiting = |n: i64| {
+        let sql = &sql;
+        common::eventually(
+            Duration::from_secs(30),
+            "writers waiting on the held key",
+            move || async move { (common::lock_waiters(sql).await == n).then_some(()) },
+        )
+    };
+
+    // Suspended, then Enabled while a DELETE and a PUT wait for the key's locks.
+    s3.create_bucket().bucket("suspended").send().await.unwrap();
+    set_versioning(s3, "suspended", BucketVersioningStatus::Suspended).await;
+    put(s3, "suspended", "k", b"null version").await;
+    let holder = gw.sql().await;
+    holder.batch_execute("BEGIN").await.unwrap();
+    let id = bucket_id(&sql, "suspended").await;
+    holder
+        .execute(
+            "SELECT pg_advisory_xact_lock(($1::int8)::int4, hashtext($2::text))",
+            &[&id, &"k"],
+        )
+        .await
+        .unwrap();
+    let delete = {
+        let s3 = s3.clone();
+        tokio::spawn(async move { s3.delete_object().bucket("suspended").key("k").send().await.unwrap() })
+    };
+    waiting(1).await;
+    let write = {
+        let s3 = s3.clone();
+        tokio::spawn(async move { put(&s3, "suspended", "k", b"written").await })
+    };
+    waiting(2).await;
+    set_versioning(s3, "suspended", BucketVersioningStatus::Enabled).await;
+    holder.batch_execute("COMMIT").await.unwrap();
+    let marker = delete.await.unwrap();
+    let written = write.await.unwrap();
+    assert_eq!(marker.delete_marker(), Some(true));
+    assert_ne!(marker.version_id(), Some("null"), "the DELETE saw Enabled");
+    let written = written.expect("a PUT into an Enabled bucket names its version");
+    let (body, current) = get_version(s3, "suspended", "k", None).await.unwrap();
+    assert_eq!(
+        (body.as_slice(), current.as_deref()),
+        (&b"written"[..], Some(written.as_str()))
+    );
+    let versions = versions_of(s3, "suspended", "k").await;
+    assert_eq!(
+        versions.len(),
+        3,
+        "the null version, the marker, the PUT's: {versions:?}"
+    );
+    let (kept, _) = get_version(s3, "suspended", "k", Some("null")).await.unwrap();
+    assert_eq!(kept, b"null version");
+
+    // Never versioned, then Enabled while a PUT waits for the key's row, which a GET after the
+    // switch reads: that object stays, as the null version.
+    s3.create_bucket().bucket("plain").send().await.unwrap();
+    put(s3, "plain", "k", b"before").await;
+    let id = bucket_id(&sql, "plain").await;
+    let holder = gw.sql().await;
+    holder.batch_execute("BEGIN").await.unwrap();
+    holder
+        .execute(
+            "SELECT 1 FROM s3p.objects WHERE bucket_id = $1 AND key = $2 FOR UPDATE",
+            &[&id, &"k"],
+        )
+        .await
+        .unwrap();
+    let write = {
+        let s3 = s3.clone();
+        tokio::spawn(async move { put(&s3, "plain", "k", b"written").await })
+    };
+    waiting(1).await;
+    set_versioning(s3, "plain", BucketVersioningStatus::Enabled).await;
+    let (read, _) = get_version(s3, "plain", "k", None).await.unwrap();
+    assert_eq!(read, b"before");
+    holder.batch_execute("COMMIT").await.unwrap();
+    let written = write.await.unwrap();
+    let written = written.expect("a PUT into an Enabled bucket names its version");
+    let versions = versions_of(s3, "plain", "k").await;
+    assert_eq!(versions.len(), 2, "the object read, kept, and the PUT's: {versions:?}");
+    assert!(
+        versions.iter().any(|v| v.1 == written && v.2),
+        "{written}: {versions:?}"
+    );
+    let (kept, _) = get_version(s3, "plain", "k", Some("null")).await.unwrap();
+    assert_eq!(kept, b"before");
+    gw.stop().await;
+}

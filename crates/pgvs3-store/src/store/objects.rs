@@ -254,7 +254,13 @@ impl NamespaceSql {
                   WHERE b.id = $1 AND o.bucket_id = $1 AND key = $2 AND ($8 = '*' OR etag = $8)
                     AND (expires_at IS NULL OR expires_at > now())
                  RETURNING o.last_modified, o.version_id",
-                redrawn = version_drawn_under_lock(&ns, "b.versioning IS NOT NULL", "b.versioning = 'Enabled'"),
+                // The bucket's state read under the row's lock: the FROM item's row is the
+                // snapshot's even when the UPDATE waited and re-checked the row.
+                redrawn = version_drawn_under_lock(
+                    &ns,
+                    "pgvs3.versioning_now($1) IS NOT NULL",
+                    "pgvs3.versioning_now($1) = 'Enabled'"
+                ),
             ),
             set_tags: format!(
                 "UPDATE {ns}.objects SET meta = CASE WHEN $3 = '{{}}'::jsonb THEN meta - 'tg'
@@ -328,14 +334,20 @@ fn lookup_sql(ns: &str, body: &str) -> String {
     )
 }
 
-/// An object row's insert, or its overwrite. The bucket's versioning state as committed (not as
-/// this gateway's catalog cache has it, which may lag a change): a write to a versioned bucket
-/// takes the key's locks ([`KEY_LOCKS`]), then a version number, and in an Enabled bucket a
-/// version id (the objects_keep_version trigger keeps the version it replaces). A write to a
-/// bucket that never had versioning takes neither (the filter skips the subquery).
+/// An object row's insert, or its overwrite. A write to a versioned bucket takes the key's locks
+/// ([`KEY_LOCKS`]), then a version number, and in an Enabled bucket a version id (the
+/// objects_keep_version trigger keeps the version it replaces). The state it writes under is the
+/// bucket's as committed once it holds the locks (`versioning_now`), not as the statement's
+/// snapshot (taken before it waited) or this gateway's catalog cache has it. A write to a bucket
+/// that never had versioning takes neither (the filter skips the subquery); if it then waits for
+/// the key's row, the overwrite judges again under the row's lock, as versioning may have been
+/// enabled meanwhile (versioning is never turned off, so a versioned write needs no second look).
 fn insert_sql(ns: &str) -> String {
-    let seq =
-        format!("SELECT nextval('{ns}.version_seqs') AS seq FROM ({KEY_LOCKS}) held WHERE b.versioning IS NOT NULL");
+    let seq = format!(
+        "SELECT nextval('{ns}.version_seqs') AS seq, pgvs3.versioning_now($1) AS versioning
+           FROM ({KEY_LOCKS}) held WHERE b.versioning IS NOT NULL"
+    );
+    let versioned_now = "(EXCLUDED.version_seq IS NULL AND pgvs3.versioning_now($1)";
     format!(
         "INSERT INTO {ns}.objects AS o (bucket_id, key, size, etag, last_modified, meta, inline, body_id,
                                         version_seq, version_id)
@@ -345,11 +357,11 @@ fn insert_sql(ns: &str) -> String {
             SET size = EXCLUDED.size, etag = EXCLUDED.etag, last_modified = EXCLUDED.last_modified,
                 meta = EXCLUDED.meta, inline = EXCLUDED.inline, body_id = EXCLUDED.body_id,
                 expires_at = NULL, {redrawn}",
-        new_id = "CASE WHEN b.versioning = 'Enabled' THEN lpad(to_hex(v.seq), 16, '0') END",
+        new_id = "CASE WHEN v.versioning = 'Enabled' THEN lpad(to_hex(v.seq), 16, '0') END",
         redrawn = version_drawn_under_lock(
             ns,
-            "EXCLUDED.version_seq IS NOT NULL",
-            "EXCLUDED.version_id IS NOT NULL"
+            &format!("EXCLUDED.version_seq IS NOT NULL OR {versioned_now} IS NOT NULL)"),
+            &format!("EXCLUDED.version_id IS NOT NULL OR {versioned_now} = 'Enabled')"),
         ),
     )
 }
