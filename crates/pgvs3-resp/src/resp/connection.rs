@@ -925,6 +925,10 @@ pub(crate) fn store_error(err: StoreError) -> Reply {
         }
         // The operator's mistake, not the client's: said plainly, not logged per command.
         err @ StoreError::NotAKeyspace(_) => Reply::error(format!("ERR {err}")),
+        StoreError::CommitUnknown(why) => {
+            tracing::warn!(error = %why, "RESP write's outcome unknown: the connection was lost after COMMIT");
+            super::deadline::outcome_unknown("the connection to the database was lost before its answer")
+        }
         other => {
             tracing::warn!(error = %other, "RESP command failed");
             Reply::error(format!("ERR {other}"))

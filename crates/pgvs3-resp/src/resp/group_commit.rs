@@ -11,11 +11,14 @@
 //! over workers, they made batches that waited for each other's lock in turn, each carrying a
 //! share (issue 39). Writes on keys of different lanes still overlap.
 //!
-//! A write batch runs within `--resp-write-timeout`: past it the batch is dropped, which rolls
-//! its transaction back, and every connection in it is told its commands were cancelled. A
-//! connection past the limit while its commands still wait in the queue withdraws them (they
-//! never run); once its batch has started it waits for the batch's answer, since the batch
-//! commits for the others and so may for it too: "cancelled" is only ever said when true.
+//! A write batch runs within the write limits (deadline.rs): past `--resp-write-timeout` before
+//! its COMMIT is sent the batch is dropped, which rolls its transaction back, and every
+//! connection in it is told its commands were cancelled; once COMMIT is sent the batch waits
+//! for its outcome (at most `--resp-commit-timeout`, past which every connection is told the
+//! outcome is unknown). A connection past the limit while its commands still wait in the queue
+//! withdraws them (they never run); once its batch has started it waits for the batch's answer,
+//! since the batch commits for the others and so may for it too: "cancelled" is only ever said
+//! when true.
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -27,6 +30,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::codec::Reply;
 use super::command::KeyCommand;
+use super::deadline::WriteLimits;
 use super::notify::{self, KeyspaceEvents};
 use super::tracking::Tracking;
 use crate::bucket::Keyspace;
@@ -83,8 +87,8 @@ pub struct GroupCommit {
     tracking: Arc<Tracking>,
     writes: Queues<WriteJob>,
     reads: Queues<ReadJob>,
-    /// `--resp-write-timeout`: how long a write batch may run.
-    write_timeout: Option<Duration>,
+    /// How long a write batch may run, and wait for its COMMIT.
+    limits: WriteLimits,
 }
 
 impl GroupCommit {
@@ -92,7 +96,7 @@ impl GroupCommit {
         metrics: Metrics,
         events: Arc<KeyspaceEvents>,
         tracking: Arc<Tracking>,
-        write_timeout: Option<Duration>,
+        limits: WriteLimits,
     ) -> GroupCommit {
         GroupCommit {
             metrics,
@@ -100,7 +104,7 @@ impl GroupCommit {
             tracking,
             writes: Mutex::default(),
             reads: Mutex::default(),
-            write_timeout,
+            limits,
         }
     }
 
@@ -110,7 +114,7 @@ impl GroupCommit {
         let lane = (keyspace.bucket().to_owned(), lane(&commands));
         let queue = queue(&self.writes, lane, 1, |receiver| {
             let shared = (Arc::clone(&self.events), Arc::clone(&self.tracking));
-            tokio::spawn(commit_loop(self.metrics.clone(), shared, self.write_timeout, receiver));
+            tokio::spawn(commit_loop(self.metrics.clone(), shared, self.limits, receiver));
         });
         let (done, mut outcome) = oneshot::channel();
         let state = Arc::new(AtomicU8::new(QUEUED));
@@ -125,7 +129,7 @@ impl GroupCommit {
             queue.send(job).await.map_err(|_| stopped())?;
             (&mut outcome).await.map_err(|_| stopped())?
         };
-        let Some(limit) = self.write_timeout else {
+        let Some(limit) = self.limits.write else {
             return Submitted::Answered(answered.await);
         };
         if let Ok(outcome) = tokio::time::timeout(limit, answered).await {
@@ -133,7 +137,7 @@ impl GroupCommit {
         }
         match state.compare_exchange(QUEUED, WITHDRAWN, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => Submitted::Withdrawn(limit),
-            // Started: the batch answers within its own limit, committed or cancelled.
+            // Started: the batch answers within its own limits, committed, cancelled or unknown.
             Err(_) => Submitted::Answered(outcome.await.map_err(|_| stopped()).and_then(|outcome| outcome)),
         }
     }
@@ -211,7 +215,7 @@ async fn take_waiting<J>(receiver: &SharedReceiver<J>, size: impl Fn(&J) -> usiz
 async fn commit_loop(
     metrics: Metrics,
     (events, tracking): (Arc<KeyspaceEvents>, Arc<Tracking>),
-    limit: Option<Duration>,
+    limits: WriteLimits,
     receiver: SharedReceiver<WriteJob>,
 ) {
     while let Some(jobs) = take_waiting(&receiver, |job| job.commands.len()).await {
@@ -228,18 +232,18 @@ async fn commit_loop(
             continue;
         }
         let batch = async {
-            let run = run(&metrics, &work, &events, &tracking);
-            let Some(limit) = limit else {
-                return run.await;
-            };
-            tokio::time::timeout(limit, run).await.unwrap_or_else(|_| {
-                // Dropped before its commit: rolled back, every command cancelled.
-                let cancelled = super::execute::timed_out(limit, true);
-                Ok(work
-                    .iter()
-                    .map(|(_, commands, _)| vec![cancelled.clone(); commands.len()])
-                    .collect())
-            })
+            // Every command of the batch has its fate: cancelled (dropped before its COMMIT),
+            // or unknown (its COMMIT unanswered).
+            limits
+                .run(run(&metrics, &work, &events, &tracking))
+                .await
+                .answer()
+                .unwrap_or_else(|fate| {
+                    Ok(work
+                        .iter()
+                        .map(|(_, commands, _)| vec![fate.clone(); commands.len()])
+                        .collect())
+                })
         };
         let Some(outcome) = unless_abandoned(batch, &mut done).await else {
             continue;
@@ -299,6 +303,7 @@ fn shared_error(err: &StoreError) -> StoreError {
         StoreError::ReadOnly => StoreError::ReadOnly,
         StoreError::NoSuchBucket => StoreError::NoSuchBucket,
         StoreError::QuotaExceeded(usage) => StoreError::QuotaExceeded(usage.clone()),
+        StoreError::CommitUnknown(why) => StoreError::CommitUnknown(why.clone()),
         _ => StoreError::Unavailable(err.to_string()),
     }
 }

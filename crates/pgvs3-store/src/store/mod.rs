@@ -49,7 +49,7 @@ pub use encryption::{
 };
 pub use error::{OriginFault, StoreError};
 pub use kv::{
-    EncodingParameter, FunctionLibrary, KvBatch, KvEntry, KvValue, LibraryPolicy, LibraryRefusal, RegisteredFunction,
+    CommitSent, EncodingParameter, FunctionLibrary, KvBatch, KvEntry, KvValue, LibraryPolicy, LibraryRefusal, RegisteredFunction,
     StringForm, Watches,
 };
 pub use lifecycle::{

@@ -91,7 +91,14 @@ impl KvBatch {
                 false => Ok(()),
             }
         };
-        let (rows, ()) = crate::store::types::send_calls(client, &self.bucket, calls, true, before, after).await?;
+        if commit {
+            super::commit_sent::committing();
+        }
+        let sent = crate::store::types::send_calls(client, &self.bucket, calls, true, before, after).await;
+        let (rows, ()) = match commit {
+            true => super::commit_sent::outcome(sent)?,
+            false => sent?,
+        };
         if commit {
             self.in_transaction = false;
         }
@@ -198,7 +205,10 @@ impl KvBatch {
         let upsert_params = &upsert_params[..if written.marks.is_empty() { 8 } else { 9 }];
         // COMMIT goes out with the writes. Should one of them fail, the server turns it into a
         // rollback and the error comes back from the failed statement.
-        futures::try_join!(
+        if commit {
+            super::commit_sent::committing();
+        }
+        let sent = futures::try_join!(
             async {
                 match &begin {
                     Some((statements, locked)) => statements.send(client, *id, locked).await,
@@ -223,7 +233,12 @@ impl KvBatch {
                     false => Ok(()),
                 }
             },
-        )?;
+        )
+        .map_err(StoreError::from);
+        match commit {
+            true => super::commit_sent::outcome(sent)?,
+            false => sent?,
+        };
         if commit {
             self.in_transaction = false;
         }
