@@ -67,6 +67,9 @@ pub struct Connection {
     pub(crate) resp3: bool,
     pub(crate) multi: Option<MultiQueue>,
     pub(crate) multi_failed: bool,
+    /// The EXEC being answered failed as a whole (its transaction cancelled, rolled back or of
+    /// unknown outcome): its array of errors is counted as a failed call.
+    pub(crate) transaction_failed: bool,
     pub(crate) watched: Vec<(u32, String, Fingerprint)>,
     /// Where `watched` stands in PostgreSQL (store/kv/watch.rs).
     pub(crate) watch_registration: WatchRegistration,
@@ -133,6 +136,7 @@ impl Connection {
             resp3: false,
             multi: None,
             multi_failed: false,
+            transaction_failed: false,
             watched: Vec::new(),
             watch_registration: Default::default(),
             cursors: HashMap::new(),
@@ -716,7 +720,8 @@ impl Connection {
 
     /// Answers a command that ran, taking `took`.
     pub(crate) fn finish(&mut self, spec: &'static Spec, took: Duration, reply: Reply, out: &mut BytesMut) {
-        self.count(spec, took, &reply);
+        let failed = std::mem::take(&mut self.transaction_failed) || reply.is_error();
+        self.count_failed(spec, took, failed);
         self.emit(reply, out);
     }
 
@@ -760,15 +765,23 @@ impl Connection {
 
     /// Counts a command that ran (INFO's stats and commandstats, the metrics).
     pub(crate) fn count(&self, spec: &'static Spec, took: Duration, reply: &Reply) {
-        self.server.stats.called(spec, took, reply.is_error());
-        self.record(spec.name, reply);
+        self.count_failed(spec, took, reply.is_error());
+    }
+
+    fn count_failed(&self, spec: &'static Spec, took: Duration, failed: bool) {
+        self.server.stats.called(spec, took, failed);
+        self.record_status(spec.name, failed);
     }
 
     /// The request metric and the batch span's status of one reply.
     fn record(&self, operation: &str, reply: &Reply) {
-        let status = if reply.is_error() { "error" } else { "ok" };
-        if reply.is_error() {
-            tracing::Span::current().record("status", status);
+        self.record_status(operation, reply.is_error());
+    }
+
+    fn record_status(&self, operation: &str, failed: bool) {
+        let status = if failed { "error" } else { "ok" };
+        if failed {
+            failed_span();
         }
         self.server
             .metrics
@@ -926,14 +939,21 @@ pub(crate) fn store_error(err: StoreError) -> Reply {
         // The operator's mistake, not the client's: said plainly, not logged per command.
         err @ StoreError::NotAKeyspace(_) => Reply::error(format!("ERR {err}")),
         StoreError::CommitUnknown(why) => {
+            failed_span();
             tracing::warn!(error = %why, "RESP write's outcome unknown: the connection was lost after COMMIT");
             super::deadline::outcome_unknown("the connection to the database was lost before its answer")
         }
         other => {
+            failed_span();
             tracing::warn!(error = %other, "RESP command failed");
             Reply::error(format!("ERR {other}"))
         }
     }
+}
+
+/// Marks the batch's span failed: before a failure's log line, which carries the span's status.
+fn failed_span() {
+    tracing::Span::current().record("status", "error");
 }
 
 /// Writes a monitor's waiting lines until none are left; false when the client is gone or fell
