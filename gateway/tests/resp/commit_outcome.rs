@@ -122,6 +122,23 @@ fn pipeline(commands: &[&[&str]]) -> Vec<u8> {
         .collect()
 }
 
+/// With the one admission slot held (by a write whose COMMIT waits), other commands are
+/// answered `BUSY`, but AUTH is answered: Redis serves AUTH while busy, and a client takes a
+/// failed AUTH for wrong credentials. What differs goes to `wrong`.
+async fn overloaded_auth(gateway: &TestGateway, wrong: &mut Vec<String>) {
+    let mut other = RawResp::connect(gateway.resp_addr()).await;
+    let get = other.command(&["GET", "s"]).await;
+    if get != Value::Error("BUSY the server is overloaded, try again later".into()) {
+        wrong.push(format!("GET while the slot is held: {get:?}"));
+    }
+    let auth = other
+        .command(&["AUTH", common::ROOT_ACCESS_KEY, common::ROOT_SECRET_KEY])
+        .await;
+    if auth != Value::Simple("OK".into()) {
+        wrong.push(format!("AUTH while overloaded: {auth:?}"));
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_write_whose_commit_hangs_past_its_time_limit_answers_what_it_did() {
     let limit = Duration::from_secs(1);
@@ -131,7 +148,14 @@ async fn a_write_whose_commit_hangs_past_its_time_limit_answers_what_it_did() {
         &cluster,
         &syncrep.sql,
         "waited",
-        &["--resp-write-timeout", "1s", "--resp-commit-timeout", "60s"],
+        &[
+            "--resp-write-timeout",
+            "1s",
+            "--resp-commit-timeout",
+            "60s",
+            "--resp-max-active",
+            "1",
+        ],
     )
     .await;
     let mut check = RawResp::connect(gateway.resp_addr()).await;
@@ -184,12 +208,17 @@ async fn a_write_whose_commit_hangs_past_its_time_limit_answers_what_it_did() {
             state: Value::bulk("1"),
         },
     ];
+    // Every case is tried, and what went wrong told together.
+    let mut wrong = Vec::new();
     for case in cases {
         let probe = syncrep.hold().await;
         let mut raw = RawResp::connect(gateway.resp_addr()).await;
         let sent = tokio::time::Instant::now();
         raw.send(&pipeline(case.commands)).await;
         syncrep.commit_waits("waited").await;
+        if case.check[1] == "s" {
+            overloaded_auth(&gateway, &mut wrong).await;
+        }
         // Past the write time limit, the COMMIT still waiting.
         tokio::time::sleep_until(sent + limit + Duration::from_millis(500)).await;
         syncrep.release().await;
@@ -204,9 +233,12 @@ async fn a_write_whose_commit_hangs_past_its_time_limit_answers_what_it_did() {
         }
         let answer = raw.reply().await.expect("an answer");
         let state = check.command(case.check).await;
-        assert_eq!((&answer, &state), (&case.answer, &case.state), "{:?}", case.commands);
+        if (&answer, &state) != (&case.answer, &case.state) {
+            wrong.push(format!("{:?}: answered {answer:?}, then {state:?}", case.commands));
+        }
         drop(probe);
     }
+    assert!(wrong.is_empty(), "{wrong:#?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -224,13 +256,29 @@ async fn a_write_whose_commit_hangs_past_the_commit_limit_answers_outcome_unknow
     assert_eq!(check.command(&["EVAL", INCR_SCRIPT, "1", "warm"]).await, Value::Int(1));
     let unknown = "ERR outcome unknown: the write's COMMIT was sent but it had no answer within 1 s \
                    (--resp-commit-timeout); it may or may not have been applied";
-    for (command, key) in [(&["INCR", "n"][..], "n"), (&["EVAL", INCR_SCRIPT, "1", "e"], "e")] {
+    let multi: &[&[&str]] = &[&["MULTI"], &["INCR", "m"], &["EXEC"]];
+    let mut wrong = Vec::new();
+    // The script last: one whose COMMIT hangs once had no bound at all.
+    for (commands, key) in [
+        (&[&["INCR", "n"][..]][..], "n"),
+        (multi, "m"),
+        (&[&["EVAL", INCR_SCRIPT, "1", "e"][..]][..], "e"),
+    ] {
         let probe = syncrep.hold().await;
         let mut raw = RawResp::connect(gateway.resp_addr()).await;
-        raw.send(&pipeline(&[command])).await;
+        raw.send(&pipeline(commands)).await;
         syncrep.commit_waits("unknown").await;
-        let answer = raw.reply().await.expect("an answer");
-        assert_eq!(answer, Value::Error(unknown.into()), "{command:?}");
+        let mut answer = raw.reply().await.expect("an answer");
+        if commands == multi {
+            assert_eq!(raw.reply().await, Some(Value::Simple("QUEUED".into())));
+            answer = match raw.reply().await {
+                Some(Value::Array(mut replies)) if replies.len() == 1 => replies.remove(0),
+                other => panic!("EXEC: {other:?}"),
+            };
+        }
+        if answer != Value::Error(unknown.into()) {
+            wrong.push(format!("{commands:?}: {answer:?}"));
+        }
         syncrep.release().await;
         // Unknown, and rightly not "cancelled": the COMMIT the gateway gave up on landed.
         common::eventually(Duration::from_secs(20), "the write to land", || async {
@@ -240,4 +288,12 @@ async fn a_write_whose_commit_hangs_past_the_commit_limit_answers_outcome_unknow
         .await;
         drop(probe);
     }
+    // The EXEC whose transaction failed as a whole is counted as failed.
+    let exec =
+        |status: &str| format!("pgvs3_requests_total{{operation=\"exec\",protocol=\"resp\",status=\"{status}\"}}");
+    let counted = (gateway.metric(&exec("error")).await, gateway.metric(&exec("ok")).await);
+    if counted != (Some(1.0), None) {
+        wrong.push(format!("EXEC counted (error, ok): {counted:?}"));
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
 }

@@ -307,9 +307,13 @@ impl Connection {
                 }
             }
             if !requests.is_empty() {
-                match self.server.admission.admit().await {
+                let admitted = match requests.iter().all(|args| allowed_busy(args)) {
+                    true => Ok(None),
+                    false => self.server.admission.admit().await.map(Some),
+                };
+                match admitted {
                     Ok(admitted) => {
-                        self.admitted = Some(admitted);
+                        self.admitted = admitted;
                         let span = self.batch_span(&requests);
                         let blocks = requests.iter().any(|args| is_blocking(args));
                         // Meanwhile the client's further input is buffered, and its going
@@ -906,6 +910,16 @@ fn request_size(args: &[Bytes]) -> usize {
 
 /// Whether a request is a blocking pop or XREAD BLOCK (its batch may wait long; see
 /// `Connection::run`).
+/// AUTH and HELLO are answered without an admission slot, never `BUSY`: Redis flags them
+/// `allow_busy` (served while a script keeps the server busy), and a client whose AUTH fails
+/// gives up connecting, often reporting wrong credentials, which would turn an overload into
+/// an outage for every new connection. Their work is a (cached) key lookup, and connections are
+/// bounded by `--resp-max-clients` and, before AUTH, by the small request limits.
+fn allowed_busy(args: &[Bytes]) -> bool {
+    args.first()
+        .is_some_and(|name| name.eq_ignore_ascii_case(b"auth") || name.eq_ignore_ascii_case(b"hello"))
+}
+
 fn is_blocking(args: &[Bytes]) -> bool {
     let name = args.first().map_or(&b""[..], |name| name);
     super::stream::blocks(args)
