@@ -908,8 +908,6 @@ fn request_size(args: &[Bytes]) -> usize {
     args.iter().map(|arg| arg.len() + size_of::<Bytes>()).sum()
 }
 
-/// Whether a request is a blocking pop or XREAD BLOCK (its batch may wait long; see
-/// `Connection::run`).
 /// AUTH and HELLO are answered without an admission slot, never `BUSY`: Redis flags them
 /// `allow_busy` (served while a script keeps the server busy), and a client whose AUTH fails
 /// gives up connecting, often reporting wrong credentials, which would turn an overload into
@@ -920,6 +918,8 @@ fn allowed_busy(args: &[Bytes]) -> bool {
         .is_some_and(|name| name.eq_ignore_ascii_case(b"auth") || name.eq_ignore_ascii_case(b"hello"))
 }
 
+/// Whether a request is a blocking pop or XREAD BLOCK (its batch may wait long; see
+/// `Connection::run`).
 fn is_blocking(args: &[Bytes]) -> bool {
     let name = args.first().map_or(&b""[..], |name| name);
     super::stream::blocks(args)
