@@ -11,7 +11,7 @@ use super::command::{KeyCommand, Spec};
 use super::commands::transactions::{Fingerprint, fingerprint};
 use super::connection::{Connection, store_error};
 use super::deadline::timed_out;
-use super::group_commit::Submitted;
+use super::group_commit::{Failed, Submitted};
 use super::keys;
 use crate::store::{Access, Watches};
 
@@ -161,7 +161,10 @@ impl Connection {
         let keyspace = self.keyspace(Access::Write).await?;
         let commands = commands.iter().map(|(command, _)| command.clone()).collect();
         match self.server.group_commit.submit(&keyspace, commands, self.id()).await {
-            Submitted::Answered(outcome) => outcome.map_err(store_error),
+            Submitted::Answered(outcome) => outcome.map_err(|failed| match failed {
+                Failed::Store(err) => store_error(err),
+                Failed::Limit(fate) => fate,
+            }),
             Submitted::Withdrawn(limit) => Err(timed_out(limit, true)),
         }
     }

@@ -44,7 +44,20 @@ const WORKERS: usize = 4;
 const MAX_BATCH: usize = 4096;
 const QUEUE_DEPTH: usize = 1024;
 
-type Outcome = Result<Vec<Reply>, StoreError>;
+type Outcome = Result<Vec<Reply>, Failed>;
+
+/// Why a connection's writes in a shared batch have no replies of their own.
+pub enum Failed {
+    Store(StoreError),
+    /// The batch's fate at its time limits (deadline.rs): cancelled, or outcome unknown.
+    Limit(Reply),
+}
+
+impl From<StoreError> for Failed {
+    fn from(err: StoreError) -> Failed {
+        Failed::Store(err)
+    }
+}
 
 /// Each job carries the keyspace its connection opened (and so was authorized for); a batch
 /// runs on the first job's, all of one bucket.
@@ -127,7 +140,7 @@ impl GroupCommit {
         };
         let answered = async {
             queue.send(job).await.map_err(|_| stopped())?;
-            (&mut outcome).await.map_err(|_| stopped())?
+            (&mut outcome).await.map_err(|_| Failed::from(stopped()))?
         };
         let Some(limit) = self.limits.write else {
             return Submitted::Answered(answered.await);
@@ -138,7 +151,12 @@ impl GroupCommit {
         match state.compare_exchange(QUEUED, WITHDRAWN, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => Submitted::Withdrawn(limit),
             // Started: the batch answers within its own limits, committed, cancelled or unknown.
-            Err(_) => Submitted::Answered(outcome.await.map_err(|_| stopped()).and_then(|outcome| outcome)),
+            Err(_) => Submitted::Answered(
+                outcome
+                    .await
+                    .map_err(|_| Failed::from(stopped()))
+                    .and_then(|outcome| outcome),
+            ),
         }
     }
 
@@ -231,27 +249,23 @@ async fn commit_loop(
         if work.is_empty() {
             continue;
         }
-        let batch = async {
-            // Every command of the batch has its fate: cancelled (dropped before its COMMIT),
-            // or unknown (its COMMIT unanswered).
-            limits
-                .run(run(&metrics, &work, &events, &tracking))
-                .await
-                .answer()
-                .unwrap_or_else(|fate| {
-                    Ok(work
-                        .iter()
-                        .map(|(_, commands, _)| vec![fate.clone(); commands.len()])
-                        .collect())
-                })
-        };
+        // Past its limits the batch has one fate for all: cancelled (dropped before its
+        // COMMIT), or unknown (its COMMIT unanswered).
+        let batch = async { limits.run(run(&metrics, &work, &events, &tracking)).await.answer() };
         let Some(outcome) = unless_abandoned(batch, &mut done).await else {
             continue;
         };
         // How many connections' batches each commit carried: the gain of grouping.
         metrics.resp_group_commits.inc();
         metrics.resp_group_committed_batches.inc_by(done.len() as u64);
-        answer(done.into_iter(), outcome);
+        match outcome {
+            Ok(outcome) => answer(done.into_iter(), outcome),
+            Err(fate) => {
+                for done in done {
+                    let _ = done.send(Err(Failed::Limit(fate.clone())));
+                }
+            }
+        }
     }
 }
 
@@ -282,7 +296,10 @@ async fn unless_abandoned<T, R>(batch: impl Future<Output = R>, done: &mut [ones
 }
 
 /// Hands each job its share of a batch's outcome: its own result, or the batch's error.
-fn answer<T>(done: impl Iterator<Item = oneshot::Sender<Result<T, StoreError>>>, outcome: Result<Vec<T>, StoreError>) {
+fn answer<T, E: From<StoreError>>(
+    done: impl Iterator<Item = oneshot::Sender<Result<T, E>>>,
+    outcome: Result<Vec<T>, StoreError>,
+) {
     match outcome {
         Ok(results) => {
             for (done, result) in done.zip(results) {
@@ -291,7 +308,7 @@ fn answer<T>(done: impl Iterator<Item = oneshot::Sender<Result<T, StoreError>>>,
         }
         Err(err) => {
             for done in done {
-                let _ = done.send(Err(shared_error(&err)));
+                let _ = done.send(Err(E::from(shared_error(&err))));
             }
         }
     }
