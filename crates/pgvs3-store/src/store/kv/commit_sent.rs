@@ -44,7 +44,10 @@ impl CommitSent {
     }
 }
 
-/// Called just before a COMMIT is handed to the connection: from here on it may land.
+/// Called once everything sent ahead of a pipelined COMMIT has answered: the server is then
+/// running the COMMIT, and a cancel could no longer roll it back. (Before, a cancel hits a
+/// statement ahead of it, which turns the COMMIT into a rollback; the one window left is a
+/// statement's answer still in flight when the cancel goes out.)
 pub(super) fn committing() {
     let _ = SIGNAL.try_with(|signal| signal.0.send_replace(true));
 }
