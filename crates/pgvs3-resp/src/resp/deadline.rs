@@ -1,9 +1,9 @@
 //! The time limits of a write's database work, and what its answer may say at them. Before
 //! the write's COMMIT runs, `--resp-write-timeout` drops the work, which rolls it back: the
 //! answer is "cancelled", and true. Once COMMIT runs (store/kv/commit_sent.rs), dropping the
-//! work could not undo it (a COMMIT waiting for a synchronous standby commits locally even when cancelled):
-//! the answer waits for COMMIT's outcome, for at most `--resp-commit-timeout` from when it was
-//! sent; past that, or when the connection is lost meanwhile, the answer says the outcome is
+//! work could not undo it (a COMMIT waiting for a synchronous standby commits locally even
+//! when cancelled): the answer waits for COMMIT's outcome, for at most `--resp-commit-timeout`
+//! from then; past that, or when the connection is lost meanwhile, the answer says the outcome is
 //! unknown, never "cancelled" of something that may have landed.
 
 use std::time::Duration;
