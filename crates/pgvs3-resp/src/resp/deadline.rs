@@ -14,18 +14,18 @@ use crate::store::CommitSent;
 /// What became of a write's work within its limits.
 pub(crate) enum Bounded<T> {
     Done(T),
-    /// Dropped at the write time limit (given) before its COMMIT was sent: rolled back.
+    /// Dropped at the write time limit (given) before its COMMIT ran: rolled back.
     Cancelled(Duration),
-    /// Its COMMIT was sent, and had no answer within the commit limit (given).
+    /// Its COMMIT ran, and had no answer within the commit limit (given).
     Unknown(Duration),
 }
 
 /// The two limits of a write.
 #[derive(Clone, Copy, Debug)]
 pub struct WriteLimits {
-    /// `--resp-write-timeout`: until COMMIT is sent (`None`: none).
+    /// `--resp-write-timeout`: until COMMIT runs (`None`: none).
     pub write: Option<Duration>,
-    /// `--resp-commit-timeout`: from COMMIT sent to its answer (`None`: none).
+    /// `--resp-commit-timeout`: from COMMIT running to its answer (`None`: none).
     pub commit: Option<Duration>,
 }
 
