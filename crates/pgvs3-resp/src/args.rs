@@ -94,6 +94,14 @@ pub struct RespArgs {
     #[arg(long, env = "PGVS3_RESP_WRITE_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
     pub resp_write_timeout: Duration,
 
+    /// How long a write (a script's included) waits for the answer to its COMMIT once it is
+    /// sent, past `--resp-write-timeout` if need be: a COMMIT on the wire cannot be cancelled
+    /// (one waiting for a synchronous standby commits all the same), so the write is not
+    /// answered "cancelled" but waits; past this it answers that its outcome is unknown and
+    /// its connection is closed (`0s`: wait as long as it takes).
+    #[arg(long, env = "PGVS3_RESP_COMMIT_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    pub resp_commit_timeout: Duration,
+
     /// Channels, patterns and shard channels one RESP connection may subscribe to.
     #[arg(long, env = "PGVS3_RESP_MAX_SUBSCRIPTIONS", default_value_t = 10_000)]
     pub resp_max_subscriptions: usize,

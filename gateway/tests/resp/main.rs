@@ -8,6 +8,7 @@ mod bitmap;
 mod bits_and_lcs;
 mod bullmq;
 mod celery;
+mod commit_outcome;
 mod core;
 mod dump_restore;
 mod encodings;

@@ -1551,14 +1551,13 @@ async fn a_delete_keeps_versions_as_the_bucket_keeps_them_now() {
     assert_eq!(kept, b"null version");
 }
 
-/// A write that waited for a key judges versioning as the bucket has it once the key is its, not
-/// as its statement's snapshot (taken before the wait) had it. A second session holds the key
-/// (its advisory locks while the bucket is versioned, its row while it never was), writers queue
-/// behind it, versioning is Enabled meanwhile, then the key is let go. (A PUT read the state from
-/// before the switch: in a Suspended bucket it wrote the null version over the delete marker that
-/// the DELETE before it, seeing Enabled, had made; in a never-versioned bucket it overwrote the
-/// object a GET after the switch had read instead of keeping it as version null. Both were
-/// found by the history checker's Suspended case.)
+/// A write that waited judges versioning as the bucket has it once it holds the key, not as its
+/// statement's snapshot (taken before the wait) had it. A second session holds the keyspace's
+/// shared lock (while the bucket is versioned) or the key's row (while it never was), a
+/// versioning change and writers queue behind it, then it lets go. (A PUT read the state from
+/// before the switch: in a Suspended bucket it replaced the null version instead of adding one;
+/// in a never-versioned bucket it overwrote the object a GET after the switch had read instead
+/// of keeping it as version null. Found by the history checker's Suspended case.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_write_that_waited_for_its_key_writes_under_the_versioning_of_now() {
     let gw = TestGateway::start().await;
@@ -1573,7 +1572,10 @@ async fn a_write_that_waited_for_its_key_writes_under_the_versioning_of_now() {
         )
     };
 
-    // Suspended, then Enabled while a DELETE and a PUT wait for the key's locks.
+    // Suspended, then Enabled while a PUT waits for the keyspace's lock (a versioning change
+    // takes it exclusively; a writer of a key takes it shared): the PUT's statement began before
+    // the change committed, so its snapshot still says Suspended, and it must write under Enabled
+    // (a new version beside the null one, not the null version replaced).
     s3.create_bucket().bucket("suspended").send().await.unwrap();
     set_versioning(s3, "suspended", BucketVersioningStatus::Suspended).await;
     put(s3, "suspended", "k", b"null version").await;
@@ -1581,15 +1583,12 @@ async fn a_write_that_waited_for_its_key_writes_under_the_versioning_of_now() {
     holder.batch_execute("BEGIN").await.unwrap();
     let id = bucket_id(&sql, "suspended").await;
     holder
-        .execute(
-            "SELECT pg_advisory_xact_lock(($1::int8)::int4, hashtext($2::text))",
-            &[&id, &"k"],
-        )
+        .execute("SELECT pg_advisory_xact_lock_shared(-($1::int8))", &[&id])
         .await
         .unwrap();
-    let delete = {
+    let switch = {
         let s3 = s3.clone();
-        tokio::spawn(async move { s3.delete_object().bucket("suspended").key("k").send().await.unwrap() })
+        tokio::spawn(async move { set_versioning(&s3, "suspended", BucketVersioningStatus::Enabled).await })
     };
     waiting(1).await;
     let write = {
@@ -1597,24 +1596,18 @@ async fn a_write_that_waited_for_its_key_writes_under_the_versioning_of_now() {
         tokio::spawn(async move { put(&s3, "suspended", "k", b"written").await })
     };
     waiting(2).await;
-    set_versioning(s3, "suspended", BucketVersioningStatus::Enabled).await;
     holder.batch_execute("COMMIT").await.unwrap();
-    let marker = delete.await.unwrap();
+    switch.await.unwrap();
     let written = write.await.unwrap();
-    assert_eq!(marker.delete_marker(), Some(true));
-    assert_ne!(marker.version_id(), Some("null"), "the DELETE saw Enabled");
     let written = written.expect("a PUT into an Enabled bucket names its version");
+    assert_ne!(written, "null");
     let (body, current) = get_version(s3, "suspended", "k", None).await.unwrap();
     assert_eq!(
         (body.as_slice(), current.as_deref()),
         (&b"written"[..], Some(written.as_str()))
     );
     let versions = versions_of(s3, "suspended", "k").await;
-    assert_eq!(
-        versions.len(),
-        3,
-        "the null version, the marker, the PUT's: {versions:?}"
-    );
+    assert_eq!(versions.len(), 2, "the null version and the PUT's: {versions:?}");
     let (kept, _) = get_version(s3, "suspended", "k", Some("null")).await.unwrap();
     assert_eq!(kept, b"null version");
 

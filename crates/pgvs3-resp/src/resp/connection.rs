@@ -67,6 +67,9 @@ pub struct Connection {
     pub(crate) resp3: bool,
     pub(crate) multi: Option<MultiQueue>,
     pub(crate) multi_failed: bool,
+    /// The EXEC being answered failed as a whole (its transaction cancelled, rolled back or of
+    /// unknown outcome): its array of errors is counted as a failed call.
+    pub(crate) transaction_failed: bool,
     pub(crate) watched: Vec<(u32, String, Fingerprint)>,
     /// Where `watched` stands in PostgreSQL (store/kv/watch.rs).
     pub(crate) watch_registration: WatchRegistration,
@@ -133,6 +136,7 @@ impl Connection {
             resp3: false,
             multi: None,
             multi_failed: false,
+            transaction_failed: false,
             watched: Vec::new(),
             watch_registration: Default::default(),
             cursors: HashMap::new(),
@@ -328,9 +332,13 @@ impl Connection {
                 }
             }
             if !requests.is_empty() {
-                match self.server.admission.admit().await {
+                let admitted = match requests.iter().all(|args| allowed_busy(args)) {
+                    true => Ok(None),
+                    false => self.server.admission.admit().await.map(Some),
+                };
+                match admitted {
                     Ok(admitted) => {
-                        self.admitted = Some(admitted);
+                        self.admitted = admitted;
                         let span = self.batch_span(&requests);
                         let blocks = requests.iter().any(|args| is_blocking(args));
                         // Meanwhile the client's further input is buffered, and its going
@@ -763,7 +771,8 @@ impl Connection {
 
     /// Answers a command that ran, taking `took`.
     pub(crate) fn finish(&mut self, spec: &'static Spec, took: Duration, reply: Reply, out: &mut BytesMut) {
-        self.count(spec, took, &reply);
+        let transaction_failed = std::mem::take(&mut self.transaction_failed);
+        self.count_outcome(spec, took, &reply, transaction_failed);
         self.emit(reply, out);
     }
 
@@ -807,17 +816,29 @@ impl Connection {
 
     /// Counts a command that ran (INFO's stats and commandstats, the metrics).
     pub(crate) fn count(&self, spec: &'static Spec, took: Duration, reply: &Reply) {
-        self.server
-            .stats
-            .called(spec, took, reply.is_error().then(|| error_text(reply)));
-        self.record(spec.name, reply);
+        self.count_outcome(spec, took, reply, false);
+    }
+
+    /// `transaction_failed`: an EXEC whose transaction failed as a whole, whose array of errors
+    /// counts as a failed call (its errors under `ERR` in errorstats).
+    fn count_outcome(&self, spec: &'static Spec, took: Duration, reply: &Reply, transaction_failed: bool) {
+        let error = match reply.is_error() {
+            true => Some(error_text(reply)),
+            false => transaction_failed.then_some("ERR"),
+        };
+        self.server.stats.called(spec, took, error);
+        self.record_status(spec.name, error.is_some());
     }
 
     /// The request metric and the batch span's status of one reply.
     fn record(&self, operation: &str, reply: &Reply) {
-        let status = if reply.is_error() { "error" } else { "ok" };
-        if reply.is_error() {
-            tracing::Span::current().record("status", status);
+        self.record_status(operation, reply.is_error());
+    }
+
+    fn record_status(&self, operation: &str, failed: bool) {
+        let status = if failed { "error" } else { "ok" };
+        if failed {
+            failed_span();
         }
         self.server
             .metrics
@@ -998,6 +1019,16 @@ fn request_size(args: &[Bytes]) -> usize {
     args.iter().map(|arg| arg.len() + size_of::<Bytes>()).sum()
 }
 
+/// AUTH and HELLO are answered without an admission slot, never `BUSY`: Redis flags them
+/// `allow_busy` (served while a script keeps the server busy), and a client whose AUTH fails
+/// gives up connecting, often reporting wrong credentials, which would turn an overload into
+/// an outage for every new connection. Their work is a (cached) key lookup, and connections are
+/// bounded by `--resp-max-clients` and, before AUTH, by the small request limits.
+fn allowed_busy(args: &[Bytes]) -> bool {
+    args.first()
+        .is_some_and(|name| name.eq_ignore_ascii_case(b"auth") || name.eq_ignore_ascii_case(b"hello"))
+}
+
 /// Whether a request is a blocking pop or XREAD BLOCK (its batch may wait long; see
 /// `Connection::run`).
 fn is_blocking(args: &[Bytes]) -> bool {
@@ -1032,11 +1063,22 @@ pub(crate) fn store_error(err: StoreError) -> Reply {
         }
         // The operator's mistake, not the client's: said plainly, not logged per command.
         err @ StoreError::NotAKeyspace(_) => Reply::error(format!("ERR {err}")),
+        StoreError::CommitUnknown(why) => {
+            failed_span();
+            tracing::warn!(error = %why, "RESP write's outcome unknown: the connection was lost after COMMIT");
+            super::deadline::outcome_unknown("the connection to the database was lost before its answer")
+        }
         other => {
+            failed_span();
             tracing::warn!(error = %other, "RESP command failed");
             Reply::error(format!("ERR {other}"))
         }
     }
+}
+
+/// Marks the batch's span failed: before a failure's log line, which carries the span's status.
+fn failed_span() {
+    tracing::Span::current().record("status", "error");
 }
 
 /// Writes a monitor's waiting lines until none are left; false when the client is gone or fell

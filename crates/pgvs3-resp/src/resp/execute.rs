@@ -10,7 +10,8 @@ use super::codec::Reply;
 use super::command::{KeyCommand, Spec};
 use super::commands::transactions::{Fingerprint, fingerprint};
 use super::connection::{Connection, store_error};
-use super::group_commit::Submitted;
+use super::deadline::timed_out;
+use super::group_commit::{Failed, Submitted};
 use super::keys;
 use crate::store::{Access, Watches};
 
@@ -139,21 +140,20 @@ impl Connection {
             .await?
     }
 
-    /// Database work of a command, within its class's time limit (`--resp-read-timeout`,
-    /// `--resp-write-timeout`). Past it the work is dropped, which cancels its statement and
-    /// rolls back its transaction.
+    /// Database work of a command, within its class's time limits: `--resp-read-timeout`, past
+    /// which the work is dropped, which cancels its statement; for a write, those of
+    /// deadline.rs (dropped and rolled back only before its COMMIT is sent).
     pub(crate) async fn within<T>(&self, write: bool, work: impl Future<Output = T>) -> Result<T, Reply> {
         let settings = &self.server.settings;
-        let limit = match write {
-            true => settings.write_timeout,
-            false => settings.read_timeout,
-        };
-        let Some(limit) = limit else {
+        if write {
+            return settings.write_limits.run(work).await.answer();
+        }
+        let Some(limit) = settings.read_timeout else {
             return Ok(work.await);
         };
         tokio::time::timeout(limit, work)
             .await
-            .map_err(|_| timed_out(limit, write))
+            .map_err(|_| timed_out(limit, false))
     }
 
     /// Writes in a transaction shared with other connections' writes.
@@ -161,7 +161,10 @@ impl Connection {
         let keyspace = self.keyspace(Access::Write).await?;
         let commands = commands.iter().map(|(command, _)| command.clone()).collect();
         match self.server.group_commit.submit(&keyspace, commands, self.id()).await {
-            Submitted::Answered(outcome) => outcome.map_err(store_error),
+            Submitted::Answered(outcome) => outcome.map_err(|failed| match failed {
+                Failed::Store(err) => store_error(err),
+                Failed::Limit(fate) => fate,
+            }),
             Submitted::Withdrawn(limit) => Err(timed_out(limit, true)),
         }
     }
@@ -245,16 +248,4 @@ impl Connection {
         batch.commit().await.map_err(store_error)?;
         Ok(replies)
     }
-}
-
-/// The answer to commands dropped at their time limit, before they took effect.
-pub(crate) fn timed_out(limit: std::time::Duration, write: bool) -> Reply {
-    let flag = match write {
-        true => "--resp-write-timeout",
-        false => "--resp-read-timeout",
-    };
-    Reply::error(format!(
-        "ERR command timed out after {} s ({flag}) and was cancelled",
-        limit.as_secs_f64()
-    ))
 }

@@ -11,11 +11,14 @@
 //! over workers, they made batches that waited for each other's lock in turn, each carrying a
 //! share (issue 39). Writes on keys of different lanes still overlap.
 //!
-//! A write batch runs within `--resp-write-timeout`: past it the batch is dropped, which rolls
-//! its transaction back, and every connection in it is told its commands were cancelled. A
-//! connection past the limit while its commands still wait in the queue withdraws them (they
-//! never run); once its batch has started it waits for the batch's answer, since the batch
-//! commits for the others and so may for it too: "cancelled" is only ever said when true.
+//! A write batch runs within the write limits (deadline.rs): past `--resp-write-timeout` before
+//! its COMMIT is sent the batch is dropped, which rolls its transaction back, and every
+//! connection in it is told its commands were cancelled; once COMMIT is sent the batch waits
+//! for its outcome (at most `--resp-commit-timeout`, past which every connection is told the
+//! outcome is unknown). A connection past the limit while its commands still wait in the queue
+//! withdraws them (they never run); once its batch has started it waits for the batch's answer,
+//! since the batch commits for the others and so may for it too: "cancelled" is only ever said
+//! when true.
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -27,6 +30,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::codec::Reply;
 use super::command::KeyCommand;
+use super::deadline::WriteLimits;
 use super::notify::{self, KeyspaceEvents};
 use super::tracking::Tracking;
 use crate::bucket::Keyspace;
@@ -40,7 +44,20 @@ const WORKERS: usize = 4;
 const MAX_BATCH: usize = 4096;
 const QUEUE_DEPTH: usize = 1024;
 
-type Outcome = Result<Vec<Reply>, StoreError>;
+type Outcome = Result<Vec<Reply>, Failed>;
+
+/// Why a connection's writes in a shared batch have no replies of their own.
+pub enum Failed {
+    Store(StoreError),
+    /// The batch's fate at its time limits (deadline.rs): cancelled, or outcome unknown.
+    Limit(Reply),
+}
+
+impl From<StoreError> for Failed {
+    fn from(err: StoreError) -> Failed {
+        Failed::Store(err)
+    }
+}
 
 /// Each job carries the keyspace its connection opened (and so was authorized for); a batch
 /// runs on the first job's, all of one bucket.
@@ -83,8 +100,8 @@ pub struct GroupCommit {
     tracking: Arc<Tracking>,
     writes: Queues<WriteJob>,
     reads: Queues<ReadJob>,
-    /// `--resp-write-timeout`: how long a write batch may run.
-    write_timeout: Option<Duration>,
+    /// How long a write batch may run, and wait for its COMMIT.
+    limits: WriteLimits,
 }
 
 impl GroupCommit {
@@ -92,7 +109,7 @@ impl GroupCommit {
         metrics: Metrics,
         events: Arc<KeyspaceEvents>,
         tracking: Arc<Tracking>,
-        write_timeout: Option<Duration>,
+        limits: WriteLimits,
     ) -> GroupCommit {
         GroupCommit {
             metrics,
@@ -100,7 +117,7 @@ impl GroupCommit {
             tracking,
             writes: Mutex::default(),
             reads: Mutex::default(),
-            write_timeout,
+            limits,
         }
     }
 
@@ -110,7 +127,7 @@ impl GroupCommit {
         let lane = (keyspace.bucket().to_owned(), lane(&commands));
         let queue = queue(&self.writes, lane, 1, |receiver| {
             let shared = (Arc::clone(&self.events), Arc::clone(&self.tracking));
-            tokio::spawn(commit_loop(self.metrics.clone(), shared, self.write_timeout, receiver));
+            tokio::spawn(commit_loop(self.metrics.clone(), shared, self.limits, receiver));
         });
         let (done, mut outcome) = oneshot::channel();
         let state = Arc::new(AtomicU8::new(QUEUED));
@@ -123,9 +140,9 @@ impl GroupCommit {
         };
         let answered = async {
             queue.send(job).await.map_err(|_| stopped())?;
-            (&mut outcome).await.map_err(|_| stopped())?
+            (&mut outcome).await.map_err(|_| Failed::from(stopped()))?
         };
-        let Some(limit) = self.write_timeout else {
+        let Some(limit) = self.limits.write else {
             return Submitted::Answered(answered.await);
         };
         if let Ok(outcome) = tokio::time::timeout(limit, answered).await {
@@ -133,8 +150,13 @@ impl GroupCommit {
         }
         match state.compare_exchange(QUEUED, WITHDRAWN, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => Submitted::Withdrawn(limit),
-            // Started: the batch answers within its own limit, committed or cancelled.
-            Err(_) => Submitted::Answered(outcome.await.map_err(|_| stopped()).and_then(|outcome| outcome)),
+            // Started: the batch answers within its own limits, committed, cancelled or unknown.
+            Err(_) => Submitted::Answered(
+                outcome
+                    .await
+                    .map_err(|_| Failed::from(stopped()))
+                    .and_then(|outcome| outcome),
+            ),
         }
     }
 
@@ -211,7 +233,7 @@ async fn take_waiting<J>(receiver: &SharedReceiver<J>, size: impl Fn(&J) -> usiz
 async fn commit_loop(
     metrics: Metrics,
     (events, tracking): (Arc<KeyspaceEvents>, Arc<Tracking>),
-    limit: Option<Duration>,
+    limits: WriteLimits,
     receiver: SharedReceiver<WriteJob>,
 ) {
     while let Some(jobs) = take_waiting(&receiver, |job| job.commands.len()).await {
@@ -227,27 +249,23 @@ async fn commit_loop(
         if work.is_empty() {
             continue;
         }
-        let batch = async {
-            let run = run(&metrics, &work, &events, &tracking);
-            let Some(limit) = limit else {
-                return run.await;
-            };
-            tokio::time::timeout(limit, run).await.unwrap_or_else(|_| {
-                // Dropped before its commit: rolled back, every command cancelled.
-                let cancelled = super::execute::timed_out(limit, true);
-                Ok(work
-                    .iter()
-                    .map(|(_, commands, _)| vec![cancelled.clone(); commands.len()])
-                    .collect())
-            })
-        };
+        // Past its limits the batch has one fate for all: cancelled (dropped before its
+        // COMMIT), or unknown (its COMMIT unanswered).
+        let batch = async { limits.run(run(&metrics, &work, &events, &tracking)).await.answer() };
         let Some(outcome) = unless_abandoned(batch, &mut done).await else {
             continue;
         };
         // How many connections' batches each commit carried: the gain of grouping.
         metrics.resp_group_commits.inc();
         metrics.resp_group_committed_batches.inc_by(done.len() as u64);
-        answer(done.into_iter(), outcome);
+        match outcome {
+            Ok(outcome) => answer(done.into_iter(), outcome),
+            Err(fate) => {
+                for done in done {
+                    let _ = done.send(Err(Failed::Limit(fate.clone())));
+                }
+            }
+        }
     }
 }
 
@@ -278,7 +296,10 @@ async fn unless_abandoned<T, R>(batch: impl Future<Output = R>, done: &mut [ones
 }
 
 /// Hands each job its share of a batch's outcome: its own result, or the batch's error.
-fn answer<T>(done: impl Iterator<Item = oneshot::Sender<Result<T, StoreError>>>, outcome: Result<Vec<T>, StoreError>) {
+fn answer<T, E: From<StoreError>>(
+    done: impl Iterator<Item = oneshot::Sender<Result<T, E>>>,
+    outcome: Result<Vec<T>, StoreError>,
+) {
     match outcome {
         Ok(results) => {
             for (done, result) in done.zip(results) {
@@ -287,7 +308,7 @@ fn answer<T>(done: impl Iterator<Item = oneshot::Sender<Result<T, StoreError>>>,
         }
         Err(err) => {
             for done in done {
-                let _ = done.send(Err(shared_error(&err)));
+                let _ = done.send(Err(E::from(shared_error(&err))));
             }
         }
     }
@@ -299,6 +320,7 @@ fn shared_error(err: &StoreError) -> StoreError {
         StoreError::ReadOnly => StoreError::ReadOnly,
         StoreError::NoSuchBucket => StoreError::NoSuchBucket,
         StoreError::QuotaExceeded(usage) => StoreError::QuotaExceeded(usage.clone()),
+        StoreError::CommitUnknown(why) => StoreError::CommitUnknown(why.clone()),
         _ => StoreError::Unavailable(err.to_string()),
     }
 }

@@ -16,6 +16,7 @@ mod command;
 mod command_info;
 mod commands;
 mod connection;
+mod deadline;
 mod execute;
 mod glob;
 mod group_commit;
@@ -65,9 +66,10 @@ pub struct RespSettings {
     pub first_byte_timeout: Option<Duration>,
     /// How long a connection that must AUTH may go without.
     pub auth_timeout: Option<Duration>,
-    /// How long a command's database work may take, for reads and for writes.
+    /// How long a read's database work may take.
     pub read_timeout: Option<Duration>,
-    pub write_timeout: Option<Duration>,
+    /// How long a write's work may take before its COMMIT, and its COMMIT (deadline.rs).
+    pub write_limits: deadline::WriteLimits,
     pub admission: crate::admission::Limits,
     /// How often a blocked client (BLPOP, ...) tries again without being told of new elements:
     /// the safety net should a notification be lost with the LISTEN connection.
@@ -100,7 +102,10 @@ impl RespSettings {
             first_byte_timeout: (!args.resp_first_byte_timeout.is_zero()).then_some(args.resp_first_byte_timeout),
             auth_timeout: (!args.resp_auth_timeout.is_zero()).then_some(args.resp_auth_timeout),
             read_timeout: (!args.resp_read_timeout.is_zero()).then_some(args.resp_read_timeout),
-            write_timeout: (!args.resp_write_timeout.is_zero()).then_some(args.resp_write_timeout),
+            write_limits: deadline::WriteLimits {
+                write: (!args.resp_write_timeout.is_zero()).then_some(args.resp_write_timeout),
+                commit: (!args.resp_commit_timeout.is_zero()).then_some(args.resp_commit_timeout),
+            },
             block_poll: args.resp_block_poll,
             pubsub: pubsub::Limits {
                 output_limit: usize::try_from(args.resp_pubsub_output_limit).unwrap_or(usize::MAX),
@@ -237,7 +242,7 @@ impl RespServer {
                 metrics.clone(),
                 keyspace_events,
                 tracking,
-                settings.write_timeout,
+                settings.write_limits,
             ),
             admission: crate::admission::Admission::new("resp", settings.admission, metrics.clone()),
             buckets,

@@ -58,7 +58,7 @@ fn code_of(err: &StoreError, request_id: Option<&RequestId>) -> (S3ErrorCode, St
         StoreError::BadDigest(_) => S3ErrorCode::BadDigest,
         StoreError::IncompleteBody { .. } | StoreError::Body(_) => S3ErrorCode::IncompleteBody,
         StoreError::BodyTimeout(_) => S3ErrorCode::RequestTimeout,
-        StoreError::Unavailable(_) => {
+        StoreError::Unavailable(_) | StoreError::CommitUnknown(_) => {
             // The loss of the database is logged once by its health check, not per request.
             tracing::debug!(error = %err, "database unavailable");
             message = "Service is unable to handle request.".into();

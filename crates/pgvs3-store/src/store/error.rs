@@ -56,6 +56,9 @@ pub enum StoreError {
     Corrupt(String),
     Database(tokio_postgres::Error),
     Unavailable(String),
+    /// The connection was lost after a write's COMMIT was sent: it may or may not have been
+    /// applied (see `kv/commit_sent.rs`).
+    CommitUnknown(String),
     NoSuchUpload,
     /// A part named in a completion is missing or has another ETag.
     InvalidPart(String),
@@ -147,6 +150,11 @@ impl fmt::Display for StoreError {
                 None => write!(f, "database error: {err}"),
             },
             StoreError::Unavailable(msg) => write!(f, "database unavailable: {msg}"),
+            StoreError::CommitUnknown(msg) => write!(
+                f,
+                "the connection to the database was lost after COMMIT was sent ({msg}): \
+                 the write may or may not have been applied"
+            ),
             StoreError::NoSuchUpload => f.write_str(
                 "the specified multipart upload does not exist: the upload ID may be invalid, \
                  or the upload may have been aborted or completed",

@@ -32,11 +32,13 @@
 //!
 //! Here: the batch and its keys' state in memory. `kv/sql.rs` has the statements, `kv/load.rs` a
 //! batch's load, `kv/write.rs` its writes and commit, `kv/abandon.rs` what becomes of a statement
-//! whose caller went away, `kv/catalog.rs` the fleet-wide RESP tables (Functions libraries,
+//! whose caller went away, `kv/commit_sent.rs` whether a batch's COMMIT went out (after which
+//! dropping it no longer rolls it back), `kv/catalog.rs` the fleet-wide RESP tables (Functions libraries,
 //! keyspace-event settings).
 
 mod abandon;
 mod catalog;
+mod commit_sent;
 mod load;
 mod sql;
 mod watch;
@@ -56,6 +58,7 @@ use crate::pg::connections::Connections;
 pub(super) use abandon::UnderWay;
 use abandon::abandon;
 pub use catalog::{EncodingParameter, FunctionLibrary, LibraryPolicy, LibraryRefusal, RegisteredFunction};
+pub use commit_sent::CommitSent;
 pub(super) use load::{Waited, await_writers};
 pub(super) use sql::KvSql;
 pub use watch::Watches;

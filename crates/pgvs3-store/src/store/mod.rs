@@ -50,8 +50,8 @@ pub use encryption::{
 };
 pub use error::{OriginFault, StoreError};
 pub use kv::{
-    EncodingParameter, FunctionLibrary, KvBatch, KvEntry, KvValue, LibraryPolicy, LibraryRefusal, RegisteredFunction,
-    StringForm, Watches,
+    CommitSent, EncodingParameter, FunctionLibrary, KvBatch, KvEntry, KvValue, LibraryPolicy, LibraryRefusal,
+    RegisteredFunction, StringForm, Watches,
 };
 pub use lifecycle::{
     Expiration, LIFECYCLE_BATCH, Lifecycle, LifecycleRule, LifecycleStats, NoncurrentExpiration, RuleFilter,

@@ -433,6 +433,7 @@ pub(super) async fn send_calls<B, A, T>(
     expired_strings_deleted: bool,
     before: B,
     after: A,
+    ahead_done: impl FnOnce(),
 ) -> StoreResult<(Vec<TypedRow>, T)>
 where
     B: std::future::Future<Output = Result<(), tokio_postgres::Error>>,
@@ -469,7 +470,15 @@ where
         let statement = statements[call.family as usize].as_ref().expect("prepared above");
         client.query_one(statement, params)
     });
-    let (_, rows, after) = futures::try_join!(before, futures::future::try_join_all(queries), after)?;
+    // `ahead_done` once `before` and the calls answered, `after` still under way.
+    let ahead = async {
+        let ahead = futures::try_join!(before, futures::future::try_join_all(queries));
+        if ahead.is_ok() {
+            ahead_done();
+        }
+        ahead
+    };
+    let ((_, rows), after) = futures::try_join!(ahead, after)?;
     let rows = rows
         .iter()
         .map(|row| TypedRow {
@@ -536,7 +545,7 @@ pub(super) async fn read_calls(
             let deadlines = row.get::<_, Vec<std::time::SystemTime>>("deadlines");
             Ok(keys.into_iter().zip(deadlines).collect::<Vec<_>>())
         };
-        let (rows, lapsed) = send_calls(client, bucket, calls, false, before, after).await?;
+        let (rows, lapsed) = send_calls(client, bucket, calls, false, before, after, || {}).await?;
         fresh = waited.fresh(lapsed);
         if fresh.is_empty() {
             return Ok(rows);

@@ -53,6 +53,8 @@ impl Connection {
 
     /// Runs scripts (and key commands queued with them) in one batch: see `script.rs`. A
     /// `watched` key that changed since WATCH answers the null array, as [`Self::execute`].
+    /// The scripts' run is bounded by the script time limit; their COMMIT, once sent, by
+    /// `--resp-commit-timeout`, as any write's (deadline.rs).
     pub(crate) async fn run_scripted(
         &self,
         steps: &[Step],
@@ -65,21 +67,21 @@ impl Connection {
         let watched_keys: Vec<String> = watched.iter().map(|(key, _)| key.clone()).collect();
         let unchanged =
             |batch: &crate::store::KvBatch| watched.iter().all(|(key, seen)| fingerprint(batch.get(key)) == *seen);
-        match self
-            .server
-            .scripts
-            .run(
-                &keyspace,
-                steps,
-                write,
-                standby,
-                &watched_keys,
-                watches,
-                unchanged,
-                self.run_by(),
-            )
-            .await
-        {
+        let run = self.server.scripts.run(
+            &keyspace,
+            steps,
+            write,
+            standby,
+            &watched_keys,
+            watches,
+            unchanged,
+            self.run_by(),
+        );
+        let limits = crate::resp::deadline::WriteLimits {
+            write: None,
+            ..self.server.settings.write_limits
+        };
+        match limits.run(run).await.answer()? {
             Ok(Some(replies)) => Ok(replies),
             Ok(None) => Err(Reply::NilArray),
             Err(err) => Err(store_error(err)),

@@ -287,7 +287,10 @@ impl Connection {
                     replies
                 }
                 Err(Reply::NilArray) => return Reply::NilArray,
-                Err(reply) => vec![reply; steps.len()],
+                Err(reply) => {
+                    self.transaction_failed = true;
+                    vec![reply; steps.len()]
+                }
             }
         } else if commands.is_empty() && here.is_empty() && watches.is_none() {
             Vec::new()
@@ -298,7 +301,10 @@ impl Connection {
                     replies
                 }
                 Err(Reply::NilArray) => return Reply::NilArray,
-                Err(reply) => vec![reply; commands.len()],
+                Err(reply) => {
+                    self.transaction_failed = true;
+                    vec![reply; commands.len()]
+                }
             }
         }
         .into_iter();

@@ -91,7 +91,17 @@ impl KvBatch {
                 false => Ok(()),
             }
         };
-        let (rows, ()) = crate::store::types::send_calls(client, &self.bucket, calls, true, before, after).await?;
+        // The calls answered, COMMIT runs (see send_changes).
+        let ahead_done = || {
+            if commit {
+                super::commit_sent::committing();
+            }
+        };
+        let sent = crate::store::types::send_calls(client, &self.bucket, calls, true, before, after, ahead_done).await;
+        let (rows, ()) = match commit {
+            true => super::commit_sent::outcome(sent)?,
+            false => sent?,
+        };
         if commit {
             self.in_transaction = false;
         }
@@ -197,33 +207,45 @@ impl KvBatch {
         // `$9` only for the marked shape, which has it.
         let upsert_params = &upsert_params[..if written.marks.is_empty() { 8 } else { 9 }];
         // COMMIT goes out with the writes. Should one of them fail, the server turns it into a
-        // rollback and the error comes back from the failed statement.
-        futures::try_join!(
-            async {
-                match &begin {
-                    Some((statements, locked)) => statements.send(client, *id, locked).await,
-                    None => Ok(()),
-                }
-            },
-            execute_unless_empty(client, &delete, &delete_params, deleted.len()),
-            execute_unless_empty(client, &mark_deleted, &mark_params, marked.len()),
-            execute_unless_empty(client, &set_expiry, &expiry_params, expiring.0.len()),
-            execute_unless_empty(client, &upsert, upsert_params, written.keys.len()),
-            async {
-                match &notify {
-                    Some((statement, (channel, message, limit))) => {
-                        client.execute(statement, &[channel, message, limit]).await.map(drop)
+        // rollback and the error comes back from the failed statement. Until they have all
+        // answered, a cancel hits one of them (and so rolls back); from then on, COMMIT runs.
+        let ahead = async {
+            let ahead = futures::try_join!(
+                async {
+                    match &begin {
+                        Some((statements, locked)) => statements.send(client, *id, locked).await,
+                        None => Ok(()),
                     }
-                    None => Ok(()),
-                }
-            },
-            async {
-                match commit {
-                    true => client.batch_execute("COMMIT").await,
-                    false => Ok(()),
-                }
-            },
-        )?;
+                },
+                execute_unless_empty(client, &delete, &delete_params, deleted.len()),
+                execute_unless_empty(client, &mark_deleted, &mark_params, marked.len()),
+                execute_unless_empty(client, &set_expiry, &expiry_params, expiring.0.len()),
+                execute_unless_empty(client, &upsert, upsert_params, written.keys.len()),
+                async {
+                    match &notify {
+                        Some((statement, (channel, message, limit))) => {
+                            client.execute(statement, &[channel, message, limit]).await.map(drop)
+                        }
+                        None => Ok(()),
+                    }
+                },
+            );
+            if ahead.is_ok() && commit {
+                super::commit_sent::committing();
+            }
+            ahead
+        };
+        let sent = futures::try_join!(ahead, async {
+            match commit {
+                true => client.batch_execute("COMMIT").await,
+                false => Ok(()),
+            }
+        },)
+        .map_err(StoreError::from);
+        match commit {
+            true => super::commit_sent::outcome(sent)?,
+            false => sent?,
+        };
         if commit {
             self.in_transaction = false;
         }

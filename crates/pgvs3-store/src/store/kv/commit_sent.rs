@@ -1,0 +1,63 @@
+//! Whether a write batch's COMMIT has gone out. Up to then a caller past its time limit may
+//! drop the batch, which rolls it back; from then on dropping it cannot undo the commit (the
+//! server may have it, and a cancel does not reach a COMMIT that waits for a synchronous
+//! standby: PostgreSQL commits locally and only stops waiting). A caller that must not say
+//! "cancelled" of a write that may land runs its work in [`CommitSent::scope`] and asks it.
+//!
+//! Task-local: the batch is made deep inside the work (its keys' locks, a script's session),
+//! far from the caller's time limit; the work is polled in the caller's task.
+
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use crate::store::StoreError;
+
+tokio::task_local! {
+    static SIGNAL: CommitSent;
+}
+
+/// Set once a write batch run in its [`scope`](CommitSent::scope) sends its COMMIT.
+#[derive(Clone)]
+pub struct CommitSent(Arc<watch::Sender<bool>>);
+
+impl Default for CommitSent {
+    fn default() -> CommitSent {
+        CommitSent(Arc::new(watch::Sender::new(false)))
+    }
+}
+
+impl CommitSent {
+    /// Runs `work` with its COMMITs signalled to this.
+    pub fn scope<F: Future>(&self, work: F) -> impl Future<Output = F::Output> {
+        SIGNAL.scope(self.clone(), work)
+    }
+
+    pub fn is_sent(&self) -> bool {
+        *self.0.borrow()
+    }
+
+    /// Resolves once a COMMIT went out.
+    pub async fn sent(&self) {
+        let mut receiver = self.0.subscribe();
+        let _ = receiver.wait_for(|sent| *sent).await;
+    }
+}
+
+/// Called once everything sent ahead of a pipelined COMMIT has answered: the server is then
+/// running the COMMIT, and a cancel could no longer roll it back. (Before, a cancel hits a
+/// statement ahead of it, which turns the COMMIT into a rollback; the one window left is a
+/// statement's answer still in flight when the cancel goes out.)
+pub(super) fn committing() {
+    let _ = SIGNAL.try_with(|signal| signal.0.send_replace(true));
+}
+
+/// What became of a batch whose COMMIT was sent: a database error means the transaction was
+/// rolled back (a statement before COMMIT failed, or COMMIT itself did); a lost connection
+/// (or a backend terminated) leaves it unknown whether the COMMIT was applied.
+pub(super) fn outcome<T>(result: Result<T, StoreError>) -> Result<T, StoreError> {
+    result.map_err(|err| match err {
+        StoreError::Unavailable(why) => StoreError::CommitUnknown(why),
+        err => err,
+    })
+}
