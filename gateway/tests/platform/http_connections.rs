@@ -7,8 +7,8 @@ use pgvs3_testkit as common;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use common::{TestGateway, eventually};
 use common::raw::send;
+use common::{TestGateway, eventually};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -299,11 +299,22 @@ async fn a_download_whose_client_stops_reading_is_cut_and_frees_its_database_con
     .await;
     for mut stream in unread {
         let (received, _) = until_closed(&mut stream, Duration::from_secs(30)).await;
-        assert!(received.starts_with(b"HTTP/1.1 200 OK\r\n"), "{:?}", &received[..received.len().min(64)]);
+        assert!(
+            received.starts_with(b"HTTP/1.1 200 OK\r\n"),
+            "{:?}",
+            &received[..received.len().min(64)]
+        );
         assert!(received.len() < size, "cut short: {} bytes", received.len());
     }
     // A client that reads gets the whole object.
-    let whole = gw.client.get_object().bucket("downloads").key("large").send().await.unwrap();
+    let whole = gw
+        .client
+        .get_object()
+        .bucket("downloads")
+        .key("large")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(whole.body.collect().await.unwrap().into_bytes().len(), size);
     gw.stop().await;
 }
@@ -315,7 +326,14 @@ async fn a_download_whose_client_stops_reading_is_cut_and_frees_its_database_con
 async fn slow_downloads_leave_a_quarter_of_the_pool_to_other_requests() {
     let gw = TestGateway::with_args(
         common::fresh_database().await,
-        &["--http-idle-timeout", "10m", "--pool-size", "4", "--resp-addr", "127.0.0.1:0"],
+        &[
+            "--http-idle-timeout",
+            "10m",
+            "--pool-size",
+            "4",
+            "--resp-addr",
+            "127.0.0.1:0",
+        ],
     )
     .await;
     let (path, _) = large_object(&gw).await;
@@ -335,9 +353,20 @@ async fn slow_downloads_leave_a_quarter_of_the_pool_to_other_requests() {
         common::resp::Value::Simple("OK".into())
     );
     common::s3::put_object(&gw.client, "downloads", "small", b"small".to_vec()).await;
-    let small = gw.client.get_object().bucket("downloads").key("small").send().await.unwrap();
+    let small = gw
+        .client
+        .get_object()
+        .bucket("downloads")
+        .key("small")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(small.body.collect().await.unwrap().into_bytes().as_ref(), b"small");
-    assert_eq!(sessions_held_by_clients(&sql).await, 3, "no fourth stream got a connection");
+    assert_eq!(
+        sessions_held_by_clients(&sql).await,
+        3,
+        "no fourth stream got a connection"
+    );
     drop(unread);
     gw.stop().await;
 }

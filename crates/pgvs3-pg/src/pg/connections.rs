@@ -69,7 +69,11 @@ impl Connections {
             let _forget = forget;
             driver.await
         });
-        self.inner.drivers.lock().expect("connections lock").insert(id, task.abort_handle());
+        self.inner
+            .drivers
+            .lock()
+            .expect("connections lock")
+            .insert(id, task.abort_handle());
         if task.is_finished() {
             self.inner.drivers.lock().expect("connections lock").remove(&id);
         }
