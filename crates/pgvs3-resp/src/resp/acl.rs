@@ -58,11 +58,6 @@ pub(crate) const CATEGORIES: &[&str] = &[
     "scripting",
 ];
 
-/// Commands whose first argument is a subcommand: a denial names `command|subcommand`.
-const CONTAINERS: &[&str] = &[
-    "acl", "client", "command", "config", "function", "memory", "object", "pubsub", "script", "xgroup", "xinfo",
-];
-
 #[derive(Debug, Clone, PartialEq)]
 struct KeyPattern {
     pattern: String,
@@ -485,10 +480,10 @@ impl User {
             .iter()
             .position(|known| std::ptr::eq(known, spec))
             .unwrap_or_default();
-        let sub = || args.get(1).map(|sub| String::from_utf8_lossy(sub).to_ascii_lowercase());
         let exception = match self.exceptions.is_empty() {
             true => None,
-            false => sub().and_then(|sub| {
+            false => args.get(1).and_then(|sub| {
+                let sub = String::from_utf8_lossy(sub).to_ascii_lowercase();
                 self.exceptions
                     .iter()
                     .find(|(known, name, _)| *known == at && *name == sub)
@@ -496,11 +491,8 @@ impl User {
             }),
         };
         if !exception.unwrap_or(self.allowed[at]) {
-            let sub = sub();
-            return Err(Denied::Command(match (CONTAINERS.contains(&spec.name), sub) {
-                (true, Some(sub)) => format!("{}|{sub}", spec.name),
-                _ => spec.name.to_owned(),
-            }));
+            // A container's denial names `command|subcommand`, as Redis names the call.
+            return Err(Denied::Command(spec.full_name(args.get(1).map(|sub| &sub[..]))));
         }
         if !self.all_keys {
             for at in command_info::key_positions(spec, args) {
@@ -598,9 +590,15 @@ impl Acl {
     /// `name`'s rules and the catalog version they are current for; a user no rule narrowed is
     /// [`User::full`]. Read again from the database when the catalog version moved.
     pub(crate) async fn user(&self, catalog: &Catalog, name: &str) -> Result<(Arc<User>, i64), StoreError> {
+        let (stored, version) = self.stored(catalog, name).await?;
+        Ok((stored.unwrap_or_else(unnarrowed), version))
+    }
+
+    /// `name`'s stored rules (`None`: no rule narrowed it, or ACL DELUSER dropped them) and the
+    /// catalog version they are current for: a connection tells a deleted user by it.
+    pub(crate) async fn stored(&self, catalog: &Catalog, name: &str) -> Result<(Option<Arc<User>>, i64), StoreError> {
         let users = self.current(catalog).await?;
-        let user = users.users.get(name).cloned().unwrap_or_else(unnarrowed);
-        Ok((user, users.version))
+        Ok((users.users.get(name).cloned(), users.version))
     }
 
     async fn current(&self, catalog: &Catalog) -> Result<Arc<Users>, StoreError> {

@@ -229,9 +229,14 @@ impl Clients {
             .is_some_and(|info| owner.is_none_or(|owner| owner == info.user))
     }
 
-    /// Client `id`'s inbox, protocol and whether it is subscribed; `None` when it is gone.
-    pub fn inbox(&self, id: u64) -> Option<(Option<Arc<super::pubsub::Mailbox>>, u8, bool)> {
-        self.connected().get(&id).map(|info| {
+    /// Client `id`'s inbox, protocol and whether it is subscribed; `None` when it is gone (or,
+    /// `owner` given, is not `owner`'s now: it may have signed in as another key since).
+    pub fn inbox(&self, id: u64, owner: Option<&str>) -> Option<(Option<Arc<super::pubsub::Mailbox>>, u8, bool)> {
+        let connected = self.connected();
+        let info = connected
+            .get(&id)
+            .filter(|info| owner.is_none_or(|owner| owner == info.user));
+        info.map(|info| {
             (
                 info.inbox.clone(),
                 info.resp,

@@ -65,7 +65,8 @@ const PAIRS: (i64, i64, i64) = (1, -1, 2);
 /// OBJECT's key, after its subcommand.
 const TWO_ONLY: (i64, i64, i64) = (2, 2, 1);
 
-/// Commands whose first argument is a subcommand, which Redis names `command|subcommand`.
+/// Commands whose first argument is a subcommand, which Redis names `command|subcommand` (in
+/// CLIENT LIST's `cmd=`, and in ACL's denials: [`Spec::full_name`] is the one place that knows).
 const CONTAINERS: &[&str] = &[
     "acl", "client", "command", "config", "function", "memory", "object", "pubsub", "script", "xgroup", "xinfo",
 ];

@@ -4,6 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use tracing::Instrument;
@@ -21,7 +22,7 @@ use super::execute::Run;
 use super::pubsub::{Audience, Mailbox, Readable};
 use crate::bucket::Keyspace;
 use crate::http_server::Shutdown;
-use crate::store::{Access, Principal, StoreError};
+use crate::store::{Access, CommitSent, Principal, StoreError};
 
 /// Requests taken from the input buffer per batch: bounds the replies held in memory.
 const MAX_BATCH: usize = 1024;
@@ -41,6 +42,10 @@ const INPUT_OVER_BUDGET: &str =
 const READONLY: &str = "READONLY You can't write against a read only replica.";
 pub(crate) const BUSY: &str = "BUSY the server is overloaded, try again later";
 const NOAUTH: &str = "NOAUTH Authentication required.";
+/// AUTH as a user whose channel rules do not allow what the connection listens to: refused
+/// (Redis keeps a client's subscriptions across AUTH unchecked; here they would go on in the
+/// new user's namespace, beyond its rules).
+const SUBSCRIBED_BEYOND_RULES: &str = "NOPERM this user has no permissions to access one of the channels this connection is subscribed to: unsubscribe (or RESET) before AUTH as this user";
 pub(crate) const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
 /// AUTH with temporary (STS) credentials: refused, they are good only with their session token.
 pub(crate) const STS_REFUSED: &str =
@@ -60,6 +65,10 @@ pub struct Connection {
     pub(crate) username: String,
     pub(crate) user: Arc<super::acl::User>,
     pub(crate) acl_version: i64,
+    /// Whether the user had stored rules when they were last read: rules dropped since (ACL
+    /// DELUSER, here or on another gateway) close the connection, as Redis closes a deleted
+    /// user's connections.
+    pub(crate) acl_stored: bool,
     /// The admission slot of the batch running now; a blocked client gives it back while it
     /// waits.
     pub(crate) admitted: Option<crate::admission::Admitted>,
@@ -95,6 +104,12 @@ pub struct Connection {
     pub(crate) monitor: Option<Arc<super::monitor::Feed>>,
     /// CLIENT TRACKING: this connection's options, while it tracks (`commands/tracking.rs`).
     pub(crate) tracking: Option<super::commands::tracking::ClientTracking>,
+    /// The client is gone (its connection reset, or its input ended `EOF_GRACE` ago, or a
+    /// blocked client's input ended): no command of the batch starts any more.
+    peer_gone: Arc<AtomicBool>,
+    /// Whether the running command's COMMIT went out (store/kv/commit_sent.rs): a gone
+    /// client's command is dropped (its statement cancelled) only before.
+    commit: CommitSent,
 }
 
 /// What a RESP2 client in subscribe mode may still send, with Redis's refusal of the rest.
@@ -131,6 +146,7 @@ impl Connection {
             username: "default".into(),
             user: super::acl::unnarrowed(),
             acl_version: i64::MIN,
+            acl_stored: false,
             admitted: None,
             db: 0,
             resp3: false,
@@ -152,6 +168,8 @@ impl Connection {
             shard_channels: HashSet::new(),
             monitor: None,
             tracking: None,
+            peer_gone: Arc::default(),
+            commit: CommitSent::default(),
         }
     }
 
@@ -342,14 +360,19 @@ impl Connection {
                         let span = self.batch_span(&requests);
                         let blocks = requests.iter().any(|args| is_blocking(args));
                         // Meanwhile the client's further input is buffered, and its going
-                        // away ends the batch: dropped, its statement is cancelled, so a
-                        // disconnected client holds no backend. A reset ends it at once; an
-                        // end of input (which may be a half-close: `nc -N`, socat) gives the
-                        // batch `EOF_GRACE` first, as Redis runs the commands it read before
-                        // the EOF and still answers them. A blocked client is freed at EOF
-                        // (as in Redis) and by shutdown.
+                        // away ends the batch: the commands that have not started never do
+                        // (`handle` looks before each), and the running one is dropped, its
+                        // statement cancelled, so a disconnected client holds no backend;
+                        // unless its COMMIT went out: then its outcome is waited for, so that
+                        // what follows a commit (this gateway's tracking clients told of its
+                        // keys) is never cut. A reset is gone at once; an end of input (which
+                        // may be a half-close: `nc -N`, socat) gives the batch `EOF_GRACE`
+                        // first, as Redis runs the commands it read before the EOF and still
+                        // answers them. A blocked client is gone at EOF (as Redis frees it)
+                        // and at shutdown.
                         let ended = {
-                            let handling = self.handle(requests, &mut output).instrument(span);
+                            let (gone, commit) = (Arc::clone(&self.peer_gone), self.commit.clone());
+                            let handling = commit.scope(self.handle(requests, &mut output).instrument(span));
                             futures::pin_mut!(handling);
                             let mut input_ended: Option<tokio::time::Instant> = None;
                             loop {
@@ -359,20 +382,24 @@ impl Connection {
                                         None => std::future::pending().await,
                                     }
                                 };
+                                let waiting = !gone.load(Ordering::Relaxed);
                                 tokio::select! {
                                     biased;
-                                    () = &mut handling => break false,
-                                    read = stream.read_buf(&mut input), if input_ended.is_none() && input.len() < UNBUDGETED_INPUT => {
+                                    () = &mut handling => break gone.load(Ordering::Relaxed),
+                                    read = stream.read_buf(&mut input), if waiting && input_ended.is_none() && input.len() < UNBUDGETED_INPUT => {
                                         match read {
                                             Ok(0) if !blocks => {
                                                 input_ended = Some(tokio::time::Instant::now() + EOF_GRACE);
                                             }
-                                            Ok(0) | Err(_) => break true,
+                                            Ok(0) | Err(_) => gone.store(true, Ordering::Relaxed),
                                             Ok(_) => {}
                                         }
                                     }
-                                    () = grace_over => break true,
-                                    _ = shutdown.wait(), if blocks => break true,
+                                    () = grace_over, if waiting => gone.store(true, Ordering::Relaxed),
+                                    _ = shutdown.wait(), if waiting && blocks => gone.store(true, Ordering::Relaxed),
+                                }
+                                if gone.load(Ordering::Relaxed) && !commit.is_sent() {
+                                    break true;
                                 }
                             }
                         };
@@ -472,8 +499,10 @@ impl Connection {
     }
 
     /// Reads the user's rules again after the catalog version moved (an ACL change here or on
-    /// another gateway, or a key's), and its key: false when the key is gone or disabled. A
-    /// database that does not answer keeps the rules known, to be read again next time.
+    /// another gateway, or a key's), and its key: false when the key is gone or disabled, or
+    /// the user's rules were dropped (ACL DELUSER: Redis closes a deleted user's connections;
+    /// here the user would otherwise go on with all its key may do). A database that does not
+    /// answer keeps the rules known, to be read again next time.
     async fn refresh_user(&mut self) -> bool {
         let catalog = self.server.buckets.catalog();
         if self.username != "default" {
@@ -483,11 +512,16 @@ impl Connection {
                 Err(_) => return true,
             }
         }
-        if let Ok((user, version)) = self.server.acl.user(catalog, &self.username).await {
-            self.user = user;
-            self.acl_version = version;
+        match self.server.acl.stored(catalog, &self.username).await {
+            Ok((None, _)) if self.acl_stored => false,
+            Ok((stored, version)) => {
+                self.acl_stored = stored.is_some();
+                self.user = stored.unwrap_or_else(super::acl::unnarrowed);
+                self.acl_version = version;
+                true
+            }
+            Err(_) => true,
         }
-        true
     }
 
     /// One span per batch (a round trip of pipelined commands), named after its command when
@@ -506,17 +540,22 @@ impl Connection {
 
     /// Runs a batch of requests, encoding their replies in order.
     async fn handle(&mut self, requests: Vec<Vec<Bytes>>, out: &mut BytesMut) {
-        if !self.follow_catalog().await {
-            // Its access key was deleted or disabled, or a channel it listens to revoked:
-            // closed without a word, as Redis closes the connections of a deleted user.
-            self.quit = true;
-            return;
-        }
         let mut run = Run::default();
         // The last command's spec (none: unknown) and first argument, named at the end.
         let mut last: Option<(Option<&'static Spec>, Option<Bytes>)> = None;
         for args in requests {
-            if self.quit || self.over_limit {
+            if self.quit || self.over_limit || self.peer_gone.load(Ordering::Relaxed) {
+                break;
+            }
+            self.commit.clear();
+            // Each command is checked against the rules as they stand when it comes, as Redis
+            // checks it against its user's present rules (a comparison while the catalog
+            // version stays). Its access key deleted or disabled, its rules dropped (ACL
+            // DELUSER), or a channel it listens to revoked: the commands before were answered,
+            // this one and the rest are not, and the connection closes, as Redis closes the
+            // connections of a deleted user.
+            if !self.follow_catalog().await {
+                self.quit = true;
                 break;
             }
             // The parser never yields an empty request; nothing to answer if one came.
@@ -628,7 +667,10 @@ impl Connection {
                 }
             }
         }
-        self.flush(&mut run, out).await;
+        // A gone client's commands still waiting in the run have not started: they never do.
+        if !self.peer_gone.load(Ordering::Relaxed) {
+            self.flush(&mut run, out).await;
+        }
         let (db, resp) = (self.db, if self.resp3 { 3 } else { 2 });
         let queued = self.multi.as_ref().map_or(-1, |multi| multi.commands.len() as i64);
         let last_command = last.map(|(spec, sub)| match spec {
@@ -950,17 +992,50 @@ impl Connection {
         if !self.refresh_user().await {
             return false;
         }
+        self.refresh_rights().await;
+        self.keeps_subscriptions(&self.user).is_ok()
+    }
+
+    /// Looks again at what the connection's deliveries may carry: the keyspaces whose events
+    /// and invalidations it gets, and whose connections its tracking's REDIRECT may reach.
+    async fn refresh_rights(&mut self) {
         self.refresh_readable().await;
         if self.tracking.is_some() {
+            let owner = self.own_clients().map(str::to_owned);
             self.server
                 .pubsub
                 .tracking
-                .set_readable(self.id(), self.readable.clone());
+                .set_rights(self.id(), self.readable.clone(), owner);
         }
-        self.user.unrestricted()
-            || self
-                .user
-                .may_listen(&self.channels, &self.shard_channels, &self.patterns)
+    }
+
+    /// Whether this connection's subscriptions may go on under `rules` (its user's after a
+    /// change, or those of the user AUTH signs in as), as SUBSCRIBE, SSUBSCRIBE and PSUBSCRIBE
+    /// would judge them.
+    pub(crate) fn keeps_subscriptions(&self, rules: &super::acl::User) -> Result<(), Reply> {
+        match rules.unrestricted() || rules.may_listen(&self.channels, &self.shard_channels, &self.patterns) {
+            true => Ok(()),
+            false => Err(Reply::error(SUBSCRIBED_BEYOND_RULES)),
+        }
+    }
+
+    /// After AUTH (or HELLO's AUTH) signed this connection in, `tenant` the channel namespace
+    /// it had before. As in Redis, its subscriptions and tracking go on; what they deliver is
+    /// the new user's: its subscriptions are in its namespace (a channel name is per tenant,
+    /// and the names stay the client's), its events and invalidations are of what its key may
+    /// read, its REDIRECT must be one of its connections (else it is broken, as if that client
+    /// were gone), and a client of its tracking redirected to this one that is not its own
+    /// gets nothing more here (tracking.rs looks at the owner at each invalidation). A tracking
+    /// client that became another tenant forgets the keys it read as the other and is told
+    /// to drop its whole cache: nothing the other tenant writes reaches it any more.
+    pub(crate) async fn signed_in(&mut self, tenant: Bytes) {
+        if self.mailbox.is_none() {
+            return;
+        }
+        self.refresh_rights().await;
+        if self.tracking.is_some() && tenant != self.channel_namespace() {
+            self.server.pubsub.tracking.forget(self.id());
+        }
     }
 }
 

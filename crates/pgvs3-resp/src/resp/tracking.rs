@@ -152,6 +152,10 @@ struct Tracker {
     mode: Mode,
     /// The keyspaces whose changes BCAST may tell it of.
     readable: Readable,
+    /// The user whose connections its REDIRECT may reach (`None`: any, the root key's), as
+    /// CLIENT TRACKING checked it; looked at again at each invalidation, so that a redirect
+    /// client signed in as another key since is as gone (`tracking-redir-broken`).
+    owner: Option<String>,
     /// Its REDIRECT's client was gone when an invalidation was due (TRACKINGINFO's
     /// `broken_redirect`).
     broken: bool,
@@ -277,7 +281,7 @@ impl Tracking {
     /// CLIENT TRACKING ON (checked): its options replace the last ones, but BCAST prefixes add
     /// up, as in Redis.
     /// Client `id` tracks as `mode` says; in BCAST mode, the keys of `readable` keyspaces.
-    pub fn enable(&self, id: u64, mut mode: Mode, readable: Readable) {
+    pub fn enable(&self, id: u64, mut mode: Mode, readable: Readable, owner: Option<String>) {
         let mut state = self.state();
         if mode.bcast {
             if mode.prefixes.is_empty() {
@@ -298,17 +302,40 @@ impl Tracking {
             Tracker {
                 mode,
                 readable,
+                owner,
                 broken: false,
             },
         );
     }
 
-    /// Client `id`'s key may read `readable` now (its rights changed): BCAST tells it of
-    /// those keyspaces from now on.
-    pub fn set_readable(&self, id: u64, readable: Readable) {
+    /// Client `id`'s key may read `readable` now, and redirect to `owner`'s connections (its
+    /// rights changed, or it signed in as another key): BCAST tells it of those keyspaces, and
+    /// its REDIRECT must be `owner`'s, from now on.
+    pub fn set_rights(&self, id: u64, readable: Readable, owner: Option<String>) {
         if let Some(tracker) = self.state().trackers.get_mut(&id) {
             tracker.readable = readable;
+            tracker.owner = owner;
         }
+    }
+
+    /// Client `id` signed in as another tenant's key: the keys it read as the other are
+    /// forgotten (their changes are no longer its to hear of), and it is told to forget all it
+    /// cached (a null invalidation, as after a flush), which it read as the other.
+    pub fn forget(&self, id: u64) {
+        {
+            let mut state = self.state();
+            let mut dropped = 0;
+            for table in state.keys.values_mut() {
+                table.retain(|_, readers| {
+                    readers.retain(|reader| *reader != id);
+                    let empty = readers.is_empty();
+                    dropped += usize::from(empty);
+                    !empty
+                });
+            }
+            state.remembered -= dropped;
+        }
+        self.send(vec![(id, None)]);
     }
 
     /// CLIENT TRACKING OFF, or the connection ended.
@@ -448,19 +475,24 @@ impl Tracking {
         }
         let mut broken = Vec::new();
         for (id, keys) in due {
-            let Some(redirect) = self.state().trackers.get(&id).map(|tracker| tracker.mode.redirect) else {
+            let Some((redirect, owner)) = self
+                .state()
+                .trackers
+                .get(&id)
+                .map(|tracker| (tracker.mode.redirect, tracker.owner.clone()))
+            else {
                 continue;
             };
             if redirect == 0 {
-                if let Some((Some(mailbox), 3, _)) = clients.inbox(id) {
+                if let Some((Some(mailbox), 3, _)) = clients.inbox(id, None) {
                     mailbox.push(Delivery::Invalidate { keys, message: false }, self.output_limit);
                 }
                 continue;
             }
-            match clients.inbox(redirect) {
+            match clients.inbox(redirect, owner.as_deref()) {
                 None => {
                     broken.push(id);
-                    if let Some((Some(mailbox), 3, _)) = clients.inbox(id) {
+                    if let Some((Some(mailbox), 3, _)) = clients.inbox(id, None) {
                         mailbox.push(Delivery::RedirectBroken(redirect), self.output_limit);
                     }
                 }

@@ -53,6 +53,7 @@ impl Connection {
                 self.unauthenticated_since = Instant::now();
                 self.username = "default".into();
                 self.acl_version = i64::MIN;
+                self.acl_stored = false;
                 self.set_client(|info| info.user = "default".into());
                 self.set_client(|info| info.name.clear());
                 Reply::Simple("RESET")
@@ -83,14 +84,7 @@ impl Connection {
 
     async fn authenticate(&mut self, user: Option<&Bytes>, password: &Bytes) -> Reply {
         match self.check_credentials(user, password).await {
-            Ok(()) => {
-                // A subscriber or tracking client signed in as another key gets what that key
-                // may read from now on.
-                if self.mailbox.is_some() {
-                    self.refresh_readable().await;
-                }
-                Reply::OK
-            }
+            Ok(()) => Reply::OK,
             Err(reply) => reply,
         }
     }
@@ -126,26 +120,33 @@ impl Connection {
         };
         let signed_in = match principal {
             Ok(principal) => {
-                let (rules, version) = self
+                let (stored, version) = self
                     .server
                     .acl
-                    .user(self.server.buckets.catalog(), &username)
+                    .stored(self.server.buckets.catalog(), &username)
                     .await
                     .map_err(store_error)?;
+                let acl_stored = stored.is_some();
+                let rules = stored.unwrap_or_else(crate::resp::acl::unnarrowed);
                 match rules.enabled {
-                    true => Ok((principal, rules, version)),
+                    true => self
+                        .keeps_subscriptions(&rules)
+                        .map(|()| (principal, rules, version, acl_stored)),
                     false => Err(Reply::error(WRONGPASS)),
                 }
             }
             Err(reply) => Err(reply),
         };
         match signed_in {
-            Ok((principal, rules, version)) => {
+            Ok((principal, rules, version, acl_stored)) => {
+                let tenant = self.channel_namespace();
                 self.principal = Some(principal);
                 self.user = rules;
                 self.acl_version = version;
+                self.acl_stored = acl_stored;
                 self.set_client(|info| info.user.clone_from(&username));
                 self.username = username;
+                self.signed_in(tenant).await;
                 Ok(())
             }
             Err(reply) => {

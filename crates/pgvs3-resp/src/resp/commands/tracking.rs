@@ -52,7 +52,8 @@ impl Connection {
         }
         self.refresh_readable().await;
         let pubsub = Arc::clone(&self.server.pubsub);
-        pubsub.tracking.enable(self.id(), mode, self.readable.clone());
+        let owner = self.own_clients().map(str::to_owned);
+        pubsub.tracking.enable(self.id(), mode, self.readable.clone(), owner);
         let mode = pubsub.tracking.mode(self.id()).unwrap_or_default();
         let caching = self.tracking.as_ref().is_some_and(|tracking| tracking.caching);
         self.tracking = Some(ClientTracking {

@@ -17,29 +17,52 @@ tokio::task_local! {
     static SIGNAL: CommitSent;
 }
 
-/// Set once a write batch run in its [`scope`](CommitSent::scope) sends its COMMIT.
+/// Set once a write batch run in its [`scope`](CommitSent::scope) sends its COMMIT. Scopes
+/// nest: a COMMIT is signalled to every scope around it (a command's time limits inside a
+/// connection's batch, which must not be dropped for a gone client either once it committed).
 #[derive(Clone)]
-pub struct CommitSent(Arc<watch::Sender<bool>>);
+pub struct CommitSent {
+    sent: Arc<watch::Sender<bool>>,
+    outer: Option<Box<CommitSent>>,
+}
 
 impl Default for CommitSent {
     fn default() -> CommitSent {
-        CommitSent(Arc::new(watch::Sender::new(false)))
+        CommitSent {
+            sent: Arc::new(watch::Sender::new(false)),
+            outer: None,
+        }
     }
 }
 
 impl CommitSent {
-    /// Runs `work` with its COMMITs signalled to this.
+    /// Runs `work` with its COMMITs signalled to this, and to the scopes this one is in.
     pub fn scope<F: Future>(&self, work: F) -> impl Future<Output = F::Output> {
-        SIGNAL.scope(self.clone(), work)
+        let mut signal = self.clone();
+        signal.outer = SIGNAL.try_with(|outer| Box::new(outer.clone())).ok();
+        SIGNAL.scope(signal, work)
+    }
+
+    /// Forgets COMMITs sent so far: from now on [`is_sent`](CommitSent::is_sent) tells of the
+    /// work that comes next (a connection's next command).
+    pub fn clear(&self) {
+        self.sent.send_replace(false);
+    }
+
+    fn mark(&self) {
+        self.sent.send_replace(true);
+        if let Some(outer) = &self.outer {
+            outer.mark();
+        }
     }
 
     pub fn is_sent(&self) -> bool {
-        *self.0.borrow()
+        *self.sent.borrow()
     }
 
     /// Resolves once a COMMIT went out.
     pub async fn sent(&self) {
-        let mut receiver = self.0.subscribe();
+        let mut receiver = self.sent.subscribe();
         let _ = receiver.wait_for(|sent| *sent).await;
     }
 }
@@ -49,7 +72,7 @@ impl CommitSent {
 /// statement ahead of it, which turns the COMMIT into a rollback; the one window left is a
 /// statement's answer still in flight when the cancel goes out.)
 pub(super) fn committing() {
-    let _ = SIGNAL.try_with(|signal| signal.0.send_replace(true));
+    let _ = SIGNAL.try_with(CommitSent::mark);
 }
 
 /// What became of a batch whose COMMIT was sent: a database error means the transaction was
