@@ -623,6 +623,72 @@ async fn a_disabled_key_s_open_connection_is_closed() {
     }
 }
 
+/// ACL DELUSER closes the connections of the users whose rules it dropped, on every gateway,
+/// idle or not, as Redis 7.0 closes a deleted user's connections (before, they went on with all
+/// their key may do: wider than the rules they were given); a new AUTH gets the key's rights
+/// (the key stays). `off` leaves signed-in connections working, as in Redis. A rule's change
+/// applies from the connection's next command, also within a pipeline it is running (before,
+/// from its next batch: a command after a BLPOP ran with the rights of before).
+#[tokio::test]
+async fn deluser_closes_the_user_s_connections_and_rules_apply_per_command() {
+    let url = common::fresh_database().await;
+    let args = ["--resp-addr", "127.0.0.1:0"];
+    let first = TestGateway::with_args(url.clone(), &args).await;
+    let second = TestGateway::with_args(url, &args).await;
+    add_keys(&first).await;
+    give(OPS.0, &[&first, &second]).await;
+    let mut admin = RawResp::connect(first.resp_addr()).await;
+    assert_eq!(admin.command(&["ACL", "SETUSER", OPS.0, "-incr"]).await, ok());
+    let mut here = signed_in(first.resp_addr(), OPS).await;
+    let mut there = signed_in(second.resp_addr(), OPS).await;
+    // The second gateway has the rules (its catalog NOTIFY came) once its connection is denied.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while there.command(&["INCR", "n"]).await != Value::Error(NOPERM_COMMAND.into()) {
+        assert!(Instant::now() < deadline, "the rules did not reach the other gateway");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Within a pipeline: the SET after a BLPOP is judged by the rules as they are when it comes.
+    let mut blocked = signed_in(first.resp_addr(), OPS).await;
+    let mut pipeline = common::resp::encode(&[b"BLPOP", b"q", b"0"]);
+    pipeline.extend_from_slice(&common::resp::encode(&[b"SET", b"after", b"v"]));
+    blocked.send(&pipeline).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !matches!(admin.command(&["INFO", "clients"]).await, Value::Bulk(info) if String::from_utf8_lossy(&info).contains("blocked_clients:1"))
+    {
+        assert!(Instant::now() < deadline, "the BLPOP did not block");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(admin.command(&["ACL", "SETUSER", OPS.0, "-set"]).await, ok());
+    assert_eq!(admin.command(&["RPUSH", "q", "x"]).await, Value::Int(1));
+    assert_eq!(
+        blocked.reply().await,
+        Some(Value::Array(vec![Value::bulk("q"), Value::bulk("x")]))
+    );
+    assert_eq!(
+        blocked.reply().await.unwrap().error(),
+        "NOPERM this user has no permissions to run the 'set' command"
+    );
+    // `off`: no new AUTH, but the signed-in connections work on.
+    assert_eq!(admin.command(&["ACL", "SETUSER", OPS.0, "off"]).await, ok());
+    assert_eq!(here.command(&["GET", "k"]).await, Value::Nil);
+    let mut refused = RawResp::connect(first.resp_addr()).await;
+    assert_eq!(
+        refused.command(&["AUTH", OPS.0, OPS.1]).await.error(),
+        "WRONGPASS invalid username-password pair or user is disabled."
+    );
+    assert_eq!(admin.command(&["ACL", "SETUSER", OPS.0, "on"]).await, ok());
+    assert_eq!(admin.command(&["ACL", "DELUSER", OPS.0]).await, Value::Int(1));
+    // Idle connections, here and on the other gateway, are closed without a word.
+    assert!(here.closed().await, "a deleted user's connection stays open");
+    assert!(
+        there.closed().await,
+        "a deleted user's connection on another gateway stays open"
+    );
+    assert!(blocked.closed().await, "a deleted user's connection stays open");
+    let mut again = signed_in(first.resp_addr(), OPS).await;
+    assert_eq!(again.command(&["INCR", "n"]).await, Value::Int(1));
+}
+
 /// redis-py's ACL calls.
 #[tokio::test]
 async fn redis_py_acl_calls() {

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use common::TestGateway;
 use common::resp::{RawResp, Value, encode};
+use tokio::io::AsyncWriteExt;
 
 /// The cluster's requirement of a synchronous standby, held and lifted; `sql` is a superuser
 /// connection to its `postgres` database.
@@ -296,4 +297,45 @@ async fn a_write_whose_commit_hangs_past_the_commit_limit_answers_outcome_unknow
         wrong.push(format!("EXEC counted (error, ok): {counted:?}"));
     }
     assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
+/// A client gone while its write's COMMIT waits: the COMMIT's outcome is waited for, not cut,
+/// so this gateway's tracking clients are still told of the keys it changed; the commands it
+/// queued after it never start. Before, the reset dropped the batch mid-COMMIT: the write
+/// landed, and the tracking client, never told, kept the old value cached.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_gone_client_s_write_whose_commit_went_out_is_finished_and_nothing_after_starts() {
+    let cluster = common::cluster_of_its_own("resp-gone-commit");
+    let syncrep = SyncRep::on(&cluster).await;
+    let gateway = gateway(&cluster, &syncrep.sql, "gone", &[]).await;
+    let mut check = RawResp::connect(gateway.resp_addr()).await;
+    assert_eq!(check.command(&["EVAL", INCR_SCRIPT, "1", "t"]).await, Value::Int(1));
+    let mut tracker = RawResp::connect(gateway.resp_addr()).await;
+    assert!(matches!(tracker.command(&["HELLO", "3"]).await, Value::Map(_)));
+    assert_eq!(
+        tracker.command(&["CLIENT", "TRACKING", "ON"]).await,
+        Value::Simple("OK".into())
+    );
+    assert_eq!(tracker.command(&["GET", "t"]).await, Value::bulk("1"));
+    let probe = syncrep.hold().await;
+    let mut gone = tokio::net::TcpStream::connect(gateway.resp_addr()).await.unwrap();
+    // A reply it leaves unread makes its close a reset: the gateway's next read fails at once.
+    gone.write_all(&pipeline(&[&["PING"]])).await.unwrap();
+    gone.peek(&mut [0u8; 1]).await.unwrap();
+    gone.write_all(&pipeline(&[&["EVAL", INCR_SCRIPT, "1", "t"], &["SET", "after", "v"]]))
+        .await
+        .unwrap();
+    syncrep.commit_waits("gone").await;
+    drop(gone);
+    syncrep.release().await;
+    assert_eq!(
+        tracker.reply().await,
+        Some(Value::Push(vec![
+            Value::bulk("invalidate"),
+            Value::Array(vec![Value::bulk("t")])
+        ]))
+    );
+    assert_eq!(check.command(&["GET", "t"]).await, Value::bulk("2"));
+    assert_eq!(check.command(&["EXISTS", "after"]).await, Value::Int(0));
+    drop(probe);
 }

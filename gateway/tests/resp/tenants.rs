@@ -168,9 +168,9 @@ async fn scripts_are_per_tenant() {
     assert!(answer.error().contains("Script killed by user"), "{answer:?}");
 }
 
-/// The next pub/sub message a RESP2 subscriber gets: (channel, payload).
+/// The next pub/sub message a subscriber (RESP2 or RESP3) gets: (channel, payload).
 async fn message(subscriber: &mut RawResp) -> (String, String) {
-    let Some(Value::Array(parts)) = subscriber.reply().await else {
+    let Some(Value::Array(parts) | Value::Push(parts)) = subscriber.reply().await else {
         panic!("a message");
     };
     let text = |value: &Value| match value {
@@ -489,6 +489,79 @@ async fn tracking_redirects_to_own_connections_only() {
         b.command(&["CLIENT", "GETREDIR"]).await,
         Value::Int(b_own_id.parse().unwrap())
     );
+}
+
+/// A connection signed in again as another tenant's key takes nothing of the first tenant's
+/// deliveries with it. A tracking client's REDIRECT to it is broken, as if it were gone (the
+/// tracker gets `tracking-redir-broken`); a subscriber's channels are the new tenant's, by
+/// HELLO's AUTH as by AUTH's, and AUTH is refused while it listens to a channel the new user's
+/// rules do not allow; a tracking client that became another tenant is told to drop its cache
+/// and hears no more of the first tenant's keys. Before, the redirect target went on getting
+/// A's invalidations as B, HELLO 3 AUTH kept A's channels, and a tracker kept A's keys.
+#[tokio::test]
+async fn signing_in_as_another_tenant_leaves_the_first_tenant_s_deliveries() {
+    let gateway = two_tenants(&[]).await;
+    let mut a = tenant(&gateway, A).await;
+    let mut target = tenant(&gateway, A).await;
+    assert!(matches!(target.command(&["HELLO", "3"]).await, Value::Map(_)));
+    let target_id = client_id(target.command(&["CLIENT", "ID"]).await);
+    let mut tracker = tenant(&gateway, A).await;
+    assert!(matches!(tracker.command(&["HELLO", "3"]).await, Value::Map(_)));
+    assert_eq!(
+        tracker
+            .command(&["CLIENT", "TRACKING", "ON", "REDIRECT", &target_id])
+            .await,
+        ok()
+    );
+    assert_eq!(tracker.command(&["GET", "a-secret-name"]).await, Value::Nil);
+    let mut turned = tenant(&gateway, A).await;
+    assert!(matches!(turned.command(&["HELLO", "3"]).await, Value::Map(_)));
+    assert_eq!(turned.command(&["CLIENT", "TRACKING", "ON"]).await, ok());
+    assert_eq!(turned.command(&["GET", "a-secret-name"]).await, Value::Nil);
+    for connection in [&mut target, &mut turned] {
+        assert_eq!(connection.command(&["AUTH", B.0, B.1]).await, ok());
+    }
+    // The tracker that became B's drops what it cached as A's.
+    assert_eq!(
+        turned.reply().await,
+        Some(Value::Push(vec![bulk("invalidate"), Value::Nil]))
+    );
+    assert_eq!(a.command(&["SET", "a-secret-name", "1"]).await, ok());
+    // Told as the SET committed, before its reply: had B's connections been sent A's key name,
+    // it would come before these replies.
+    assert_eq!(target.command(&["PING"]).await, Value::Simple("PONG".into()));
+    assert_eq!(turned.command(&["PING"]).await, Value::Simple("PONG".into()));
+    assert_eq!(
+        tracker.reply().await,
+        Some(Value::Push(vec![
+            bulk("tracking-redir-broken"),
+            Value::Int(target_id.parse().unwrap())
+        ]))
+    );
+    // A RESP3 subscriber signed in as B by HELLO: B's `orders`, no longer A's.
+    let mut listener = tenant(&gateway, A).await;
+    assert!(matches!(listener.command(&["HELLO", "3"]).await, Value::Map(_)));
+    listener.command(&["SUBSCRIBE", "orders"]).await;
+    assert!(matches!(
+        listener.command(&["HELLO", "3", "AUTH", B.0, B.1]).await,
+        Value::Map(_)
+    ));
+    let mut b = tenant(&gateway, B).await;
+    assert_eq!(a.command(&["PUBLISH", "orders", "a-1"]).await, Value::Int(0));
+    assert_eq!(b.command(&["PUBLISH", "orders", "b-1"]).await, Value::Int(1));
+    assert_eq!(message(&mut listener).await, ("orders".to_owned(), "b-1".to_owned()));
+    // A's rules no longer allow `orders`: signing in as A is refused, and it stays B's.
+    let mut root = RawResp::connect(gateway.resp_addr()).await;
+    assert_eq!(
+        root.command(&["ACL", "SETUSER", A.0, "resetchannels", "&news"]).await,
+        ok()
+    );
+    assert_eq!(
+        listener.command(&["AUTH", A.0, A.1]).await.error(),
+        "NOPERM this user has no permissions to access one of the channels this connection is subscribed to: unsubscribe (or RESET) before AUTH as this user"
+    );
+    assert_eq!(b.command(&["PUBLISH", "orders", "b-2"]).await, Value::Int(1));
+    assert_eq!(message(&mut listener).await, ("orders".to_owned(), "b-2".to_owned()));
 }
 
 /// Plain and shard channels are per tenant (access key): A's and B's `orders` are two

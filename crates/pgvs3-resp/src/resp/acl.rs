@@ -6,8 +6,9 @@
 //!
 //! The rules are kept in PostgreSQL (`pgvs3.resp_acl_users`), so they survive restarts and hold
 //! for the whole fleet: a change moves the catalog version, every gateway learns of it by the
-//! catalog's NOTIFY, and each connection compares that version before each batch of commands it
-//! runs, reading its user's rules again when it moved (see `Connection::refresh_user`).
+//! catalog's NOTIFY, and each connection compares that version before each command it runs,
+//! reading its user's rules again when it moved (see `Connection::refresh_user`); a user whose
+//! rules ACL DELUSER dropped has its connections closed, as Redis closes a deleted user's.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, LazyLock, Mutex, RwLock};
