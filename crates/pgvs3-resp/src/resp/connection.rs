@@ -106,10 +106,11 @@ pub struct Connection {
     pub(crate) tracking: Option<super::commands::tracking::ClientTracking>,
     /// The client is gone (its connection reset, or its input ended `EOF_GRACE` ago, or a
     /// blocked client's input ended): no command of the batch starts any more.
-    peer_gone: Arc<AtomicBool>,
-    /// Whether the running command's COMMIT went out (store/kv/commit_sent.rs): a gone
-    /// client's command is dropped (its statement cancelled) only before.
-    commit: CommitSent,
+    pub(crate) peer_gone: Arc<AtomicBool>,
+    /// Whether the running command's COMMIT went out (store/kv/commit_sent.rs; its writes'
+    /// time limits tell it, `deadline.rs`): a gone client's command is dropped (its statement
+    /// cancelled) only before.
+    pub(crate) commit: CommitSent,
 }
 
 /// What a RESP2 client in subscribe mode may still send, with Redis's refusal of the rest.
@@ -372,7 +373,7 @@ impl Connection {
                         // and at shutdown.
                         let ended = {
                             let (gone, commit) = (Arc::clone(&self.peer_gone), self.commit.clone());
-                            let handling = commit.scope(self.handle(requests, &mut output).instrument(span));
+                            let handling = self.handle(requests, &mut output).instrument(span);
                             futures::pin_mut!(handling);
                             let mut input_ended: Option<tokio::time::Instant> = None;
                             loop {
@@ -554,7 +555,7 @@ impl Connection {
             // DELUSER), or a channel it listens to revoked: the commands before were answered,
             // this one and the rest are not, and the connection closes, as Redis closes the
             // connections of a deleted user.
-            if !self.follow_catalog().await {
+            if !Box::pin(self.follow_catalog()).await {
                 self.quit = true;
                 break;
             }
@@ -667,10 +668,7 @@ impl Connection {
                 }
             }
         }
-        // A gone client's commands still waiting in the run have not started: they never do.
-        if !self.peer_gone.load(Ordering::Relaxed) {
-            self.flush(&mut run, out).await;
-        }
+        self.flush(&mut run, out).await;
         let (db, resp) = (self.db, if self.resp3 { 3 } else { 2 });
         let queued = self.multi.as_ref().map_or(-1, |multi| multi.commands.len() as i64);
         let last_command = last.map(|(spec, sub)| match spec {

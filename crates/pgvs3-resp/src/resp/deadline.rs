@@ -31,9 +31,10 @@ pub struct WriteLimits {
 
 impl WriteLimits {
     /// Runs `work` within the limits; `write: None` leaves the work before COMMIT unbounded
-    /// (a script, bounded by its own time limit).
-    pub(crate) async fn run<T>(self, work: impl Future<Output = T>) -> Bounded<T> {
-        let signal = CommitSent::default();
+    /// (a script, bounded by its own time limit). `connection`: the signal of the connection
+    /// running it, told of its COMMIT too (so that a gone client's batch is not cut after it).
+    pub(crate) async fn run<T>(self, connection: Option<&CommitSent>, work: impl Future<Output = T>) -> Bounded<T> {
+        let signal = connection.map_or_else(CommitSent::default, CommitSent::inside);
         let work = signal.scope(work);
         futures::pin_mut!(work);
         let cancel_at = async {

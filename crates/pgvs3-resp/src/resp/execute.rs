@@ -69,6 +69,11 @@ impl Connection {
         if run.commands.is_empty() {
             return;
         }
+        // A gone client's run has not started: it never does (see `Connection::run`).
+        if self.peer_gone.load(std::sync::atomic::Ordering::Relaxed) {
+            *run = Run::default();
+            return;
+        }
         let mut commands = std::mem::take(&mut run.commands);
         let write = std::mem::take(&mut run.write);
         // The run's replies share what is left of the limit, each cut in the database past its
@@ -86,6 +91,8 @@ impl Connection {
         let replies = Box::pin(self.execute(&commands, write, &[], None))
             .await
             .unwrap_or_else(|reply| vec![reply; commands.len()]);
+        // The run's COMMIT, if any, is answered: the command after it may be dropped again.
+        self.commit.clear();
         // The run's commands share one statement: each is counted its share of its time.
         let share = started.elapsed() / commands.len() as u32;
         for ((command, spec), reply) in commands.into_iter().zip(replies) {
@@ -146,7 +153,7 @@ impl Connection {
     pub(crate) async fn within<T>(&self, write: bool, work: impl Future<Output = T>) -> Result<T, Reply> {
         let settings = &self.server.settings;
         if write {
-            return settings.write_limits.run(work).await.answer();
+            return settings.write_limits.run(Some(&self.commit), work).await.answer();
         }
         let Some(limit) = settings.read_timeout else {
             return Ok(work.await);

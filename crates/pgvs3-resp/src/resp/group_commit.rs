@@ -251,7 +251,12 @@ async fn commit_loop(
         }
         // Past its limits the batch has one fate for all: cancelled (dropped before its
         // COMMIT), or unknown (its COMMIT unanswered).
-        let batch = async { limits.run(run(&metrics, &work, &events, &tracking)).await.answer() };
+        let batch = async {
+            limits
+                .run(None, run(&metrics, &work, &events, &tracking))
+                .await
+                .answer()
+        };
         let Some(outcome) = unless_abandoned(batch, &mut done).await else {
             continue;
         };

@@ -81,7 +81,7 @@ impl Connection {
             write: None,
             ..self.server.settings.write_limits
         };
-        match limits.run(run).await.answer()? {
+        match limits.run(Some(&self.commit), run).await.answer()? {
             Ok(Some(replies)) => Ok(replies),
             Ok(None) => Err(Reply::NilArray),
             Err(err) => Err(store_error(err)),

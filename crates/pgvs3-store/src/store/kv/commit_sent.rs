@@ -17,9 +17,9 @@ tokio::task_local! {
     static SIGNAL: CommitSent;
 }
 
-/// Set once a write batch run in its [`scope`](CommitSent::scope) sends its COMMIT. Scopes
-/// nest: a COMMIT is signalled to every scope around it (a command's time limits inside a
-/// connection's batch, which must not be dropped for a gone client either once it committed).
+/// Set once a write batch run in its [`scope`](CommitSent::scope) sends its COMMIT, and with
+/// it the signal it is [`inside`](CommitSent::inside) (a connection's, which must not drop its
+/// batch for a gone client either once a COMMIT went out).
 #[derive(Clone)]
 pub struct CommitSent {
     sent: Arc<watch::Sender<bool>>,
@@ -36,11 +36,17 @@ impl Default for CommitSent {
 }
 
 impl CommitSent {
-    /// Runs `work` with its COMMITs signalled to this, and to the scopes this one is in.
+    /// A signal whose COMMITs are signalled to `outer` too.
+    pub fn inside(outer: &CommitSent) -> CommitSent {
+        CommitSent {
+            outer: Some(Box::new(outer.clone())),
+            ..CommitSent::default()
+        }
+    }
+
+    /// Runs `work` with its COMMITs signalled to this (and to what it is inside).
     pub fn scope<F: Future>(&self, work: F) -> impl Future<Output = F::Output> {
-        let mut signal = self.clone();
-        signal.outer = SIGNAL.try_with(|outer| Box::new(outer.clone())).ok();
-        SIGNAL.scope(signal, work)
+        SIGNAL.scope(self.clone(), work)
     }
 
     /// Forgets COMMITs sent so far: from now on [`is_sent`](CommitSent::is_sent) tells of the
