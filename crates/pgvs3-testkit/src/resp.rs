@@ -135,7 +135,11 @@ fn parse(buf: &[u8]) -> Option<(Value, usize)> {
                 return None;
             }
             let data = buf[used..end].to_vec();
-            let value = if buf[0] == b'=' { Value::Verbatim(data) } else { Value::Bulk(data) };
+            let value = if buf[0] == b'=' {
+                Value::Verbatim(data)
+            } else {
+                Value::Bulk(data)
+            };
             return Some((value, end + 2));
         }
         b'*' | b'%' | b'>' | b'~' => {

@@ -1184,10 +1184,22 @@ async fn scripts_speak_resp3_after_setresp_as_redis() {
     let scripts: &[&[&str]] = &[
         &["redis.setresp(3); return redis.call('hgetall', KEYS[1])", "1", "h"],
         &["redis.setresp(2); return redis.call('hgetall', KEYS[1])", "1", "h"],
-        &["redis.setresp(3); local r = redis.call('hgetall', KEYS[1]); return r.map.f", "1", "h"],
+        &[
+            "redis.setresp(3); local r = redis.call('hgetall', KEYS[1]); return r.map.f",
+            "1",
+            "h",
+        ],
         &["redis.setresp(3); return redis.call('zscore', KEYS[1], 'm')", "1", "z"],
-        &["redis.setresp(3); local r = redis.call('zscore', KEYS[1], 'm'); return {type(r), tostring(r.double)}", "1", "z"],
-        &["redis.setresp(3); return redis.call('zrange', KEYS[1], 0, -1, 'WITHSCORES')", "1", "z"],
+        &[
+            "redis.setresp(3); local r = redis.call('zscore', KEYS[1], 'm'); return {type(r), tostring(r.double)}",
+            "1",
+            "z",
+        ],
+        &[
+            "redis.setresp(3); return redis.call('zrange', KEYS[1], 0, -1, 'WITHSCORES')",
+            "1",
+            "z",
+        ],
         &["redis.setresp(3); return type(redis.call('get', 'missing'))", "0"],
         &["return type(redis.call('get', 'missing'))", "0"],
         &["redis.setresp(3); return {true, false}", "0"],
@@ -1216,10 +1228,15 @@ async fn scripts_speak_resp3_after_setresp_as_redis() {
     // redis-rs over RESP3 reads the map a script made of HGETALL's reply.
     let client = redis_rs::client(&gateway, "?protocol=resp3");
     let mut con = redis_rs::open(&client).await;
-    let map: Value = command(&["EVAL", "redis.setresp(3); return redis.call('hgetall', KEYS[1])", "1", "h"])
-        .query_async(&mut con)
-        .await
-        .unwrap();
+    let map: Value = command(&[
+        "EVAL",
+        "redis.setresp(3); return redis.call('hgetall', KEYS[1])",
+        "1",
+        "h",
+    ])
+    .query_async(&mut con)
+    .await
+    .unwrap();
     assert_eq!(
         map,
         Value::Map(vec![(

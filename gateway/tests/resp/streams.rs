@@ -246,11 +246,18 @@ async fn approximate_trims_remove_whole_nodes_as_redis() {
     // LIMIT: no more than 30 entries of whole nodes (3 nodes of 10) per XADD.
     let _: () = xadds("y", 100).query_async(&mut con).await.unwrap();
     for expected in [71, 62] {
-        query::<String>(&mut con, &["XADD", "y", "MAXLEN", "~", "55", "LIMIT", "30", "*", "f", "v"]).await;
+        query::<String>(
+            &mut con,
+            &["XADD", "y", "MAXLEN", "~", "55", "LIMIT", "30", "*", "f", "v"],
+        )
+        .await;
         assert_eq!(query::<i64>(&mut con, &["XLEN", "y"]).await, expected);
     }
     // LIMIT 0: no limit.
-    assert_eq!(query::<i64>(&mut con, &["XTRIM", "y", "MAXLEN", "~", "0", "LIMIT", "0"]).await, 62);
+    assert_eq!(
+        query::<i64>(&mut con, &["XTRIM", "y", "MAXLEN", "~", "0", "LIMIT", "0"]).await,
+        62
+    );
 
     // Without LIMIT, `~` removes at most 100 nodes' worth.
     set_node_entries(&mut con, "1").await;
@@ -263,8 +270,14 @@ async fn approximate_trims_remove_whole_nodes_as_redis() {
 
     set_node_entries(&mut con, "2").await;
     let _: () = xadds("w", 3).query_async(&mut con).await.unwrap();
-    assert_eq!(query::<i64>(&mut con, &["XTRIM", "w", "MAXLEN", "~", "0", "LIMIT", "1"]).await, 0);
-    assert_eq!(query::<i64>(&mut con, &["XTRIM", "w", "MAXLEN", "~", "0", "LIMIT", "2"]).await, 2);
+    assert_eq!(
+        query::<i64>(&mut con, &["XTRIM", "w", "MAXLEN", "~", "0", "LIMIT", "1"]).await,
+        0
+    );
+    assert_eq!(
+        query::<i64>(&mut con, &["XTRIM", "w", "MAXLEN", "~", "0", "LIMIT", "2"]).await,
+        2
+    );
 
     // XDEL: a node left empty goes; deleted entries still count against a node's size.
     set_node_entries(&mut con, "3").await;

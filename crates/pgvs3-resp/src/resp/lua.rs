@@ -451,10 +451,15 @@ fn sandbox(
     let log = script_log(&lua)?;
     let set_environment =
         lua.create_function(|_, (function, env): (mlua::Function, Table)| function.set_environment(env))?;
-    let runner: mlua::Function =
-        lua.load(PRELUDE)
-            .set_name("=prelude")
-            .call((call, pcall, setresp, sha1hex, log, stopped_fn, set_environment))?;
+    let runner: mlua::Function = lua.load(PRELUDE).set_name("=prelude").call((
+        call,
+        pcall,
+        setresp,
+        sha1hex,
+        log,
+        stopped_fn,
+        set_environment,
+    ))?;
     lua.set_named_registry_value(RUNNER, runner)?;
     // Set last: the libraries and the prelude are not the script's to pay for.
     lua.set_memory_limit(limits.memory.saturating_add(lua.used_memory()))?;
@@ -592,7 +597,11 @@ fn set_protocol(lua: &Lua, protocol: &Rc<Cell<u8>>) -> mlua::Result<mlua::Functi
         let version = match version {
             Value::Integer(number) => *number as f64,
             Value::Number(number) => *number,
-            Value::String(text) => text.to_str().ok().and_then(|text| text.trim().parse().ok()).unwrap_or(0.0),
+            Value::String(text) => text
+                .to_str()
+                .ok()
+                .and_then(|text| text.trim().parse().ok())
+                .unwrap_or(0.0),
             _ => 0.0,
         };
         // C's conversion to int truncates.
@@ -747,12 +756,9 @@ fn to_lua(lua: &Lua, reply: &Reply, resp3: bool) -> mlua::Result<Value> {
         }
         // RESP3's pairs are arrays of two; RESP2's (and a map's) one flat array.
         Reply::Pairs(pairs) if resp3 => array(
-            &mut pairs.iter().map(|(first, second)| {
-                array(
-                    &mut [first, second].into_iter().map(|item| to_lua(lua, item, resp3)),
-                    2,
-                )
-            }),
+            &mut pairs
+                .iter()
+                .map(|(first, second)| array(&mut [first, second].into_iter().map(|item| to_lua(lua, item, resp3)), 2)),
             pairs.len(),
         )?,
         Reply::Map(pairs) | Reply::Pairs(pairs) => array(
@@ -764,12 +770,9 @@ fn to_lua(lua: &Lua, reply: &Reply, resp3: bool) -> mlua::Result<Value> {
         )?,
         // RESP2's XREAD: `[key, entries]` arrays.
         Reply::Keyed(pairs) => array(
-            &mut pairs.iter().map(|(key, value)| {
-                array(
-                    &mut [key, value].into_iter().map(|item| to_lua(lua, item, resp3)),
-                    2,
-                )
-            }),
+            &mut pairs
+                .iter()
+                .map(|(key, value)| array(&mut [key, value].into_iter().map(|item| to_lua(lua, item, resp3)), 2)),
             pairs.len(),
         )?,
     })
