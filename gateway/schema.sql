@@ -1861,13 +1861,13 @@ $_$;
 -- Name: resp_encodings(bigint); Type: FUNCTION; Schema: pgvs3; Owner: -
 --
 
-CREATE FUNCTION pgvs3.resp_encodings(b bigint, OUT hash_entries bigint, OUT hash_value bigint, OUT set_entries bigint, OUT zset_entries bigint, OUT zset_value bigint) RETURNS record
+CREATE FUNCTION pgvs3.resp_encodings(b bigint, OUT hash_entries bigint, OUT hash_value bigint, OUT set_entries bigint, OUT zset_entries bigint, OUT zset_value bigint, OUT stream_entries bigint) RETURNS record
     LANGUAGE plpgsql STABLE
     AS $$
 BEGIN
     SELECT coalesce(p.hash_entries, 512), coalesce(p.hash_value, 64), coalesce(p.set_entries, 512),
-           coalesce(p.zset_entries, 128), coalesce(p.zset_value, 64)
-      INTO hash_entries, hash_value, set_entries, zset_entries, zset_value
+           coalesce(p.zset_entries, 128), coalesce(p.zset_value, 64), coalesce(p.stream_entries, 100)
+      INTO hash_entries, hash_value, set_entries, zset_entries, zset_value, stream_entries
       FROM (VALUES (1)) AS one LEFT JOIN pgvs3.resp_encoding_parameters p ON p.bucket_id = b;
 END $$;
 
@@ -2184,6 +2184,8 @@ BEGIN
                 FROM pgvs3.resp_stream WHERE bucket_id = b AND key = src;
             INSERT INTO pgvs3.resp_stream_entry SELECT b, dst, ms, seq, fields
                 FROM pgvs3.resp_stream_entry WHERE bucket_id = b AND key = src;
+            INSERT INTO pgvs3.resp_stream_node SELECT b, dst, ms, seq, last_ms, last_seq, live, given
+                FROM pgvs3.resp_stream_node WHERE bucket_id = b AND key = src;
             -- Its consumer groups too, as Redis copies them.
             INSERT INTO pgvs3.resp_stream_group SELECT b, dst, name, last_ms, last_seq, entries_read
                 FROM pgvs3.resp_stream_group WHERE bucket_id = b AND key = src;
@@ -2859,8 +2861,9 @@ BEGIN
     CASE op
     WHEN 'xadd' THEN
         -- args: fields and values; ints: {NOMKSTREAM (1), ID mode, ms, seq (see
-        -- resp_stream_next_id), then the trimming: by ID (1) or length (0) or none (NULL),
-        -- threshold, threshold's seq, most to remove}. items: {the ID}, or {NULL}.
+        -- resp_stream_next_id), then the trimming: by ID (1) or length (0), plus 2 for `~`
+        -- (layout v60), or none (NULL), threshold, threshold's seq, most to remove (LIMIT; NULL
+        -- without one)}. items: {the ID}, or {NULL}.
         -- A run of XADDs with `*` IDs and the same options coalesced into one call (layout
         -- v47, resp/coalesce.rs) adds ints: each entry's number of fields and values, its
         -- entries' args one after another. Each entry gets its ID after the one before, as the
@@ -2906,22 +2909,23 @@ BEGIN
                 length = r.length + EXCLUDED.length;
         INSERT INTO pgvs3.resp_stream_entry
         SELECT b, k, ids_ms[e], ids_seq[e], args[starts[e] : starts[e] + sizes[e] - 1] FROM generate_series(1, added) e;
+        PERFORM pgvs3.resp_stream_append_nodes(b, k, ids_ms, ids_seq);
         IF ints[5] IS NOT NULL THEN
-            -- A most past what a bigint holds is no limit.
-            trimmed := pgvs3.resp_stream_trim(b, k, ints[5] = 1, ints[6], ints[7],
-                CASE WHEN ints[8] <= 9223372036854775807 / added THEN ints[8] * added END);
+            -- A most past what a bigint holds is no limit. (`~` is never coalesced.)
+            trimmed := pgvs3.resp_stream_trim(b, k, ints[5] % 2 = 1, ints[6], ints[7],
+                CASE WHEN ints[8] <= 9223372036854775807 / added THEN ints[8] * added END, ints[5] >= 2);
             -- Each command's share, as its own trim right after its own entry would have
             -- removed: each entry adds one to what a trim may remove (MAXLEN: one more than
             -- the threshold; MINID: when it is below it), and each trim removes all it may, at
             -- most `most`. Then either every trim removed `most` or the last left nothing, so
             -- what they may remove started at `trimmed` less what the entries added (below
             -- zero for MAXLEN: a stream that many entries short of the threshold).
-            pending := trimmed - CASE WHEN ints[5] = 1
+            pending := trimmed - CASE WHEN ints[5] % 2 = 1
                 THEN (SELECT count(*) FROM generate_series(1, added) e WHERE (ids_ms[e], ids_seq[e]) < (ints[6], ints[7]))
                 ELSE added END;
             scores := '{}';
             FOR j IN 1 .. added LOOP
-                IF ints[5] <> 1 OR (ids_ms[j], ids_seq[j]) < (ints[6], ints[7]) THEN
+                IF ints[5] % 2 = 0 OR (ids_ms[j], ids_seq[j]) < (ints[6], ints[7]) THEN
                     pending := pending + 1;
                 END IF;
                 -- (LEAST passes over a NULL most: no limit.)
@@ -2957,14 +2961,26 @@ BEGIN
                                                        CASE WHEN (g.ms, g.seq) > (r.deleted_ms, r.deleted_seq) THEN g.seq ELSE r.deleted_seq END
                                                   FROM greatest_gone g)
              WHERE r.bucket_id = b AND r.key = k AND EXISTS (SELECT 1 FROM gone)
+        ), held AS (
+            -- Each entry's node holds one fewer (0060_resp_stream_nodes.sql).
+            UPDATE pgvs3.resp_stream_node x SET live = x.live - c.entries
+              FROM (SELECT o.ms, o.seq, count(*) AS entries
+                      FROM gone g CROSS JOIN LATERAL (
+                           SELECT n.ms, n.seq FROM pgvs3.resp_stream_node n
+                            WHERE n.bucket_id = b AND n.key = k AND (n.ms, n.seq) <= (g.ms, g.seq)
+                            ORDER BY n.ms DESC, n.seq DESC LIMIT 1) o
+                     GROUP BY o.ms, o.seq) c
+             WHERE x.bucket_id = b AND x.key = k AND (x.ms, x.seq) = (c.ms, c.seq)
         )
         SELECT count(*) INTO n FROM gone;
         IF n > 0 THEN
+            -- A node left empty goes, as Redis removes it from its radix tree.
+            DELETE FROM pgvs3.resp_stream_node x WHERE x.bucket_id = b AND x.key = k AND x.live <= 0;
             UPDATE pgvs3.resp_keys SET version = version + 1 WHERE bucket_id = b AND key = k;
         END IF;
     WHEN 'xtrim' THEN
         -- ints: as XADD's trimming.
-        n := pgvs3.resp_stream_trim(b, k, ints[1] = 1, ints[2], ints[3], ints[4]);
+        n := pgvs3.resp_stream_trim(b, k, ints[1] % 2 = 1, ints[2], ints[3], ints[4], ints[1] >= 2);
     WHEN 'xsetid' THEN
         -- ints: {last ID ms, seq, entries added (NULL: unchanged), greatest deleted ID ms, seq
         -- (NULL: unchanged)}; Redis 7.0's checks against the stream, in its order (7.0 does not
@@ -3020,6 +3036,37 @@ BEGIN
         END IF;
     END CASE;
 END $_$;
+
+--
+-- Name: resp_stream_append_nodes(bigint, text, bigint[], bigint[]); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_stream_append_nodes(b bigint, k text, ids_ms bigint[], ids_seq bigint[]) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    per_node bigint := (pgvs3.resp_encodings(b)).stream_entries;
+    added bigint := cardinality(ids_ms);
+    tail pgvs3.resp_stream_node;
+    into_tail bigint := 0;
+BEGIN
+    SELECT * INTO tail FROM pgvs3.resp_stream_node n WHERE n.bucket_id = b AND n.key = k ORDER BY n.ms DESC, n.seq DESC LIMIT 1;
+    IF FOUND THEN
+        into_tail := CASE WHEN per_node > 0 THEN least(greatest(per_node - tail.given, 0), added) ELSE added END;
+    END IF;
+    IF into_tail > 0 THEN
+        UPDATE pgvs3.resp_stream_node n
+           SET live = n.live + into_tail, given = n.given + into_tail, last_ms = ids_ms[into_tail], last_seq = ids_seq[into_tail]
+         WHERE n.bucket_id = b AND n.key = k AND (n.ms, n.seq) = (tail.ms, tail.seq);
+    END IF;
+    IF per_node <= 0 THEN
+        per_node := added;
+    END IF;
+    INSERT INTO pgvs3.resp_stream_node
+    SELECT b, k, ids_ms[lo], ids_seq[lo], ids_ms[hi], ids_seq[hi], hi - lo + 1, hi - lo + 1
+      FROM (SELECT lo, lo + least(per_node, added - lo + 1) - 1 AS hi
+              FROM generate_series(into_tail + 1, added, per_node) lo) nodes;
+END $$;
 
 --
 -- Name: resp_stream; Type: TABLE; Schema: pgvs3; Owner: -
@@ -3634,36 +3681,75 @@ CREATE FUNCTION pgvs3.resp_stream_tombstone_after(s pgvs3.resp_stream, first_ms 
 $$;
 
 --
--- Name: resp_stream_trim(bigint, text, boolean, bigint, bigint, bigint); Type: FUNCTION; Schema: pgvs3; Owner: -
+-- Name: resp_stream_trim(bigint, text, boolean, bigint, bigint, bigint, boolean); Type: FUNCTION; Schema: pgvs3; Owner: -
 --
 
-CREATE FUNCTION pgvs3.resp_stream_trim(b bigint, k text, by_id boolean, threshold bigint, threshold_seq bigint, most bigint) RETURNS bigint
+CREATE FUNCTION pgvs3.resp_stream_trim(b bigint, k text, by_id boolean, threshold bigint, threshold_seq bigint, most bigint, approx boolean) RETURNS bigint
     LANGUAGE plpgsql
     AS $$
 DECLARE
     s pgvs3.resp_stream;
+    node pgvs3.resp_stream_node;
+    next_node record;
+    removed bigint := 0;
     gone record;
+    went_ms bigint;
+    went_seq bigint;
 BEGIN
     SELECT * INTO s FROM pgvs3.resp_stream WHERE bucket_id = b AND key = k;
-    WITH d AS (
-        DELETE FROM pgvs3.resp_stream_entry WHERE ctid = ANY (ARRAY(
-            SELECT ctid FROM pgvs3.resp_stream_entry
-             WHERE bucket_id = b AND key = k AND (ms, seq) >= (s.first_ms, s.first_seq)
-               AND (NOT by_id OR (ms, seq) < (threshold, threshold_seq))
-             ORDER BY ms, seq
-             LIMIT CASE WHEN by_id THEN most ELSE least(greatest(s.length - threshold, 0), most) END))
-        RETURNING ms, seq)
-    SELECT count(*) OVER () AS removed, ms, seq INTO gone FROM d ORDER BY ms DESC, seq DESC LIMIT 1;
-    IF NOT FOUND THEN
+    IF approx AND most IS NULL THEN
+        -- Redis's bound of `~` without LIMIT: 100 nodes' worth, within 10,000 (no bound per
+        -- node) and 1,000,000.
+        SELECT CASE WHEN e.stream_entries <= 0 THEN 10000 ELSE 100 * least(e.stream_entries, 10000) END
+          INTO most FROM pgvs3.resp_encodings(b) e;
+    END IF;
+    FOR node IN SELECT * FROM pgvs3.resp_stream_node n WHERE n.bucket_id = b AND n.key = k ORDER BY n.ms, n.seq LOOP
+        EXIT WHEN NOT by_id AND s.length <= threshold;
+        EXIT WHEN most > 0 AND removed + node.live > most;
+        SELECT n.ms, n.seq INTO next_node FROM pgvs3.resp_stream_node n
+         WHERE n.bucket_id = b AND n.key = k AND (n.ms, n.seq) > (node.ms, node.seq) ORDER BY n.ms, n.seq LIMIT 1;
+        IF (by_id AND (node.last_ms, node.last_seq) < (threshold, threshold_seq)) OR (NOT by_id AND s.length - node.live >= threshold) THEN
+            DELETE FROM pgvs3.resp_stream_entry e
+             WHERE e.bucket_id = b AND e.key = k AND (e.ms, e.seq) >= (node.ms, node.seq)
+               AND (next_node.ms IS NULL OR (e.ms, e.seq) < (next_node.ms, next_node.seq));
+            DELETE FROM pgvs3.resp_stream_node n WHERE n.bucket_id = b AND n.key = k AND (n.ms, n.seq) = (node.ms, node.seq);
+            s.length := s.length - node.live;
+            removed := removed + node.live;
+            went_ms := node.last_ms;
+            went_seq := node.last_seq;
+            CONTINUE;
+        END IF;
+        EXIT WHEN approx;
+        WITH d AS (
+            DELETE FROM pgvs3.resp_stream_entry WHERE ctid = ANY (ARRAY(
+                SELECT ctid FROM pgvs3.resp_stream_entry e
+                 WHERE e.bucket_id = b AND e.key = k AND (e.ms, e.seq) >= (node.ms, node.seq)
+                   AND (next_node.ms IS NULL OR (e.ms, e.seq) < (next_node.ms, next_node.seq))
+                   AND (NOT by_id OR (e.ms, e.seq) < (threshold, threshold_seq))
+                 ORDER BY e.ms, e.seq
+                 LIMIT CASE WHEN by_id THEN NULL ELSE greatest(s.length - threshold, 0) END))
+            RETURNING ms, seq)
+        SELECT count(*) OVER () AS n, ms, seq INTO gone FROM d ORDER BY ms DESC, seq DESC LIMIT 1;
+        IF FOUND THEN
+            UPDATE pgvs3.resp_stream_node n SET live = n.live - gone.n
+             WHERE n.bucket_id = b AND n.key = k AND (n.ms, n.seq) = (node.ms, node.seq);
+            s.length := s.length - gone.n;
+            removed := removed + gone.n;
+            went_ms := gone.ms;
+            went_seq := gone.seq;
+        END IF;
+        EXIT;
+    END LOOP;
+    IF removed = 0 THEN
         RETURN 0;
     END IF;
     UPDATE pgvs3.resp_stream r
-       SET length = r.length - gone.removed,
-           (first_ms, first_seq) = (SELECT coalesce(x.next_ms, gone.ms), coalesce(x.next_seq, gone.seq)
-                                      FROM pgvs3.resp_stream_successor(gone.ms, gone.seq) x)
+       SET length = s.length,
+           (first_ms, first_seq) = (SELECT coalesce(x.next_ms, went_ms), coalesce(x.next_seq, went_seq)
+                                      FROM pgvs3.resp_stream_successor(went_ms, went_seq) x)
      WHERE r.bucket_id = b AND r.key = k;
     UPDATE pgvs3.resp_keys SET version = version + 1 WHERE bucket_id = b AND key = k;
-    RETURN gone.removed;
+    RETURN removed;
 END $$;
 
 --
@@ -4752,7 +4838,8 @@ CREATE TABLE pgvs3.resp_encoding_parameters (
     hash_value bigint,
     set_entries bigint,
     zset_entries bigint,
-    zset_value bigint
+    zset_value bigint,
+    stream_entries bigint
 );
 
 --
@@ -4883,6 +4970,21 @@ CREATE TABLE pgvs3.resp_stream_consumer (
     name bytea NOT NULL,
     seen_ms bigint NOT NULL,
     active_ms bigint
+);
+
+--
+-- Name: resp_stream_node; Type: TABLE; Schema: pgvs3; Owner: -
+--
+
+CREATE TABLE pgvs3.resp_stream_node (
+    bucket_id bigint NOT NULL,
+    key text NOT NULL COLLATE pg_catalog."C",
+    ms bigint NOT NULL,
+    seq bigint NOT NULL,
+    last_ms bigint NOT NULL,
+    last_seq bigint NOT NULL,
+    live bigint NOT NULL,
+    given bigint NOT NULL
 );
 
 --
@@ -5606,6 +5708,13 @@ ALTER TABLE ONLY pgvs3.resp_stream_entry
 
 ALTER TABLE ONLY pgvs3.resp_stream_group
     ADD CONSTRAINT resp_stream_group_pkey PRIMARY KEY (bucket_id, key, name);
+
+--
+-- Name: resp_stream_node resp_stream_node_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.resp_stream_node
+    ADD CONSTRAINT resp_stream_node_pkey PRIMARY KEY (bucket_id, key, ms, seq);
 
 --
 -- Name: resp_stream_pending resp_stream_pending_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -
@@ -6438,6 +6547,13 @@ ALTER TABLE ONLY pgvs3.resp_stream_entry
 
 ALTER TABLE ONLY pgvs3.resp_stream_group
     ADD CONSTRAINT resp_stream_group_bucket_id_key_fkey FOREIGN KEY (bucket_id, key) REFERENCES pgvs3.resp_stream(bucket_id, key) ON UPDATE CASCADE ON DELETE CASCADE;
+
+--
+-- Name: resp_stream_node resp_stream_node_bucket_id_key_fkey; Type: FK CONSTRAINT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.resp_stream_node
+    ADD CONSTRAINT resp_stream_node_bucket_id_key_fkey FOREIGN KEY (bucket_id, key) REFERENCES pgvs3.resp_stream(bucket_id, key) ON UPDATE CASCADE ON DELETE CASCADE;
 
 --
 -- Name: resp_stream_pending resp_stream_pending_bucket_id_key_grp_consumer_fkey; Type: FK CONSTRAINT; Schema: pgvs3; Owner: -

@@ -22,6 +22,14 @@ pub enum Value {
     Double(String),
     /// RESP3's out-of-band `>` frame (pub/sub messages).
     Push(Vec<Value>),
+    /// RESP3's `#t` / `#f`.
+    Bool(bool),
+    /// RESP3's `(` big number.
+    BigNumber(String),
+    /// RESP3's `=` verbatim string: its format, a colon and its text.
+    Verbatim(Vec<u8>),
+    /// RESP3's `~` set.
+    Set(Vec<Value>),
 }
 
 impl Value {
@@ -115,7 +123,9 @@ fn parse(buf: &[u8]) -> Option<(Value, usize)> {
         b':' => Value::Int(text.parse().unwrap()),
         b',' => Value::Double(text.to_owned()),
         b'_' => Value::Nil,
-        b'$' => {
+        b'#' => Value::Bool(text == "t"),
+        b'(' => Value::BigNumber(text.to_owned()),
+        b'$' | b'=' => {
             let len: i64 = text.parse().unwrap();
             if len < 0 {
                 return Some((Value::Nil, used));
@@ -124,9 +134,15 @@ fn parse(buf: &[u8]) -> Option<(Value, usize)> {
             if buf.len() < end + 2 {
                 return None;
             }
-            return Some((Value::Bulk(buf[used..end].to_vec()), end + 2));
+            let data = buf[used..end].to_vec();
+            let value = if buf[0] == b'=' {
+                Value::Verbatim(data)
+            } else {
+                Value::Bulk(data)
+            };
+            return Some((value, end + 2));
         }
-        b'*' | b'%' | b'>' => {
+        b'*' | b'%' | b'>' | b'~' => {
             let count: i64 = text.parse().unwrap();
             if count < 0 {
                 return Some((Value::Nil, used));
@@ -148,6 +164,8 @@ fn parse(buf: &[u8]) -> Option<(Value, usize)> {
                 Value::Map(pairs)
             } else if buf[0] == b'>' {
                 Value::Push(values)
+            } else if buf[0] == b'~' {
+                Value::Set(values)
             } else {
                 Value::Array(values)
             };

@@ -74,17 +74,19 @@ CREATE OR REPLACE FUNCTION pgvs3.resp_settle(b bigint, k text) RETURNS void LANG
        END
 $$;
 
--- The encoding parameters of bucket `b`'s keyspace (0051_resp_encodings.sql), Redis 7.0.15's
--- defaults where CONFIG SET never set one: what CONFIG GET answers and the writes below judge by.
+-- The encoding parameters of bucket `b`'s keyspace (0051_resp_encodings.sql; layout v60 adds
+-- `stream-node-max-entries`), Redis 7.0.15's defaults where CONFIG SET never set one: what
+-- CONFIG GET answers and the writes below judge by.
 -- PL/pgSQL, so that its statement's plan is kept, where a SQL function's would be made at each
 -- write.
 CREATE OR REPLACE FUNCTION pgvs3.resp_encodings(b bigint,
-    OUT hash_entries bigint, OUT hash_value bigint, OUT set_entries bigint, OUT zset_entries bigint, OUT zset_value bigint)
+    OUT hash_entries bigint, OUT hash_value bigint, OUT set_entries bigint, OUT zset_entries bigint, OUT zset_value bigint,
+    OUT stream_entries bigint)
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
     SELECT coalesce(p.hash_entries, 512), coalesce(p.hash_value, 64), coalesce(p.set_entries, 512),
-           coalesce(p.zset_entries, 128), coalesce(p.zset_value, 64)
-      INTO hash_entries, hash_value, set_entries, zset_entries, zset_value
+           coalesce(p.zset_entries, 128), coalesce(p.zset_value, 64), coalesce(p.stream_entries, 100)
+      INTO hash_entries, hash_value, set_entries, zset_entries, zset_value, stream_entries
       FROM (VALUES (1)) AS one LEFT JOIN pgvs3.resp_encoding_parameters p ON p.bucket_id = b;
 END $$;
 
@@ -270,6 +272,8 @@ BEGIN
                 FROM pgvs3.resp_stream WHERE bucket_id = b AND key = src;
             INSERT INTO pgvs3.resp_stream_entry SELECT b, dst, ms, seq, fields
                 FROM pgvs3.resp_stream_entry WHERE bucket_id = b AND key = src;
+            INSERT INTO pgvs3.resp_stream_node SELECT b, dst, ms, seq, last_ms, last_seq, live, given
+                FROM pgvs3.resp_stream_node WHERE bucket_id = b AND key = src;
             -- Its consumer groups too, as Redis copies them.
             INSERT INTO pgvs3.resp_stream_group SELECT b, dst, name, last_ms, last_seq, entries_read
                 FROM pgvs3.resp_stream_group WHERE bucket_id = b AND key = src;

@@ -164,11 +164,7 @@ async fn trimming_by_length_and_by_id() {
         ids(&range(&mut con, &["XRANGE", "s", "-", "+", "COUNT", "1"]).await),
         ["3-0"]
     );
-    // `~` with LIMIT removes at most LIMIT entries.
-    assert_eq!(
-        query::<i64>(&mut con, &["XTRIM", "s", "MAXLEN", "~", "2", "LIMIT", "3"]).await,
-        3
-    );
+    assert_eq!(query::<i64>(&mut con, &["XTRIM", "s", "MAXLEN", "5"]).await, 3);
     assert_eq!(query::<i64>(&mut con, &["XLEN", "s"]).await, 5);
     assert_eq!(query::<i64>(&mut con, &["XTRIM", "s", "MINID", "8"]).await, 2);
     assert_eq!(
@@ -182,7 +178,7 @@ async fn trimming_by_length_and_by_id() {
     for i in 11..=14 {
         query::<String>(
             &mut con,
-            &["XADD", "s", "MAXLEN", "~", "3", &format!("{i}-0"), "n", "x"],
+            &["XADD", "s", "MAXLEN", "=", "3", &format!("{i}-0"), "n", "x"],
         )
         .await;
     }
@@ -216,6 +212,111 @@ async fn trimming_by_length_and_by_id() {
     )
     .await;
     assert_eq!(query::<i64>(&mut con, &["XLEN", "s"]).await, 1);
+}
+
+async fn set_node_entries(con: &mut MultiplexedConnection, value: &str) {
+    let _: () = query(con, &["CONFIG", "SET", "stream-node-max-entries", value]).await;
+}
+
+/// `count` XADDs to `key` with `*` IDs, in one pipeline.
+fn xadds(key: &str, count: usize) -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    for i in 0..count {
+        pipe.cmd("XADD").arg(key).arg("*").arg("f").arg(i).ignore();
+    }
+    pipe
+}
+
+/// `~` trims whole nodes only, as Redis's radix tree of listpacks: a node takes
+/// `stream-node-max-entries` entries (deleted ones count), and goes whole or not at all; LIMIT
+/// counts the entries of whole nodes. Every number here is redis-server 7.0.15's.
+#[tokio::test]
+async fn approximate_trims_remove_whole_nodes_as_redis() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = connect(&gateway).await;
+    set_node_entries(&mut con, "10").await;
+    let _: () = xadds("x", 100).query_async(&mut con).await.unwrap();
+    assert_eq!(query::<i64>(&mut con, &["XTRIM", "x", "MAXLEN", "66"]).await, 34);
+    assert_eq!(query::<i64>(&mut con, &["XTRIM", "x", "MAXLEN", "=", "55"]).await, 11);
+    // The oldest node holds 5 now: without it 50 are left, and the next would leave 40 < 44.
+    assert_eq!(query::<i64>(&mut con, &["XTRIM", "x", "MAXLEN", "~", "44"]).await, 5);
+    assert_eq!(query::<i64>(&mut con, &["XLEN", "x"]).await, 50);
+    assert_eq!(query::<i64>(&mut con, &["XTRIM", "x", "MAXLEN", "~", "40"]).await, 10);
+
+    // LIMIT: no more than 30 entries of whole nodes (3 nodes of 10) per XADD.
+    let _: () = xadds("y", 100).query_async(&mut con).await.unwrap();
+    for expected in [71, 62] {
+        query::<String>(
+            &mut con,
+            &["XADD", "y", "MAXLEN", "~", "55", "LIMIT", "30", "*", "f", "v"],
+        )
+        .await;
+        assert_eq!(query::<i64>(&mut con, &["XLEN", "y"]).await, expected);
+    }
+    // LIMIT 0: no limit.
+    assert_eq!(
+        query::<i64>(&mut con, &["XTRIM", "y", "MAXLEN", "~", "0", "LIMIT", "0"]).await,
+        62
+    );
+
+    // Without LIMIT, `~` removes at most 100 nodes' worth.
+    set_node_entries(&mut con, "1").await;
+    let _: () = xadds("z", 102).query_async(&mut con).await.unwrap();
+    assert_eq!(query::<i64>(&mut con, &["XTRIM", "z", "MAXLEN", "~", "1"]).await, 100);
+    assert_eq!(query::<i64>(&mut con, &["XLEN", "z"]).await, 2);
+    // An exact trim has no limit.
+    let _: () = xadds("z", 200).query_async(&mut con).await.unwrap();
+    assert_eq!(query::<i64>(&mut con, &["XTRIM", "z", "MAXLEN", "1"]).await, 201);
+
+    set_node_entries(&mut con, "2").await;
+    let _: () = xadds("w", 3).query_async(&mut con).await.unwrap();
+    assert_eq!(
+        query::<i64>(&mut con, &["XTRIM", "w", "MAXLEN", "~", "0", "LIMIT", "1"]).await,
+        0
+    );
+    assert_eq!(
+        query::<i64>(&mut con, &["XTRIM", "w", "MAXLEN", "~", "0", "LIMIT", "2"]).await,
+        2
+    );
+
+    // XDEL: a node left empty goes; deleted entries still count against a node's size.
+    set_node_entries(&mut con, "3").await;
+    for i in 1..=6 {
+        query::<String>(&mut con, &["XADD", "v", &format!("{i}-0"), "f", "v"]).await;
+    }
+    assert_eq!(query::<i64>(&mut con, &["XDEL", "v", "1-0", "2-0", "3-0"]).await, 3);
+    query::<String>(&mut con, &["XADD", "v", "7-0", "f", "v"]).await;
+    assert_eq!(query::<i64>(&mut con, &["XTRIM", "v", "MAXLEN", "~", "1"]).await, 3);
+    for i in 8..=10 {
+        query::<String>(&mut con, &["XADD", "v", &format!("{i}-0"), "f", "v"]).await;
+    }
+    // MINID: a node goes when its last ID is below the threshold.
+    assert_eq!(query::<i64>(&mut con, &["XTRIM", "v", "MINID", "~", "9"]).await, 0);
+    assert_eq!(query::<i64>(&mut con, &["XTRIM", "v", "MINID", "~", "10"]).await, 3);
+    query::<String>(&mut con, &["XADD", "v", "11-0", "f", "v"]).await;
+    assert_eq!(query::<i64>(&mut con, &["XDEL", "v", "11-0"]).await, 1);
+    for i in 12..=13 {
+        query::<String>(&mut con, &["XADD", "v", &format!("{i}-0"), "f", "v"]).await;
+    }
+    assert_eq!(query::<i64>(&mut con, &["XTRIM", "v", "MAXLEN", "~", "1"]).await, 2);
+    assert_eq!(ids(&range(&mut con, &["XRANGE", "v", "-", "+"]).await), ["13-0"]);
+
+    // COPY keeps the nodes, as Redis copies the listpacks.
+    for i in 14..=15 {
+        query::<String>(&mut con, &["XADD", "v", &format!("{i}-0"), "f", "v"]).await;
+    }
+    assert_eq!(query::<i64>(&mut con, &["COPY", "v", "u"]).await, 1);
+    assert_eq!(query::<i64>(&mut con, &["XTRIM", "u", "MAXLEN", "~", "0"]).await, 3);
+
+    assert_eq!(
+        query::<Vec<String>>(&mut con, &["CONFIG", "GET", "stream-node-max-entries"]).await,
+        ["stream-node-max-entries", "3"]
+    );
+    assert_eq!(
+        error(&mut con, &["CONFIG", "SET", "stream-node-max-entries", "-1"]).await,
+        "ERR CONFIG SET failed (possibly related to argument 'stream-node-max-entries') - argument must be between 0 \
+         and 9223372036854775807 inclusive"
+    );
 }
 
 #[tokio::test]

@@ -132,3 +132,56 @@ async fn a_set_ex_racing_a_versioning_change_keeps_no_ttl_that_would_hide_it() {
     assert_eq!(stored_expiry(&gateway.sql().await, "k").await, None);
     assert_eq!(error(&mut con, &["EXPIRE", "k", "100"]).await, VERSIONED_TTL);
 }
+
+/// RESTORE with a TTL in a versioned bucket: a string there is refused as SET ... EX is (it
+/// was written as a version without its TTL, which PTTL then showed as -1), and nothing is
+/// written; a typed key keeps its TTL, and a string restored without one is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn restore_with_a_ttl_in_a_versioned_bucket() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = connect(&gateway).await;
+    let _: () = query(&mut con, &["SET", "s", "v"]).await;
+    let _: i64 = query(&mut con, &["RPUSH", "l", "a"]).await;
+    let dump = |key: &'static str| redis::cmd("DUMP").arg(key).clone();
+    let string: Vec<u8> = dump("s").query_async(&mut con).await.unwrap();
+    let list: Vec<u8> = dump("l").query_async(&mut con).await.unwrap();
+    gateway
+        .client
+        .put_bucket_versioning()
+        .bucket("resp")
+        .versioning_configuration(
+            VersioningConfiguration::builder()
+                .status(BucketVersioningStatus::Enabled)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let restore = |key: &str, ttl: &str, payload: &[u8]| {
+        let mut cmd = redis::cmd("RESTORE");
+        cmd.arg(key).arg(ttl).arg(payload);
+        cmd
+    };
+
+    let refused = restore("s2", "100000", &string)
+        .query_async::<()>(&mut con)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        format!("{} {}", refused.code().unwrap_or("?"), refused.detail().unwrap_or("")),
+        VERSIONED_TTL
+    );
+    assert_eq!(query::<Option<String>>(&mut con, &["GET", "s2"]).await, None);
+    // REPLACE over an existing string: refused, the string left as it was.
+    let mut replace = restore("s", "100000", &string);
+    replace.arg("REPLACE");
+    assert!(replace.query_async::<()>(&mut con).await.is_err());
+    assert_eq!(query::<i64>(&mut con, &["PTTL", "s"]).await, -1);
+    assert_eq!(query::<String>(&mut con, &["GET", "s"]).await, "v");
+
+    let _: () = restore("l2", "100000", &list).query_async(&mut con).await.unwrap();
+    assert!(query::<i64>(&mut con, &["PTTL", "l2"]).await > 0);
+    let _: () = restore("s3", "0", &string).query_async(&mut con).await.unwrap();
+    assert_eq!(query::<String>(&mut con, &["GET", "s3"]).await, "v");
+    assert_eq!(query::<i64>(&mut con, &["PTTL", "s3"]).await, -1);
+}

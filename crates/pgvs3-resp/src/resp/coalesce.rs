@@ -10,7 +10,7 @@
 //! - HSET/HMSET, and ZADDs with the same options (not INCR): one call over every pair, which
 //!   answers pair by pair whether it added its field or member (or changed its score); a
 //!   command counts its own pairs.
-//! - XADD with a `*` ID and the same options: one call adds every entry, each with its ID
+//! - XADD with a `*` ID and the same options (no `~` trim): one call adds every entry, each with its ID
 //!   after the one before, and trims after them what each command's trim would have; a
 //!   command answers its own entry's ID, and keeps how many its own trim removed (its `xtrim`
 //!   event, notify/recorder.rs).
@@ -49,8 +49,13 @@ fn kind(typed: &Typed) -> Option<Kind> {
         Some(Kind::HashSet)
     } else if call.is(ZsetOp::Zadd) && call.ints.len() == 6 && call.ints[5] == Some(0) {
         Some(Kind::Zadd)
-    } else if call.is(StreamOp::Xadd) && call.ints.len() == 8 && call.ints[1] == Some(0) {
-        // `*` only: an explicit ID can be too small, which fails that command alone.
+    } else if call.is(StreamOp::Xadd)
+        && call.ints.len() == 8
+        && call.ints[1] == Some(0)
+        && call.ints[4].is_none_or(|how| how < 2)
+    {
+        // `*` only: an explicit ID can be too small, which fails that command alone. Not a `~`
+        // trim: one after all the entries would stop at other nodes than each after its own.
         Some(Kind::Xadd)
     } else {
         None

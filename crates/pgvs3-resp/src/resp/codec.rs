@@ -326,6 +326,16 @@ pub enum Reply {
     /// answers XREAD.
     Keyed(Vec<(Reply, Reply)>),
     Double(f64),
+    /// RESP3's boolean (`#t`/`#f`), an integer (1 or 0) in RESP2: a script's Lua boolean
+    /// after `redis.setresp(3)`.
+    Boolean(bool),
+    /// RESP3's big number (`(`), a bulk string in RESP2: a script's `{big_number = ...}`.
+    BigNumber(String),
+    /// RESP3's verbatim string (`=`, its three-letter format first), a bulk string of the
+    /// text in RESP2: a script's `{verbatim_string = {format = ..., string = ...}}`.
+    Verbatim(String, Bytes),
+    /// RESP3's set (`~`), an array in RESP2: a script's `{set = ...}`.
+    Set(Vec<Reply>),
     /// An out-of-band frame (pub/sub): `>` in RESP3, a plain array in RESP2.
     Push(Vec<Reply>),
     /// A reply larger than the limit it was read with, cut before it was read whole (with the
@@ -423,6 +433,24 @@ impl Reply {
                     }
                     first.encode(resp3, out);
                     second.encode(resp3, out);
+                }
+            }
+            Reply::Boolean(value) if resp3 => line(out, b'#', if *value { b"t" } else { b"f" }),
+            Reply::Boolean(value) => Reply::Integer(i64::from(*value)).encode(resp3, out),
+            Reply::BigNumber(digits) if resp3 => line(out, b'(', digits.as_bytes()),
+            Reply::BigNumber(digits) => Reply::text(digits).encode(resp3, out),
+            Reply::Verbatim(format, text) if resp3 => {
+                line(out, b'=', (format.len() + 1 + text.len()).to_string().as_bytes());
+                out.put_slice(format.as_bytes());
+                out.put_u8(b':');
+                out.put_slice(text);
+                out.put_slice(b"\r\n");
+            }
+            Reply::Verbatim(_, text) => Reply::Bulk(text.clone()).encode(resp3, out),
+            Reply::Set(items) => {
+                line(out, if resp3 { b'~' } else { b'*' }, items.len().to_string().as_bytes());
+                for item in items {
+                    item.encode(resp3, out);
                 }
             }
             Reply::Double(value) if resp3 => line(out, b',', format_score(*value).as_bytes()),

@@ -52,7 +52,8 @@ const MAX_CALLS: u64 = 100_000;
 const MAX_CALL_BYTES: u64 = 256 * 1024 * 1024;
 /// VM instructions between two looks at the clock and at SCRIPT KILL.
 const HOOK_EVERY: u32 = 10_000;
-/// Deepest nesting of tables a reply may have (a table may even contain itself).
+/// Deepest nesting of tables a reply may have (a table may even contain itself); past it the
+/// reply nests Redis's error for a Lua stack that ran out.
 const MAX_DEPTH: usize = 64;
 
 /// Why a script was stopped from outside its own code.
@@ -95,7 +96,7 @@ pub enum Outcome {
 /// interpreter, with the native functions as its arguments; returns the function that runs a
 /// script and turns whatever it raises into an error table (`{err=..., line=...}`).
 const PRELUDE: &str = r##"
-local call, native_pcall, sha1hex, log, stopped, set_environment = ...
+local call, native_pcall, setresp, sha1hex, log, stopped, set_environment = ...
 local type, tostring, error, select, match, byte, raw_pcall, raw_xpcall, raw_resume =
     type, tostring, error, select, string.match, string.byte, pcall, xpcall, coroutine.resume
 local raw_setmetatable, raw_getmetatable, raw_rawset, raw_rawget, raw_next, raw_pairs =
@@ -119,14 +120,25 @@ local function library_error(raised)
 end
 
 -- A script stopped from outside cannot go on by catching the error that stops it; one that
--- catches an error reply sees its table, one that catches a library's error its text.
+-- catches an error reply sees its table (pcall its message, below), one that catches a
+-- library's error its text.
 local function caught(ok, raised, ...)
     local why = stopped()
     if why then error(why, 0) end
     if ok then return ok, raised, ... end
     return ok, raised_reply(raised) or (library_error(raised)) or raised, ...
 end
-pcall = function(...) return caught(raw_pcall(...)) end
+-- Redis 7's own pcall (luaRedisPcall) gives an error table's message, not the table, as
+-- Redis 6 gave the text.
+local function caught_message(ok, raised, ...)
+    if ok then return caught(ok, raised, ...) end
+    local _, caught_error = caught(ok, raised)
+    if type(caught_error) == "table" and type(raw_rawget(caught_error, "err")) == "string" then
+        return ok, raw_rawget(caught_error, "err")
+    end
+    return ok, caught_error
+end
+pcall = function(...) return caught_message(raw_pcall(...)) end
 -- The handler of an error the hook raised runs with the hook off (Lua 5.1 turns it off while
 -- the hook runs, and the error leaves from inside it), so a handler that loops would never be
 -- stopped: once the script must stop, the script's handler is not run at all.
@@ -156,9 +168,7 @@ function redis.status_reply(text)
 end
 redis.sha1hex = sha1hex
 redis.log = log
-function redis.setresp(version)
-    if version ~= 2 then error("pgvs3 scripts speak RESP2 only (redis.setresp(3) is not supported)", 2) end
-end
+redis.setresp = setresp
 function redis.set_repl(_) end
 function redis.replicate_commands() return true end
 
@@ -323,7 +333,8 @@ pub fn run(
     calls: mpsc::Sender<Call>,
 ) -> Outcome {
     let deadline = Instant::now() + limits.time;
-    let lua = match sandbox(limits, deadline, stop, calls) {
+    let protocol = Rc::new(Cell::new(2));
+    let lua = match sandbox(limits, deadline, stop, calls, &protocol) {
         Ok(lua) => lua,
         Err(err) => return Outcome::Aborted(Reply::error(format!("ERR could not start the Lua interpreter: {err}"))),
     };
@@ -352,7 +363,7 @@ pub fn run(
                 return Err(mlua::Error::MemoryError(String::new()));
             }
             Value::Table(raised) => error_reply(&raised, chunk),
-            _ => to_reply(&value, 0),
+            _ => to_reply(&value, protocol.get() == 3, 0),
         })
     })();
     // A script that ended by itself keeps its result, even if SCRIPT KILL or its deadline came
@@ -410,7 +421,13 @@ fn out_of_memory(limits: Limits) -> Reply {
 }
 
 /// A fresh interpreter with Redis's libraries, the `redis` table and the bounds in place.
-fn sandbox(limits: Limits, deadline: Instant, stop: &Arc<Stop>, calls: mpsc::Sender<Call>) -> mlua::Result<Lua> {
+fn sandbox(
+    limits: Limits,
+    deadline: Instant,
+    stop: &Arc<Stop>,
+    calls: mpsc::Sender<Call>,
+    protocol: &Rc<Cell<u8>>,
+) -> mlua::Result<Lua> {
     // The base library (with coroutines, as in 5.1), table, string, math, and Redis's cjson,
     // cmsgpack, bit and struct. No io, os, package (require) or debug.
     let lua = Lua::new_with(StdLib::TABLE | StdLib::STRING | StdLib::MATH, LuaOptions::new())?;
@@ -428,15 +445,21 @@ fn sandbox(limits: Limits, deadline: Instant, stop: &Arc<Stop>, calls: mpsc::Sen
     )?;
     let check_stop = Arc::clone(stop);
     let stopped_fn = lua.create_function(move |_, ()| Ok(stopped(&check_stop, deadline, limit)))?;
-    let (call, pcall) = native_calls(&lua, calls)?;
+    let (call, pcall) = native_calls(&lua, calls, protocol)?;
+    let setresp = set_protocol(&lua, protocol)?;
     let sha1hex = library::function(&lua, sha1hex)?;
     let log = script_log(&lua)?;
     let set_environment =
         lua.create_function(|_, (function, env): (mlua::Function, Table)| function.set_environment(env))?;
-    let runner: mlua::Function =
-        lua.load(PRELUDE)
-            .set_name("=prelude")
-            .call((call, pcall, sha1hex, log, stopped_fn, set_environment))?;
+    let runner: mlua::Function = lua.load(PRELUDE).set_name("=prelude").call((
+        call,
+        pcall,
+        setresp,
+        sha1hex,
+        log,
+        stopped_fn,
+        set_environment,
+    ))?;
     lua.set_named_registry_value(RUNNER, runner)?;
     // Set last: the libraries and the prelude are not the script's to pay for.
     lua.set_memory_limit(limits.memory.saturating_add(lua.used_memory()))?;
@@ -529,24 +552,66 @@ fn log_rate_allows(bytes: usize) -> bool {
 /// call) keeps the script's frame and its line. `redis.pcall` returns an error reply as an error
 /// table; `redis.call` raises it, marked with [`RAISED`] and the script's line, which the
 /// prelude turns back into the table Redis raises.
-fn native_calls(lua: &Lua, calls: mpsc::Sender<Call>) -> mlua::Result<(mlua::Function, mlua::Function)> {
+fn native_calls(
+    lua: &Lua,
+    calls: mpsc::Sender<Call>,
+    protocol: &Rc<Cell<u8>>,
+) -> mlua::Result<(mlua::Function, mlua::Function)> {
     let dispatch = Rc::new(Dispatch {
         calls,
         count: Cell::new(0),
         bytes: Cell::new(0),
     });
     let raising = Rc::clone(&dispatch);
+    let call_protocol = Rc::clone(protocol);
     let call = lua.create_function(move |lua, args: mlua::Variadic<Value>| match raising.send(&args) {
-        Reply::Error(text) => {
-            // Level 0 is this function, 1 the script that called it.
-            let line = lua.inspect_stack(1, |frame| frame.current_line()).flatten();
-            let line = line.map_or_else(String::new, |line| line.to_string());
-            Err(mlua::Error::runtime(format!("{RAISED}{line}:{text}")))
-        }
-        reply => to_lua(lua, &reply),
+        Reply::Error(text) => Err(raised(lua, &text)),
+        reply => to_lua(lua, &reply, call_protocol.get() == 3),
     })?;
-    let pcall = lua.create_function(move |lua, args: mlua::Variadic<Value>| to_lua(lua, &dispatch.send(&args)))?;
+    let pcall_protocol = Rc::clone(protocol);
+    let pcall = lua.create_function(move |lua, args: mlua::Variadic<Value>| {
+        to_lua(lua, &dispatch.send(&args), pcall_protocol.get() == 3)
+    })?;
     Ok((call, pcall))
+}
+
+/// An error reply raised from a native function, at the line of the script that called it
+/// (level 0 is the function, 1 its caller), as the prelude reads it back (see [`RAISED`]).
+fn raised(lua: &Lua, text: &str) -> mlua::Error {
+    let line = lua.inspect_stack(1, |frame| frame.current_line()).flatten();
+    let line = line.map_or_else(String::new, |line| line.to_string());
+    mlua::Error::runtime(format!("{RAISED}{line}:{text}"))
+}
+
+/// `redis.setresp(2 or 3)`: the protocol the script's calls answer in from then on (RESP3's
+/// maps, doubles, nulls, ... become Lua values as Redis 7.0's `redisProtocolToLuaType` makes
+/// them) and how its Lua booleans are returned. The version is read as `lua_tonumber` reads it
+/// (anything but a number is 0), with Redis's `luaSetResp` errors.
+fn set_protocol(lua: &Lua, protocol: &Rc<Cell<u8>>) -> mlua::Result<mlua::Function> {
+    let protocol = Rc::clone(protocol);
+    lua.create_function(move |lua, args: mlua::MultiValue| {
+        let args = args.into_vec();
+        let [version] = &args[..] else {
+            return Err(raised(lua, "ERR redis.setresp() requires one argument."));
+        };
+        let version = match version {
+            Value::Integer(number) => *number as f64,
+            Value::Number(number) => *number,
+            Value::String(text) => text
+                .to_str()
+                .ok()
+                .and_then(|text| text.trim().parse().ok())
+                .unwrap_or(0.0),
+            _ => 0.0,
+        };
+        // C's conversion to int truncates.
+        match version.trunc() {
+            2.0 => protocol.set(2),
+            3.0 => protocol.set(3),
+            _ => return Err(raised(lua, "ERR RESP version must be 2 or 3.")),
+        }
+        Ok(())
+    })
 }
 
 /// Marks an error reply `redis.call` raises (the prelude's pattern spells it `\1pgvs3:`).
@@ -622,16 +687,24 @@ fn strings(lua: &Lua, items: &[Bytes]) -> mlua::Result<Table> {
     Ok(table)
 }
 
-/// A reply as Lua sees it (Redis's RESP2 conversion): integers are numbers, bulk strings
-/// strings, nil is false, arrays (and maps, flattened) tables, status and error replies
-/// tables with an `ok` or `err` field.
-fn to_lua(lua: &Lua, reply: &Reply) -> mlua::Result<Value> {
-    let pairs_table = |pairs: &[(Reply, Reply)]| -> mlua::Result<Value> {
-        let table = lua.create_table_with_capacity(pairs.len() * 2, 0)?;
-        for (i, (key, value)) in pairs.iter().enumerate() {
-            table.raw_set(2 * i + 1, to_lua(lua, key)?)?;
-            table.raw_set(2 * i + 2, to_lua(lua, value)?)?;
+/// A reply as Lua sees it, as Redis 7.0's `redisProtocolToLuaType` converts what the command
+/// answered in the script's protocol. Both: integers are numbers, bulk strings strings, status
+/// and error replies tables with an `ok` or `err` field, arrays tables. RESP2 (`resp3` false):
+/// nil is false, maps flattened, doubles and big numbers strings, booleans 1 or 0. RESP3: nil
+/// is nil, booleans booleans, a map `{map = {key = value}}`, a set `{set = {member = true}}`, a
+/// double `{double = number}`, a big number `{big_number = text}`, a verbatim string
+/// `{verbatim_string = {format = ..., string = ...}}`.
+fn to_lua(lua: &Lua, reply: &Reply, resp3: bool) -> mlua::Result<Value> {
+    let array = |items: &mut dyn Iterator<Item = mlua::Result<Value>>, len: usize| -> mlua::Result<Value> {
+        let table = lua.create_table_with_capacity(len, 0)?;
+        for (i, item) in items.enumerate() {
+            table.raw_set(i + 1, item?)?;
         }
+        Ok(Value::Table(table))
+    };
+    let tagged = |tag: &str, value: Value| -> mlua::Result<Value> {
+        let table = lua.create_table_with_capacity(0, 1)?;
+        table.raw_set(tag, value)?;
         Ok(Value::Table(table))
     };
     Ok(match reply {
@@ -642,57 +715,129 @@ fn to_lua(lua: &Lua, reply: &Reply) -> mlua::Result<Value> {
         Reply::OverLimit(_) => Value::Table(lua.create_table_from([("err", "ERR the reply is too large")])?),
         Reply::Integer(number) => Value::Number(*number as f64),
         Reply::Bulk(bytes) => Value::String(lua.create_string(bytes)?),
+        Reply::Nil | Reply::NilArray if resp3 => Value::Nil,
         Reply::Nil | Reply::NilArray => Value::Boolean(false),
+        Reply::Double(number) if resp3 => tagged("double", Value::Number(*number))?,
         Reply::Double(number) => Value::String(lua.create_string(format_score(*number))?),
-        Reply::Array(items) | Reply::Push(items) => {
-            let table = lua.create_table_with_capacity(items.len(), 0)?;
-            for (i, item) in items.iter().enumerate() {
-                table.raw_set(i + 1, to_lua(lua, item)?)?;
-            }
-            Value::Table(table)
+        Reply::Boolean(value) if resp3 => Value::Boolean(*value),
+        Reply::Boolean(value) => Value::Number(f64::from(u8::from(*value))),
+        Reply::BigNumber(digits) if resp3 => tagged("big_number", Value::String(lua.create_string(digits)?))?,
+        Reply::BigNumber(digits) => Value::String(lua.create_string(digits)?),
+        Reply::Verbatim(format, text) if resp3 => {
+            let verbatim = lua.create_table_with_capacity(0, 2)?;
+            verbatim.raw_set("string", lua.create_string(text)?)?;
+            verbatim.raw_set("format", lua.create_string(format)?)?;
+            tagged("verbatim_string", Value::Table(verbatim))?
         }
-        Reply::Map(pairs) | Reply::Pairs(pairs) => pairs_table(pairs)?,
-        // Scripts speak RESP2, where XREAD answers `[key, entries]` arrays.
-        Reply::Keyed(pairs) => {
-            let table = lua.create_table_with_capacity(pairs.len(), 0)?;
-            for (i, (key, value)) in pairs.iter().enumerate() {
-                let pair = lua.create_table_with_capacity(2, 0)?;
-                pair.raw_set(1, to_lua(lua, key)?)?;
-                pair.raw_set(2, to_lua(lua, value)?)?;
-                table.raw_set(i + 1, pair)?;
+        Reply::Verbatim(_, text) => Value::String(lua.create_string(text)?),
+        Reply::Set(members) if resp3 => {
+            let set = lua.create_table_with_capacity(0, members.len())?;
+            for member in members {
+                // (A nil member cannot be a key: Redis's lua_settable raises; none is sent.)
+                let member = to_lua(lua, member, resp3)?;
+                if !matches!(member, Value::Nil) {
+                    set.raw_set(member, true)?;
+                }
             }
-            Value::Table(table)
+            tagged("set", Value::Table(set))?
         }
+        Reply::Map(pairs) | Reply::Keyed(pairs) if resp3 => {
+            let map = lua.create_table_with_capacity(0, pairs.len())?;
+            for (key, value) in pairs {
+                let key = to_lua(lua, key, resp3)?;
+                if !matches!(key, Value::Nil) {
+                    map.raw_set(key, to_lua(lua, value, resp3)?)?;
+                }
+            }
+            tagged("map", Value::Table(map))?
+        }
+        Reply::Array(items) | Reply::Push(items) | Reply::Set(items) => {
+            array(&mut items.iter().map(|item| to_lua(lua, item, resp3)), items.len())?
+        }
+        // RESP3's pairs are arrays of two; RESP2's (and a map's) one flat array.
+        Reply::Pairs(pairs) if resp3 => array(
+            &mut pairs
+                .iter()
+                .map(|(first, second)| array(&mut [first, second].into_iter().map(|item| to_lua(lua, item, resp3)), 2)),
+            pairs.len(),
+        )?,
+        Reply::Map(pairs) | Reply::Pairs(pairs) => array(
+            &mut pairs
+                .iter()
+                .flat_map(|(key, value)| [key, value])
+                .map(|item| to_lua(lua, item, resp3)),
+            pairs.len() * 2,
+        )?,
+        // RESP2's XREAD: `[key, entries]` arrays.
+        Reply::Keyed(pairs) => array(
+            &mut pairs
+                .iter()
+                .map(|(key, value)| array(&mut [key, value].into_iter().map(|item| to_lua(lua, item, resp3)), 2)),
+            pairs.len(),
+        )?,
     })
 }
 
-/// What a script returns, as a reply: numbers are truncated to integers, true is 1, false and
-/// nil are nil, a table with `ok` or `err` a status or an error, another table an array of its
-/// items up to the first nil.
-fn to_reply(value: &Value, depth: usize) -> Reply {
+/// What a script returns, as a reply (Redis 7.0's `luaReplyToRedisReply`): numbers are
+/// truncated to integers; true is 1 and false nil, or (`resp3`, after `redis.setresp(3)`)
+/// RESP3 booleans; nil is nil; a table with `err`, `ok`, `double`, `big_number`,
+/// `verbatim_string`, `map` or `set` (looked for in that order) that reply, another table an
+/// array of its items up to the first nil. Each is sent in the client's protocol.
+fn to_reply(value: &Value, resp3: bool, depth: usize) -> Reply {
     match value {
-        Value::Nil | Value::Boolean(false) => Reply::Nil,
+        Value::Nil => Reply::Nil,
+        Value::Boolean(value) if resp3 => Reply::Boolean(*value),
+        Value::Boolean(false) => Reply::Nil,
         Value::Boolean(true) => Reply::Integer(1),
         Value::Integer(number) => Reply::Integer(*number),
         Value::Number(number) => Reply::Integer(*number as i64),
         Value::String(text) => Reply::Bulk(Bytes::copy_from_slice(&text.as_bytes())),
         Value::Table(table) => {
-            if let Ok(Value::String(error)) = table.raw_get::<Value>("err") {
+            let field = |name: &str| table.raw_get::<Value>(name).unwrap_or(Value::Nil);
+            if let Value::String(error) = field("err") {
                 return Reply::Error(error.to_string_lossy());
             }
-            if let Ok(Value::String(status)) = table.raw_get::<Value>("ok") {
-                return Reply::Status(status.to_string_lossy());
+            if let Value::String(status) = field("ok") {
+                return Reply::Status(status.to_string_lossy().replace(['\r', '\n'], " "));
+            }
+            if let Value::Integer(_) | Value::Number(_) = field("double") {
+                return Reply::Double(table.raw_get::<f64>("double").unwrap_or_default());
+            }
+            if let Value::String(digits) = field("big_number") {
+                return Reply::BigNumber(digits.to_string_lossy().replace(['\r', '\n'], " "));
+            }
+            if let Value::Table(verbatim) = field("verbatim_string")
+                && let Ok(Value::String(format)) = verbatim.raw_get::<Value>("format")
+                && let Ok(Value::String(text)) = verbatim.raw_get::<Value>("string")
+            {
+                // Redis writes the format's first three bytes.
+                let format: String = format.to_string_lossy().chars().chain("   ".chars()).take(3).collect();
+                return Reply::Verbatim(format, Bytes::copy_from_slice(&text.as_bytes()));
             }
             if depth >= MAX_DEPTH {
-                return Reply::error(format!(
-                    "ERR reached the most nested reply a script may return ({MAX_DEPTH} levels)"
-                ));
+                return Reply::error("ERR reached lua stack limit");
+            }
+            if let Value::Table(map) = field("map") {
+                return Reply::Map(
+                    map.pairs::<Value, Value>()
+                        .filter_map(Result::ok)
+                        .map(|(key, value)| (to_reply(&key, resp3, depth + 1), to_reply(&value, resp3, depth + 1)))
+                        .collect(),
+                );
+            }
+            if let Value::Table(set) = field("set") {
+                return Reply::Set(
+                    set.pairs::<Value, Value>()
+                        .filter_map(Result::ok)
+                        .map(|(member, _)| to_reply(&member, resp3, depth + 1))
+                        .collect(),
+                );
             }
             let mut items = Vec::new();
             for i in 1.. {
                 match table.raw_get::<Value>(i) {
                     Ok(Value::Nil) | Err(_) => break,
-                    Ok(item) => items.push(to_reply(&item, depth + 1)),
+                    Ok(item) => items.push(to_reply(&item, resp3, depth + 1)),
                 }
             }
             Reply::Array(items)

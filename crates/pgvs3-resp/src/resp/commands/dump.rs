@@ -11,6 +11,7 @@ use super::family::{self, FamilyError, word, words};
 use super::rdb::{self, Refused, Value};
 use crate::resp::codec::Reply;
 use crate::resp::command::{key, not_an_integer, parse_integer, syntax_error};
+use crate::resp::keys::versioned_ttl;
 use crate::store::{KeyType, KvBatch, KvValue};
 
 /// Most bytes of elements DUMP reads of a collection (the payload is built in memory).
@@ -167,6 +168,11 @@ impl Restore {
                     .min(UNIX_EPOCH + LATEST_EXPIRY),
             ),
         };
+        if expires_at.is_some() && batch.versioned() && matches!(value, Value::String(_)) {
+            // A string there is an S3 version, which takes no TTL: refused as SET ... EX is,
+            // where writing it would have dropped the TTL.
+            return Err(versioned_ttl().into());
+        }
         batch.delete(&self.key);
         if expires_at.is_some_and(|at| at <= SystemTime::now()) {
             // Already expired: nothing is created (a replaced key is gone), as in Redis.

@@ -449,7 +449,7 @@ fn memory_command(args: &[Bytes]) -> Reply {
 }
 
 /// Redis's encoding parameters that decide what OBJECT ENCODING answers for a hash, set or
-/// sorted set, kept per keyspace in PostgreSQL (so the same for every gateway, as
+/// sorted set, and where a stream's `~` trims stop (its nodes' size), kept per keyspace in PostgreSQL (so the same for every gateway, as
 /// `notify-keyspace-events`): each name (7.0's, and its ziplist alias of Redis 6), what it
 /// sets, and whether it takes a memory value (`1kb`) rather than an integer (Redis's
 /// MEMORY_CONFIG and INTEGER_CONFIG, config.c).
@@ -463,12 +463,14 @@ const KEPT_ENCODING_PARAMETERS: &[(&str, EncodingParameter, bool)] = &[
     ("zset-max-ziplist-entries", EncodingParameter::ZsetEntries, false),
     ("zset-max-listpack-value", EncodingParameter::ZsetValue, true),
     ("zset-max-ziplist-value", EncodingParameter::ZsetValue, true),
+    ("stream-node-max-entries", EncodingParameter::StreamEntries, false),
 ];
 
-/// Redis's other parameters that only choose in-memory encodings (list and stream node sizes,
-/// 7.2's listpack sets) or defragmentation, with Redis 7's defaults: they change nothing a
-/// client can see here (a list is always `quicklist` in 7.0), so CONFIG SET accepts them and
-/// changes nothing, and CONFIG GET answers the defaults.
+/// Redis's other parameters that only choose in-memory encodings (list node sizes, 7.2's
+/// listpack sets) or defragmentation, with Redis 7's defaults: they change nothing a client can
+/// see here (a list is always `quicklist` in 7.0), so CONFIG SET accepts them and changes
+/// nothing, and CONFIG GET answers the defaults. `stream-node-max-bytes` too: a stream's nodes
+/// here are bounded by `stream-node-max-entries` alone (see docs/resp-compatibility.md).
 const ENCODING_PARAMETERS: &[(&str, &str)] = &[
     ("list-max-listpack-size", "-2"),
     ("list-max-ziplist-size", "-2"),
@@ -476,7 +478,6 @@ const ENCODING_PARAMETERS: &[(&str, &str)] = &[
     ("set-max-listpack-entries", "128"),
     ("set-max-listpack-value", "64"),
     ("stream-node-max-bytes", "4096"),
-    ("stream-node-max-entries", "100"),
     ("activedefrag", "no"),
     ("lazyfree-lazy-user-del", "no"),
     ("lazyfree-lazy-user-flush", "no"),

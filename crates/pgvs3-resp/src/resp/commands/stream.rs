@@ -14,9 +14,6 @@ use crate::resp::command::{integer, key, parse_integer, syntax_error, wrong_arit
 use crate::resp::typed::{Shape, Typed};
 use crate::store::{StreamOp, TypedRow};
 
-/// How many entries XADD's and XTRIM's `~` trimming removes at most without LIMIT: Redis's
-/// default, 100 times `stream-node-max-entries` (100).
-const APPROXIMATE_LIMIT: i64 = 10_000;
 /// Most bytes of fields and values one entry holds: PostgreSQL keeps a row's array in one
 /// value of at most 1 GiB, and an error raised there would fail the shared transaction.
 const MAX_ENTRY_BYTES: usize = 512 * 1024 * 1024;
@@ -267,23 +264,36 @@ pub(super) fn entries(
     found
 }
 
-/// XADD's and XTRIM's trimming: by length (MAXLEN) or by least ID (MINID), and how many
-/// entries it may remove at most (`None`: all it should).
+/// XADD's and XTRIM's trimming: by length (MAXLEN) or by least ID (MINID), and how.
 #[derive(Debug, Clone, Copy)]
-enum Trim {
-    MaxLen(i64, Option<i64>),
-    MinId(StreamId, Option<i64>),
+struct Trim {
+    by: TrimBy,
+    /// `~`: only whole nodes go, as in Redis (functions/resp_stream.sql `resp_stream_trim`).
+    approximate: bool,
+    /// LIMIT: how many entries a `~` trim may remove at most (`Some(0)`: no limit; `None`:
+    /// Redis's default, 100 nodes' worth).
+    most: Option<i64>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum TrimBy {
+    MaxLen(i64),
+    MinId(StreamId),
 }
 
 impl Trim {
-    /// As the SQL takes it: {by ID (1) or length (0), threshold, threshold's seq, most}.
+    /// As the SQL takes it: {by ID (1) or length (0), plus 2 for `~`, threshold, threshold's
+    /// seq, most}.
     fn ints(trim: Option<Trim>) -> [Option<i64>; 4] {
-        match trim {
-            None => [None; 4],
-            Some(Trim::MaxLen(len, most)) => [Some(0), Some(len), None, most],
-            Some(Trim::MinId(id, most)) => {
+        let Some(trim) = trim else {
+            return [None; 4];
+        };
+        let how = 2 * i64::from(trim.approximate);
+        match trim.by {
+            TrimBy::MaxLen(len) => [Some(how), Some(len), None, trim.most],
+            TrimBy::MinId(id) => {
                 let [ms, seq] = id.stored();
-                [Some(1), ms, seq, most]
+                [Some(how + 1), ms, seq, trim.most]
             }
         }
     }
@@ -393,19 +403,16 @@ fn parse_add_or_trim(args: &[Bytes], xadd: bool) -> Result<AddOrTrim, Reply> {
             "ERR syntax error, LIMIT cannot be used without the special ~ option",
         ));
     }
-    // `~` lets Redis stop short of the threshold; pgvs3 trims to it exactly, within LIMIT
-    // (0: no limit).
-    let most = match limit {
-        Some(0) => None,
-        Some(most) => Some(most),
-        None if approximate => Some(APPROXIMATE_LIMIT),
-        None => None,
-    };
-    let trim = match strategy {
+    let by = match strategy {
         Strategy::None => None,
-        Strategy::MaxLen(len) => Some(Trim::MaxLen(len, most)),
-        Strategy::MinId(id) => Some(Trim::MinId(id, most)),
+        Strategy::MaxLen(len) => Some(TrimBy::MaxLen(len)),
+        Strategy::MinId(id) => Some(TrimBy::MinId(id)),
     };
+    let trim = by.map(|by| Trim {
+        by,
+        approximate,
+        most: limit,
+    });
     Ok(AddOrTrim {
         trim,
         nomkstream,

@@ -48,7 +48,9 @@ pub enum LibraryPolicy {
 
 /// Redis's encoding parameters that pgvs3 keeps per keyspace, in
 /// `pgvs3.resp_encoding_parameters` (0051_resp_encodings.sql): the limits within which a hash,
-/// set or sorted set is in its small encoding (functions/resp_keys.sql `resp_grown`).
+/// set or sorted set is in its small encoding (functions/resp_keys.sql `resp_grown`), and how
+/// many entries a stream's node takes (0060_resp_stream_nodes.sql), which XADD's and XTRIM's
+/// `~` trims by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EncodingParameter {
     HashEntries,
@@ -56,15 +58,17 @@ pub enum EncodingParameter {
     SetEntries,
     ZsetEntries,
     ZsetValue,
+    StreamEntries,
 }
 
 impl EncodingParameter {
-    pub const ALL: [EncodingParameter; 5] = [
+    pub const ALL: [EncodingParameter; 6] = [
         EncodingParameter::HashEntries,
         EncodingParameter::HashValue,
         EncodingParameter::SetEntries,
         EncodingParameter::ZsetEntries,
         EncodingParameter::ZsetValue,
+        EncodingParameter::StreamEntries,
     ];
 
     /// Its column, and `pgvs3.resp_encodings`' output of the same name.
@@ -75,6 +79,7 @@ impl EncodingParameter {
             EncodingParameter::SetEntries => "set_entries",
             EncodingParameter::ZsetEntries => "zset_entries",
             EncodingParameter::ZsetValue => "zset_value",
+            EncodingParameter::StreamEntries => "stream_entries",
         }
     }
 }
