@@ -398,6 +398,54 @@ async fn condition_keys_narrow_and_widen_grants() {
     gw.stop().await;
 }
 
+/// AWS's server-access-log delivery policy (a `Service` principal, `ArnLike` on
+/// `aws:SourceArn`, `aws:SourceAccount`) is taken (it was 501 NotImplemented for `ArnLike`) and
+/// allows no request of the S3 front: none is the logging service's, and none carries
+/// `aws:SourceArn`, so on a key's request the `Arn*` operators see it absent, as IAM does.
+#[tokio::test]
+async fn the_log_delivery_policy_is_taken_and_arn_conditions_see_no_source() {
+    let gw = TestGateway::start().await;
+    for bucket in ["logs", "src"] {
+        gw.client.create_bucket().bucket(bucket).send().await.unwrap();
+    }
+    let bob = add_key(&gw, "BOBKEY").await;
+    let delivery = r#"{"Version":"2012-10-17","Statement":[{"Sid":"S3ServerAccessLogsPolicy","Effect":"Allow",
+        "Principal":{"Service":"logging.s3.amazonaws.com"},"Action":["s3:PutObject"],"Resource":"arn:aws:s3:::logs/log/*",
+        "Condition":{"ArnLike":{"aws:SourceArn":"arn:aws:s3:::src"},"StringEquals":{"aws:SourceAccount":"123456789012"}}}]}"#;
+    put_policy(&gw, "logs", delivery).await.unwrap();
+    let status = gw
+        .client
+        .get_bucket_policy_status()
+        .bucket("logs")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(status.policy_status().and_then(|s| s.is_public()), Some(false));
+    assert_eq!(put(&bob, "logs", "log/x").await, Err("AccessDenied".to_owned()));
+    put(&gw.client, "logs", "log/x").await.unwrap();
+    let cases = [
+        (r#"{"ArnLike":{"aws:SourceArn":"arn:aws:s3:::*"}}"#, false),
+        (r#"{"ArnEquals":{"aws:SourceArn":"arn:aws:s3:::src"}}"#, false),
+        (r#"{"ArnNotLike":{"aws:SourceArn":"arn:aws:s3:::src"}}"#, true),
+        (r#"{"ArnNotEquals":{"aws:SourceArn":"arn:aws:s3:::src"}}"#, true),
+        (r#"{"ArnEqualsIfExists":{"aws:SourceArn":"arn:aws:s3:::src"}}"#, true),
+        (r#"{"ArnLikeIfExists":{"aws:SourceArn":"arn:aws:s3:::other"}}"#, true),
+    ];
+    for (condition, allowed) in cases {
+        let policy = format!(
+            r#"{{"Version":"2012-10-17","Statement":[{{"Effect":"Allow","Principal":{{"AWS":"BOBKEY"}},"Action":"s3:GetObject","Resource":"arn:aws:s3:::logs/*","Condition":{condition}}}]}}"#
+        );
+        put_policy(&gw, "logs", &policy).await.unwrap();
+        let expected = if allowed {
+            Ok(())
+        } else {
+            Err("AccessDenied".to_owned())
+        };
+        assert_eq!(get(&bob, "logs", "log/x").await, expected, "{condition}");
+    }
+    gw.stop().await;
+}
+
 #[tokio::test]
 async fn boto3_puts_a_policy_and_reads_a_public_bucket_unsigned() {
     let gw = TestGateway::start().await;

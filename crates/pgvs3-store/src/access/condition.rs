@@ -47,6 +47,10 @@ enum Operator {
     Bool,
     IpAddress,
     NotIpAddress,
+    ArnEquals,
+    ArnNotEquals,
+    ArnLike,
+    ArnNotLike,
     Null,
 }
 
@@ -72,6 +76,10 @@ const OPERATORS: &[(&str, Operator)] = &[
     ("Bool", Operator::Bool),
     ("IpAddress", Operator::IpAddress),
     ("NotIpAddress", Operator::NotIpAddress),
+    ("ArnEquals", Operator::ArnEquals),
+    ("ArnNotEquals", Operator::ArnNotEquals),
+    ("ArnLike", Operator::ArnLike),
+    ("ArnNotLike", Operator::ArnNotLike),
     ("Null", Operator::Null),
 ];
 
@@ -87,6 +95,8 @@ const CONDITION_KEYS: &[&str] = &[
     "aws:principaltype",
     "aws:username",
     "aws:userid",
+    "aws:sourcearn",
+    "aws:sourceaccount",
     "s3:prefix",
     "s3:delimiter",
     "s3:max-keys",
@@ -146,7 +156,8 @@ impl Condition {
     /// Allow for everyone under it is not public, as AWS's "meaning of public" for Block Public
     /// Access counts it: a set of addresses (`aws:SourceIp`, each block no wider than
     /// [`NARROWEST_PUBLIC_V4`]/[`NARROWEST_PUBLIC_V6`] bits of prefix: `0.0.0.0/0` is everyone),
-    /// or a fixed `aws:userid` (no wildcard, no policy variable). A negated operator, an
+    /// or a fixed `aws:userid`, `aws:SourceAccount` or `aws:SourceArn` (no wildcard, no policy
+    /// variable). A negated operator, an
     /// `...IfExists` one, or `aws:username` (not in AWS's list) pins nothing.
     pub(super) fn narrows_requester(&self) -> bool {
         if self.if_exists || self.values.is_empty() {
@@ -158,9 +169,14 @@ impl Condition {
                 .values
                 .iter()
                 .all(|value| parse_cidr(value).is_some_and(|block| !block.is_broad())),
-            ("aws:userid", Operator::StringEquals | Operator::StringEqualsIgnoreCase | Operator::StringLike) => {
-                self.values.iter().all(fixed)
-            }
+            (
+                "aws:userid" | "aws:sourceaccount",
+                Operator::StringEquals | Operator::StringEqualsIgnoreCase | Operator::StringLike,
+            ) => self.values.iter().all(fixed),
+            (
+                "aws:sourcearn",
+                Operator::ArnEquals | Operator::ArnLike | Operator::StringEquals | Operator::StringLike,
+            ) => self.values.iter().all(fixed),
             _ => false,
         }
     }
@@ -186,7 +202,7 @@ impl Condition {
                 _ => (bare, false),
             };
             let Some(&(_, operator)) = OPERATORS.iter().find(|(known, _)| *known == bare) else {
-                return match ["Arn", "Binary"].iter().any(|family| bare.starts_with(family)) {
+                return match bare.starts_with("Binary") {
                     true => Err(PolicyRefused::NotImplemented(format!(
                         "condition operator {name} is not supported here"
                     ))),
@@ -286,6 +302,8 @@ impl Condition {
                 | Operator::NumericNotEquals
                 | Operator::DateNotEquals
                 | Operator::NotIpAddress
+                | Operator::ArnNotEquals
+                | Operator::ArnNotLike
         );
         let Some(value) = value else {
             // IAM: a missing key matches nothing, so a negated condition holds.
@@ -319,9 +337,21 @@ impl Condition {
             DateLessThanEquals => date().is_some_and(|(a, w)| a <= w),
             DateGreaterThan => date().is_some_and(|(a, w)| a > w),
             DateGreaterThanEquals => date().is_some_and(|(a, w)| a >= w),
+            // IAM: the two are the same test (ArnEquals takes wildcards too).
+            ArnEquals | ArnNotEquals | ArnLike | ArnNotLike => arn_matches(wanted, actual),
             Null => false,
         }
     }
+}
+
+/// IAM's ARN comparison: each of the six colon-separated parts (`arn`, partition, service,
+/// region, account, resource; the resource keeps its own colons) is matched on its own, so a
+/// wildcard never reaches into the next part. A value that is not an ARN matches nothing.
+fn arn_matches(pattern: &str, arn: &str) -> bool {
+    const PARTS: usize = 6;
+    let (pattern, arn): (Vec<&str>, Vec<&str>) =
+        (pattern.splitn(PARTS, ':').collect(), arn.splitn(PARTS, ':').collect());
+    pattern.len() == PARTS && arn.len() == PARTS && pattern.iter().zip(&arn).all(|(part, value)| glob(part, value))
 }
 
 /// A condition value as text (IAM takes numbers and booleans unquoted too).
@@ -380,6 +410,9 @@ impl RequestContext<'_> {
                 Requester::Key { access_key, .. } => Some(Cow::Borrowed(access_key)),
                 Requester::Anonymous => None,
             },
+            // Present only on a request an AWS service makes on a resource's behalf (as the
+            // logging service's delivery): no request reaching the S3 front is one.
+            "aws:sourcearn" | "aws:sourceaccount" => None,
             "s3:prefix" => query("prefix"),
             "s3:delimiter" => query("delimiter"),
             "s3:max-keys" => query("max-keys"),
@@ -465,5 +498,36 @@ impl Cidr {
             (IpAddr::V6(net), IpAddr::V6(ip)) => prefix(u128::from(net), u128::from(ip), 128),
             _ => false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::arn_matches;
+
+    #[test]
+    fn arns_match_part_by_part() {
+        assert!(arn_matches("arn:aws:s3:::src", "arn:aws:s3:::src"));
+        assert!(arn_matches("arn:aws:s3:::s?c*", "arn:aws:s3:::src-logs"));
+        assert!(
+            arn_matches("arn:*:s3:*:*:*", "arn:aws:s3:::bkt"),
+            "each part its own wildcard"
+        );
+        assert!(arn_matches("arn:aws:iam::*:user/*", "arn:aws:iam::123456789012:user/a"));
+        assert!(
+            arn_matches("arn:aws:s3:::bkt:*", "arn:aws:s3:::bkt:x:y"),
+            "the resource keeps its colons"
+        );
+        assert!(!arn_matches("arn:aws:s3:::src", "arn:aws:s3:::SRC"), "case-sensitive");
+        assert!(
+            !arn_matches("arn:aws:*", "arn:aws:s3:::bkt"),
+            "a wildcard stays in its part"
+        );
+        assert!(
+            !arn_matches("arn:aws:s3:*:bkt", "arn:aws:s3:::bkt"),
+            "five parts are no ARN"
+        );
+        assert!(!arn_matches("arn:aws:s3:::*", "not-an-arn"));
+        assert!(!arn_matches("*", "arn:aws:s3:::bkt"));
     }
 }

@@ -6,7 +6,8 @@
 //!
 //! Principals: `*` (everyone, anonymous included), and under `AWS` (or `CanonicalUser`) an
 //! access key, `arn:aws:iam::<account>:user/<access key>`, or `arn:aws:iam::<account>:root`
-//! (or a bare 12-digit account id) for the root keys.
+//! (or a bare 12-digit account id) for the root keys. A `Service` principal is taken and
+//! matches no request of the S3 front.
 //!
 //! The same language serves an access key's own policy (`pgvs3 admin key policy`), as IAM
 //! attaches a policy to a user: no Principal (it applies to its key), resources in any bucket.
@@ -480,6 +481,12 @@ impl Principals {
                 for (kind, names) in map {
                     match kind.as_str() {
                         "AWS" | "CanonicalUser" => entries.extend(strings(names, INVALID)?),
+                        // An AWS service (`logging.s3.amazonaws.com` delivering access logs)
+                        // acting for a resource: none of its requests reaches the S3 front, so
+                        // it names no requester here.
+                        "Service" => {
+                            strings(names, INVALID)?;
+                        }
                         _ => return malformed(INVALID),
                     }
                 }
@@ -899,6 +906,60 @@ mod tests {
         assert_eq!(decide("s3:GetObject", None), Decision::Deny);
         // PutObject has no existing object: the key is absent, so neither statement applies.
         assert_eq!(decide("s3:PutObject", None), Decision::Silent);
+    }
+
+    /// AWS's log-delivery policy: a `Service` principal and `ArnLike` on `aws:SourceArn`. It is
+    /// taken (it was 501) and grants no request of the S3 front, which carries no
+    /// `aws:SourceArn`; the `Arn*` operators compare each of an ARN's six parts on its own.
+    #[test]
+    fn arn_operators_compare_part_by_part_and_service_principals_name_no_requester() {
+        let delivery = parse(
+            r#"{"Statement":{"Effect":"Allow","Principal":{"Service":"logging.s3.amazonaws.com"},"Action":"s3:PutObject",
+                "Resource":"arn:aws:s3:::bkt/log/","Condition":{"ArnLike":{"aws:SourceArn":"arn:aws:s3:::src"},
+                "StringEquals":{"aws:SourceAccount":"123456789012"}}}}"#,
+        )
+        .unwrap();
+        for who in [ALICE, Requester::Anonymous] {
+            assert_eq!(
+                decide(&delivery, who, "s3:PutObject", Some("log/"), None),
+                Decision::Silent
+            );
+        }
+        assert!(!delivery.is_public());
+        // An Allow for everyone is public unless it pins the source to a fixed value.
+        let everyone = |condition: &str| {
+            parse(&format!(
+                r#"{{"Statement":{{"Effect":"Allow","Principal":"*","Action":"s3:PutObject","Resource":"arn:aws:s3:::bkt/*","Condition":{condition}}}}}"#
+            ))
+            .unwrap()
+        };
+        assert!(!everyone(r#"{"ArnEquals":{"aws:SourceArn":"arn:aws:s3:::src"}}"#).is_public());
+        assert!(!everyone(r#"{"StringEquals":{"aws:SourceAccount":"123456789012"}}"#).is_public());
+        assert!(everyone(r#"{"ArnLike":{"aws:SourceArn":"arn:aws:s3:::*"}}"#).is_public());
+        assert!(everyone(r#"{"ArnNotEquals":{"aws:SourceArn":"arn:aws:s3:::src"}}"#).is_public());
+        // Absent from every front request: the negated forms and `...IfExists` hold, as IAM says.
+        for (condition, holds) in [
+            (r#"{"ArnLike":{"aws:SourceArn":"arn:aws:s3:::*"}}"#, false),
+            (r#"{"ArnNotLike":{"aws:SourceArn":"arn:aws:s3:::src"}}"#, true),
+            (r#"{"ArnEqualsIfExists":{"aws:SourceArn":"arn:aws:s3:::src"}}"#, true),
+            (r#"{"ArnNotEqualsIfExists":{"aws:SourceArn":"arn:aws:s3:::src"}}"#, true),
+        ] {
+            let decision = decide(&everyone(condition), ALICE, "s3:PutObject", Some("k"), None);
+            assert_eq!(decision == Decision::Allow, holds, "{condition}");
+        }
+        // A Service principal with other principals keeps those.
+        let mixed = parse(
+            r#"{"Statement":{"Effect":"Allow","Principal":{"Service":"logging.s3.amazonaws.com","AWS":"alice"},
+                "Action":"s3:GetObject","Resource":"arn:aws:s3:::bkt/*"}}"#,
+        )
+        .unwrap();
+        assert_eq!(decide(&mixed, ALICE, "s3:GetObject", Some("k"), None), Decision::Allow);
+        assert!(matches!(
+            parse(
+                r#"{"Statement":{"Effect":"Allow","Principal":{"Service":7},"Action":"s3:GetObject","Resource":"arn:aws:s3:::bkt/*"}}"#
+            ),
+            Err(PolicyRefused::Malformed(_))
+        ));
     }
 
     #[test]

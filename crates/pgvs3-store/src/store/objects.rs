@@ -724,7 +724,9 @@ impl Store {
             client.query_opt(&statement, &[&bucket.id, &key]).await?
         } else {
             let tx = client.transaction().await?;
-            check_delete_condition(&tx, bucket, key, condition).await?;
+            if !check_delete_condition(&tx, bucket, key, condition).await? {
+                return Ok(None);
+            }
             let row = tx
                 .query_opt(&bucket.sql.delete_unversioned, &[&bucket.id, &key])
                 .await?;
@@ -770,15 +772,18 @@ impl Store {
 }
 
 /// Checks a delete's `condition` on the current version of `key`, which stays locked for the
-/// rest of `tx` (a concurrent write waits, so what was compared is what gets deleted).
+/// rest of `tx` (a concurrent write waits, so what was compared is what gets deleted). Answers
+/// whether the delete goes on: not when its conditions held only because there is no current
+/// version (S3's 204 for a missing object): a row a concurrent write made since would be
+/// deleted, or hidden behind a marker, without its conditions ever being checked.
 pub(super) async fn check_delete_condition(
     tx: &impl GenericClient,
     bucket: &BucketInfo,
     key: &str,
     condition: &DeleteCondition,
-) -> StoreResult<()> {
+) -> StoreResult<bool> {
     if condition.is_unconditional() {
-        return Ok(());
+        return Ok(true);
     }
     let statement = tx.prepare_cached(&bucket.sql.lock_current).await?;
     let row = tx.query_opt(&statement, &[&bucket.id, &key]).await?;
@@ -786,7 +791,8 @@ pub(super) async fn check_delete_condition(
         etag: row.get("etag"),
         size: row.get::<_, i64>("size") as u64,
         last_modified: row.get("last_modified"),
-    }))
+    }))?;
+    Ok(row.is_some())
 }
 
 /// What writing an object row made: its time, and its version in a versioned bucket.

@@ -471,7 +471,12 @@ impl Store {
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
         tx.execute(&bucket.sql.versions.lock_key, &[&bucket.id, &key]).await?;
-        check_delete_condition(&tx, bucket, key, condition).await?;
+        if !check_delete_condition(&tx, bucket, key, condition).await? {
+            return Ok(DeleteOutcome {
+                version_id: None,
+                delete_marker: false,
+            });
+        }
         let version_id = self.mark_deleted(&tx, bucket, key).await?;
         tx.commit().await?;
         Ok(DeleteOutcome {
