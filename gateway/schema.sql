@@ -2007,8 +2007,11 @@ BEGIN
             PERFORM pgvs3.resp_grown(b, k, 'h', args[1:2], NULL);
         END IF;
     WHEN 'hdel' THEN
-        DELETE FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k AND field = ANY (args);
-        GET DIAGNOSTICS n = ROW_COUNT;
+        -- ints {1} (layout v61): items answer the fields removed, for the gateway's run of
+        -- consecutive HDELs on one key as one call (resp/coalesce.rs).
+        WITH removed AS (
+            DELETE FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k AND field = ANY (args) RETURNING field)
+        SELECT count(*), CASE WHEN ints[1] = 1 THEN coalesce(array_agg(field), '{}') END INTO n, items FROM removed;
         IF n > 0 THEN
             PERFORM pgvs3.resp_settle(b, k);
         END IF;
@@ -2615,16 +2618,23 @@ BEGIN
     CASE op
     WHEN 'sadd' THEN
         PERFORM pgvs3.resp_create(b, k, 's');
-        INSERT INTO pgvs3.resp_set (bucket_id, key, member) SELECT DISTINCT b, k, m FROM unnest(args) m
-        ON CONFLICT DO NOTHING;
-        GET DIAGNOSTICS n = ROW_COUNT;
+        -- ints {1} (layout v61): items answer the members added, for the gateway's run of
+        -- consecutive SADDs on one key as one call (resp/coalesce.rs), each command counting
+        -- the members of its own that were added first by it.
+        WITH added AS (
+            INSERT INTO pgvs3.resp_set (bucket_id, key, member) SELECT DISTINCT b, k, m FROM unnest(args) m
+            ON CONFLICT DO NOTHING
+            RETURNING member)
+        SELECT count(*), CASE WHEN ints[1] = 1 THEN coalesce(array_agg(member), '{}') END INTO n, items FROM added;
         IF n > 0 THEN
             PERFORM pgvs3.resp_bump(b, k);
             PERFORM pgvs3.resp_grown(b, k, 's', args, NULL);
         END IF;
     WHEN 'srem' THEN
-        DELETE FROM pgvs3.resp_set WHERE bucket_id = b AND key = k AND member = ANY (args);
-        GET DIAGNOSTICS n = ROW_COUNT;
+        -- ints {1} (layout v61): items answer the members removed, as SADD's the added.
+        WITH removed AS (
+            DELETE FROM pgvs3.resp_set WHERE bucket_id = b AND key = k AND member = ANY (args) RETURNING member)
+        SELECT count(*), CASE WHEN ints[1] = 1 THEN coalesce(array_agg(member), '{}') END INTO n, items FROM removed;
         IF n > 0 THEN
             PERFORM pgvs3.resp_settle(b, k);
         END IF;
@@ -2646,7 +2656,9 @@ BEGIN
     WHEN 'scard' THEN
         n := (SELECT count(*) FROM pgvs3.resp_set WHERE bucket_id = b AND key = k AND k = ANY (live));
     WHEN 'spop' THEN
-        -- ints: {count (NULL: one, answered as a string)}; the gateway bounds the count.
+        -- ints: {count (NULL: one, answered as a string), 1: the count is of SPOPs without
+        -- one, run as one call (layout v61, resp/coalesce.rs), which rebuild nothing}; the
+        -- gateway bounds the count.
         WITH popped AS (
             -- One draw, then a delete by ctid (a semi-join planned before ANALYZE drew again
             -- per member).
@@ -2664,7 +2676,7 @@ BEGIN
             -- the members left, member by member, as SADD would (t_set.c
             -- spopWithCountCommand's CASE 3, SPOP_MOVE_STRATEGY_MUL): an `intset` again when they
             -- fit one. Counts at most count / 5 + 1 of them.
-            IF ints[1] IS NOT NULL THEN
+            IF ints[1] IS NOT NULL AND ints[2] IS DISTINCT FROM 1 THEN
                 total := (SELECT count(*) FROM (SELECT 1 FROM pgvs3.resp_set WHERE bucket_id = b AND key = k LIMIT ints[1] / 5 + 1) e);
                 IF total > 0 AND total * 5 <= ints[1] THEN
                     UPDATE pgvs3.resp_keys SET large = NOT pgvs3.resp_fits(b, k, 's') WHERE bucket_id = b AND key = k;
@@ -4120,8 +4132,11 @@ BEGIN
             PERFORM pgvs3.resp_wake(b, k);
         END IF;
     WHEN 'zrem' THEN
-        DELETE FROM pgvs3.resp_zset WHERE bucket_id = b AND key = k AND member = ANY (args);
-        GET DIAGNOSTICS n = ROW_COUNT;
+        -- ints {1} (layout v61): items answer the members removed, for the gateway's run of
+        -- consecutive ZREMs on one key as one call (resp/coalesce.rs).
+        WITH removed AS (
+            DELETE FROM pgvs3.resp_zset WHERE bucket_id = b AND key = k AND member = ANY (args) RETURNING member)
+        SELECT count(*), CASE WHEN ints[1] = 1 THEN coalesce(array_agg(member), '{}') END INTO n, items FROM removed;
         IF n > 0 THEN
             PERFORM pgvs3.resp_settle(b, k);
         END IF;

@@ -71,8 +71,11 @@ BEGIN
             PERFORM pgvs3.resp_grown(b, k, 'h', args[1:2], NULL);
         END IF;
     WHEN 'hdel' THEN
-        DELETE FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k AND field = ANY (args);
-        GET DIAGNOSTICS n = ROW_COUNT;
+        -- ints {1} (layout v61): items answer the fields removed, for the gateway's run of
+        -- consecutive HDELs on one key as one call (resp/coalesce.rs).
+        WITH removed AS (
+            DELETE FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k AND field = ANY (args) RETURNING field)
+        SELECT count(*), CASE WHEN ints[1] = 1 THEN coalesce(array_agg(field), '{}') END INTO n, items FROM removed;
         IF n > 0 THEN
             PERFORM pgvs3.resp_settle(b, k);
         END IF;

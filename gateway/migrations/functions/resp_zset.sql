@@ -211,8 +211,11 @@ BEGIN
             PERFORM pgvs3.resp_wake(b, k);
         END IF;
     WHEN 'zrem' THEN
-        DELETE FROM pgvs3.resp_zset WHERE bucket_id = b AND key = k AND member = ANY (args);
-        GET DIAGNOSTICS n = ROW_COUNT;
+        -- ints {1} (layout v61): items answer the members removed, for the gateway's run of
+        -- consecutive ZREMs on one key as one call (resp/coalesce.rs).
+        WITH removed AS (
+            DELETE FROM pgvs3.resp_zset WHERE bucket_id = b AND key = k AND member = ANY (args) RETURNING member)
+        SELECT count(*), CASE WHEN ints[1] = 1 THEN coalesce(array_agg(member), '{}') END INTO n, items FROM removed;
         IF n > 0 THEN
             PERFORM pgvs3.resp_settle(b, k);
         END IF;

@@ -1,6 +1,7 @@
 //! Typed writes coalesced into one SQL call (resp/coalesce.rs, issue 39): a pipeline (or many
-//! connections' batches sharing a commit) of LPUSHes, pops, HSETs or ZADDs on one key runs as
-//! one call, and each command still gets the reply, and the error, it would have got alone.
+//! connections' batches sharing a commit) of LPUSHes, pops, HSETs, ZADDs, XADDs, SADDs, SREMs,
+//! SPOPs, HDELs, ZREMs or ZPOPMINs on one key runs as one call, and each command still gets
+//! the reply, and the error, it would have got alone.
 
 use pgvs3_testkit as common;
 
@@ -358,4 +359,331 @@ async fn a_coalesced_run_of_xadds_wakes_a_blocked_xread() {
         panic!("{entries:?}")
     };
     assert!(added.contains(&entry[0]), "{:?} is one of {added:?}", entry[0]);
+}
+
+/// What the model of one key holds (the sorted set's members by name, with their scores).
+#[derive(Debug, Clone, PartialEq)]
+enum Held {
+    Missing,
+    Text,
+    Set(std::collections::BTreeSet<String>),
+    Zset(std::collections::BTreeMap<String, i64>),
+    Hash(std::collections::BTreeMap<String, i64>),
+}
+
+/// A reply, as the model and the gateway's are compared: `Member` is SPOP's, any one member of
+/// the set (or nil when it is empty).
+#[derive(Debug, Clone, PartialEq)]
+enum Answer {
+    Int(i64),
+    Nil,
+    Ok,
+    WrongType,
+    Bulks(Vec<String>),
+    Member(Option<String>),
+}
+
+fn answer(value: &redis::Value) -> Answer {
+    let text = |bytes: &[u8]| String::from_utf8(bytes.to_vec()).unwrap();
+    match value {
+        redis::Value::Int(n) => Answer::Int(*n),
+        redis::Value::Nil => Answer::Nil,
+        redis::Value::Okay => Answer::Ok,
+        redis::Value::BulkString(bytes) => Answer::Bulks(vec![text(bytes)]),
+        redis::Value::Array(items) => Answer::Bulks(
+            items
+                .iter()
+                .map(|item| match item {
+                    redis::Value::BulkString(bytes) => text(bytes),
+                    other => panic!("an array of strings, got {other:?}"),
+                })
+                .collect(),
+        ),
+        redis::Value::ServerError(err) if err.code() == "WRONGTYPE" => Answer::WrongType,
+        other => panic!("unexpected reply {other:?}"),
+    }
+}
+
+/// The commands' model, run one after another on one key (Redis 7.0's answers, RESP2).
+struct Model {
+    held: Held,
+}
+
+impl Model {
+    /// Runs `command` (words, its key second); `popped` is the member the gateway's SPOP
+    /// answered, which the model takes when it is one of the set's.
+    fn run(&mut self, command: &[String], popped: &Answer) -> Answer {
+        use std::collections::{BTreeMap, BTreeSet};
+        let args = &command[2..];
+        let name = command[0].as_str();
+        let wanted = match name {
+            "SADD" | "SREM" | "SPOP" => "set",
+            "ZADD" | "ZREM" | "ZPOPMIN" | "ZPOPMAX" => "zset",
+            "HSET" | "HDEL" | "HINCRBY" => "hash",
+            _ => "any",
+        };
+        let kind = match &self.held {
+            Held::Missing => "none",
+            Held::Text => "string",
+            Held::Set(_) => "set",
+            Held::Zset(_) => "zset",
+            Held::Hash(_) => "hash",
+        };
+        if wanted != "any" && kind != "none" && kind != wanted {
+            return Answer::WrongType;
+        }
+        if kind == "none" {
+            self.held = match wanted {
+                "set" => Held::Set(BTreeSet::new()),
+                "zset" => Held::Zset(BTreeMap::new()),
+                "hash" => Held::Hash(BTreeMap::new()),
+                _ => Held::Missing,
+            };
+        }
+        let reply = match (name, &mut self.held) {
+            ("SET", held) => {
+                *held = Held::Text;
+                Answer::Ok
+            }
+            ("DEL", held) => {
+                let existed = *held != Held::Missing;
+                *held = Held::Missing;
+                Answer::Int(existed.into())
+            }
+            ("SADD", Held::Set(set)) => Answer::Int(args.iter().filter(|m| set.insert((*m).clone())).count() as i64),
+            ("SREM", Held::Set(set)) => Answer::Int(args.iter().filter(|m| set.remove(*m)).count() as i64),
+            ("SPOP", Held::Set(set)) => match popped {
+                Answer::Member(Some(member)) if set.remove(member) => Answer::Member(Some(member.clone())),
+                _ if set.is_empty() => Answer::Member(None),
+                _ => Answer::Member(Some(format!("one of {set:?}"))),
+            },
+            ("ZADD", Held::Zset(zset)) => Answer::Int(
+                args.chunks(2)
+                    .filter(|pair| zset.insert(pair[1].clone(), pair[0].parse().unwrap()).is_none())
+                    .count() as i64,
+            ),
+            ("ZREM", Held::Zset(zset)) => Answer::Int(args.iter().filter(|m| zset.remove(*m).is_some()).count() as i64),
+            ("ZPOPMIN" | "ZPOPMAX", Held::Zset(zset)) => {
+                let count: usize = args.first().map_or(1, |count| count.parse().unwrap());
+                let mut order: Vec<(i64, String)> = zset.iter().map(|(m, s)| (*s, m.clone())).collect();
+                order.sort();
+                if name == "ZPOPMAX" {
+                    order.reverse();
+                }
+                let mut flat = Vec::new();
+                for (score, member) in order.into_iter().take(count) {
+                    zset.remove(&member);
+                    flat.extend([member, score.to_string()]);
+                }
+                Answer::Bulks(flat)
+            }
+            ("HSET", Held::Hash(hash)) => Answer::Int(
+                args.chunks(2)
+                    .filter(|pair| hash.insert(pair[0].clone(), pair[1].parse().unwrap()).is_none())
+                    .count() as i64,
+            ),
+            ("HDEL", Held::Hash(hash)) => Answer::Int(args.iter().filter(|f| hash.remove(*f).is_some()).count() as i64),
+            ("HINCRBY", Held::Hash(hash)) => {
+                let value = hash.entry(args[0].clone()).or_insert(0);
+                *value += args[1].parse::<i64>().unwrap();
+                Answer::Int(*value)
+            }
+            (name, held) => panic!("the model has no {name} on {held:?}"),
+        };
+        // Redis has no empty sets, sorted sets or hashes.
+        let empty = match &self.held {
+            Held::Set(set) => set.is_empty(),
+            Held::Zset(zset) => zset.is_empty(),
+            Held::Hash(hash) => hash.is_empty(),
+            _ => false,
+        };
+        if empty {
+            self.held = Held::Missing;
+        }
+        reply
+    }
+}
+
+/// Runs of one command on one key, as a client (or many at once) would send them: each run
+/// 1 to 6 of the same command with a few of a handful of members, now and then a SET or DEL
+/// of the key between runs (WRONGTYPE for the typed commands after it, or a key of another
+/// type).
+fn random_runs(rng: &mut rand::rngs::StdRng, key: &str, commands: usize) -> Vec<Vec<String>> {
+    use rand::Rng;
+    const NAMES: [&str; 14] = [
+        "SADD", "SADD", "SREM", "SPOP", "ZADD", "ZADD", "ZREM", "ZPOPMIN", "ZPOPMAX", "HSET", "HSET", "HDEL",
+        "HINCRBY", "SET",
+    ];
+    let mut out = Vec::new();
+    while out.len() < commands {
+        let name = NAMES[rng.random_range(0..NAMES.len())];
+        for _ in 0..rng.random_range(1..=6) {
+            let mut command = vec![name.to_owned(), key.to_owned()];
+            let member = |rng: &mut rand::rngs::StdRng| format!("m{}", rng.random_range(0..6));
+            match name {
+                "SET" => {
+                    command = vec![
+                        if rng.random_bool(0.5) { "SET" } else { "DEL" }.to_owned(),
+                        key.to_owned(),
+                    ]
+                }
+                "SPOP" => {}
+                "ZPOPMIN" | "ZPOPMAX" => {
+                    if rng.random_bool(0.5) {
+                        command.push(rng.random_range(0..3).to_string());
+                    }
+                }
+                "ZADD" | "HSET" => {
+                    for _ in 0..rng.random_range(1..=3) {
+                        let (score, member) = (rng.random_range(0..4).to_string(), member(rng));
+                        match name {
+                            "ZADD" => command.extend([score, member]),
+                            _ => command.extend([member, score]),
+                        }
+                    }
+                }
+                "HINCRBY" => command.extend([member(rng), rng.random_range(-2..3).to_string()]),
+                _ => command.extend((0..rng.random_range(1..=3)).map(|_| member(rng))),
+            }
+            if command[0] == "SET" {
+                command.push("text".to_owned());
+            }
+            out.push(command);
+        }
+    }
+    out
+}
+
+/// What the key holds, read back.
+async fn stored(con: &mut redis::aio::MultiplexedConnection, key: &str) -> Held {
+    use crate::redis_rs::query;
+    let kind: String = query(con, &["TYPE", key]).await;
+    match kind.as_str() {
+        "none" => Held::Missing,
+        "string" => Held::Text,
+        "set" => Held::Set(
+            query::<Vec<String>>(con, &["SMEMBERS", key])
+                .await
+                .into_iter()
+                .collect(),
+        ),
+        "zset" => Held::Zset(
+            query::<Vec<(String, i64)>>(con, &["ZRANGE", key, "0", "-1", "WITHSCORES"])
+                .await
+                .into_iter()
+                .collect(),
+        ),
+        "hash" => Held::Hash(
+            query::<Vec<(String, i64)>>(con, &["HGETALL", key])
+                .await
+                .into_iter()
+                .collect(),
+        ),
+        other => panic!("TYPE {other}"),
+    }
+}
+
+/// Pipelines of random runs of SADD, SREM, SPOP, ZADD, ZREM, ZPOPMIN/ZPOPMAX, HSET, HDEL and
+/// HINCRBY on one key (coalesced, resp/coalesce.rs), with SET and DEL between runs making
+/// WRONGTYPEs and keys of other types: every reply, and what the key holds after each
+/// pipeline, is what the commands run one after another give (a model of Redis's answers).
+/// Then the same with keyspace events published, whose batches run removals apart.
+#[tokio::test]
+async fn pipelined_runs_on_one_key_answer_and_store_as_run_one_by_one() {
+    use rand::SeedableRng;
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = crate::redis_rs::connect(&gateway).await;
+    let before = coalesced(&gateway).await;
+    let seed = std::env::var("PGVS3_MODEL_SEED").map_or(39, |seed| seed.parse().unwrap());
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    for (round, events) in [(0, ""), (1, ""), (2, ""), (3, "KEA")].into_iter() {
+        let _: () = crate::redis_rs::query(&mut con, &["CONFIG", "SET", "notify-keyspace-events", events]).await;
+        let key = format!("hot{round}");
+        let mut model = Model { held: Held::Missing };
+        for pipeline_at in 0..6 {
+            let commands = random_runs(&mut rng, &key, 40);
+            let mut pipe = redis::pipe();
+            pipe.ignore_errors();
+            for command in &commands {
+                pipe.add_command(crate::redis_rs::command(
+                    &command.iter().map(String::as_str).collect::<Vec<_>>(),
+                ));
+            }
+            let replies: Vec<redis::Value> = pipe.query_async(&mut con).await.expect("the pipeline");
+            for (at, (command, reply)) in commands.iter().zip(&replies).enumerate() {
+                let mut got = answer(reply);
+                if command[0] == "SPOP" {
+                    got = match got {
+                        Answer::Nil => Answer::Member(None),
+                        Answer::Bulks(member) => Answer::Member(member.into_iter().next()),
+                        other => other,
+                    };
+                }
+                let expected = model.run(command, &got);
+                assert_eq!(
+                    got, expected,
+                    "seed {seed}, round {round}, pipeline {pipeline_at}, command {at} {command:?} of {commands:?}"
+                );
+            }
+            assert_eq!(
+                stored(&mut con, &key).await,
+                model.held,
+                "seed {seed}, round {round}, after pipeline {pipeline_at}: {commands:?}"
+            );
+        }
+    }
+    assert!(coalesced(&gateway).await > before, "some runs were coalesced");
+}
+
+/// A client blocked in BZPOPMIN (on another gateway, woken by NOTIFY alone) while pipelines of
+/// ZADDs and ZPOPMINs on its key run coalesced: it is woken, and every member added is popped
+/// once, by it or by a ZPOPMIN.
+#[tokio::test]
+async fn a_blocked_bzpopmin_is_woken_beside_coalesced_zpopmins() {
+    let (first, second) = crate::redis_rs::gateways_woken_by_notify().await;
+    let mut blocked = RawResp::connect(first.resp_addr()).await;
+    let mut con = RawResp::connect(second.resp_addr()).await;
+    let request: Vec<&[u8]> = ["BZPOPMIN", "zq", "0"].iter().map(|arg| arg.as_bytes()).collect();
+    blocked.send(&encode(&request)).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let (mut added, mut popped) = (Vec::new(), Vec::new());
+    let take = |reply: &Value, popped: &mut Vec<Value>| match reply {
+        Value::Array(pair) if pair.is_empty() => {}
+        Value::Array(pair) => popped.push(pair[0].clone()),
+        other => panic!("ZPOPMIN answered {other:?}"),
+    };
+    // Each pipeline adds three members and its two ZPOPMINs take two: one is left for the
+    // BZPOPMIN once it waits (or, before, for the next pipeline's ZPOPMINs).
+    let woken = loop {
+        assert!(std::time::Instant::now() < deadline, "the BZPOPMIN was never woken");
+        let round = added.len();
+        let mut commands: Vec<Vec<String>> = (0..3)
+            .map(|i| words(&format!("ZADD zq {} m{}", round + i, round + i)))
+            .collect();
+        commands.extend((0..2).map(|_| words("ZPOPMIN zq")));
+        added.extend((0..3).map(|i| Value::bulk(&format!("m{}", round + i))));
+        let replies = pipeline(&mut con, &commands).await;
+        assert_eq!(replies[..3], [Value::Int(1), Value::Int(1), Value::Int(1)]);
+        for reply in &replies[3..] {
+            take(reply, &mut popped);
+        }
+        if let Ok(reply) = tokio::time::timeout(std::time::Duration::from_millis(200), blocked.reply()).await {
+            break reply.expect("a reply");
+        }
+    };
+    let Value::Array(woken) = woken else {
+        panic!("{woken:?}")
+    };
+    assert_eq!(woken[0], Value::bulk("zq"));
+    popped.push(woken[1].clone());
+    // What is left.
+    loop {
+        match con.command(&["ZPOPMIN", "zq"]).await {
+            Value::Array(pair) if pair.is_empty() => break,
+            reply => take(&reply, &mut popped),
+        }
+    }
+    popped.sort_by_key(|member| format!("{member:?}"));
+    added.sort_by_key(|member| format!("{member:?}"));
+    assert_eq!(popped, added, "each member popped once");
 }

@@ -14,25 +14,45 @@
 //!   after the one before, and trims after them what each command's trim would have; a
 //!   command answers its own entry's ID, and keeps how many its own trim removed (its `xtrim`
 //!   event, notify/recorder.rs).
+//! - SADD, and SREM, HDEL and ZREM: one call over every member (field), which answers those it
+//!   added (removed); a command counts those of its own that no command before it in the run
+//!   named. A run only adds or only removes, so a member changes at most once in it, as the
+//!   first command naming it (alone, the later ones found it already added or gone).
+//! - SPOP without a count: one pop of as many members, at random as each alone would have
+//!   drawn, taken in order, nil once the set ran out; the call is told they are single pops
+//!   (SPOP with a count may rebuild an intset, single ones never do).
+//! - ZPOPMIN (ZPOPMAX), with a count or without: one pop of the sum of the counts, in score
+//!   order, each command taking its own count of them in order, as it would have alone.
 //!
 //! The only error these calls answer for the whole run is WRONGTYPE (or, for XADD, a stream out
 //! of IDs), the same for every command of a run on one key, so each command still gets its own
 //! reply; a stream that runs out of IDs midway answers the IDs it gave, and the rest that error. Commands merge only when they follow each
 //! other in the batch, so the order of the batch (each connection's arrival order) holds.
+//! A key a run emptied is gone for the commands after it, as the call's own (`resp_settle`)
+//! deleted it; a batch whose keyspace publishes events never runs removals together
+//! (notify/recorder.rs cuts its runs at a key an earlier command may have emptied).
 
 use super::codec::Reply;
 use super::command::KeyCommand;
 use super::typed::{Shape, Typed};
-use crate::store::{Cut, HashOp, ListOp, StreamOp, TypedCall, TypedRow, ZsetOp, sql_error_text};
+use std::collections::HashSet;
+
+use bytes::Bytes;
+
+use crate::store::{Cut, HashOp, ListOp, SetOp, StreamOp, TypedCall, TypedRow, ZsetOp, sql_error_text};
 
 /// How a run of commands became one call, and so how its row is shared out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Push,
+    /// LPOP/RPOP and SPOP without a count: one element or nil each.
     Pop,
     HashSet,
     Zadd,
     Xadd,
+    /// SADD, SREM, HDEL, ZREM: the call answers the members it added or removed.
+    Members,
+    ZPop,
 }
 
 /// The kind of merge a command can take part in, if any.
@@ -57,6 +77,19 @@ fn kind(typed: &Typed) -> Option<Kind> {
         // `*` only: an explicit ID can be too small, which fails that command alone. Not a `~`
         // trim: one after all the entries would stop at other nodes than each after its own.
         Some(Kind::Xadd)
+    } else if call.is(SetOp::Spop) && call.ints == [None] {
+        Some(Kind::Pop)
+    } else if [
+        call.is(SetOp::Sadd),
+        call.is(SetOp::Srem),
+        call.is(HashOp::Hdel),
+        call.is(ZsetOp::Zrem),
+    ]
+    .contains(&true)
+    {
+        Some(Kind::Members)
+    } else if call.is(ZsetOp::Zpopmin) || call.is(ZsetOp::Zpopmax) {
+        Some(Kind::ZPop)
     } else {
         None
     }
@@ -73,9 +106,9 @@ pub fn coalesce<'a>(run: &[&'a Typed]) -> Vec<Group<'a>> {
     let mut groups: Vec<(Option<Kind>, Vec<&'a Typed>)> = Vec::new();
     for typed in run {
         let kind = kind(typed);
-        if let (Some(_), Some((last_kind, members))) = (kind, groups.last_mut())
+        if let (Some(next), Some((last_kind, members))) = (kind, groups.last_mut())
             && *last_kind == kind
-            && same_target(&members[0].call, &typed.call)
+            && same_target(next, &members[0].call, &typed.call)
         {
             members.push(typed);
             continue;
@@ -111,9 +144,10 @@ pub fn merged(commands: &[&KeyCommand]) -> usize {
         .sum()
 }
 
-/// Same operation, key and options (ZADD's flags; a pop's missing count).
-fn same_target(first: &TypedCall, next: &TypedCall) -> bool {
-    first.same_op(next) && first.keys == next.keys && first.ints == next.ints
+/// Same operation, key and options (ZADD's flags; a pop's missing count). ZPOPMINs (ZPOPMAXs)
+/// merge whatever their counts: each takes its own share.
+fn same_target(kind: Kind, first: &TypedCall, next: &TypedCall) -> bool {
+    first.same_op(next) && first.keys == next.keys && (kind == Kind::ZPop || first.ints == next.ints)
 }
 
 fn merge(kind: Kind, members: &[&Typed]) -> TypedCall {
@@ -127,13 +161,16 @@ fn merge(kind: Kind, members: &[&Typed]) -> TypedCall {
         Kind::Push => {}
         Kind::Pop => {
             call.ints = vec![Some(members.len() as i64)];
-            // Each command's share of the output: the elements come back whatever the limit
-            // (they are popped), and each command's own element is checked against its own.
-            call.reply_limit = members
-                .iter()
-                .map(|typed| typed.call.reply_limit)
-                .try_fold(0i64, |sum, limit| limit.map(|limit| sum.saturating_add(limit)));
+            if call.is(SetOp::Spop) {
+                call.ints.push(Some(1));
+            }
+            call.reply_limit = summed_limits(members);
         }
+        Kind::ZPop => {
+            call.ints = vec![Some(members.iter().map(|typed| zpop_count(typed) as i64).sum())];
+            call.reply_limit = summed_limits(members);
+        }
+        Kind::Members => call.ints = vec![Some(1)],
         Kind::HashSet => call.ints = vec![Some(1)],
         Kind::Zadd => {
             call.floats = members
@@ -147,6 +184,45 @@ fn merge(kind: Kind, members: &[&Typed]) -> TypedCall {
             .extend(members.iter().map(|typed| Some(typed.call.args.len() as i64))),
     }
     call
+}
+
+/// The limit of a merged pop's reply: the sum of its commands'. The elements come back whatever
+/// the limit (they are popped), and each command's own share is checked against its own
+/// ([`own_share`]).
+fn summed_limits(members: &[&Typed]) -> Option<i64> {
+    members
+        .iter()
+        .map(|typed| typed.call.reply_limit)
+        .try_fold(0i64, |sum, limit| limit.map(|limit| sum.saturating_add(limit)))
+}
+
+/// How many members a ZPOPMIN (ZPOPMAX) pops (the gateway bounded its count).
+fn zpop_count(typed: &Typed) -> usize {
+    typed.call.ints.first().copied().flatten().unwrap_or(1).max(0) as usize
+}
+
+/// A command's share of a merged pop, as its reply, or cut as the call alone would have cut it
+/// (`TypedSql`'s test, on the share's datums).
+fn own_share(typed: &Typed, items: Vec<Option<Bytes>>, scores: Vec<Option<f64>>) -> Reply {
+    let arrays = |elements: usize, bytes: usize| match elements {
+        0 => 0,
+        _ => 24 + bytes as u64,
+    };
+    let cut = Cut {
+        datum_bytes: arrays(items.len(), items.iter().flatten().map(Bytes::len).sum())
+            + arrays(scores.len(), 8 * scores.len()),
+        elements: (items.len() + scores.len()) as u64,
+    };
+    match typed.call.reply_limit {
+        Some(limit) if cut.elements > 0 && (limit.max(0) as u64) < cut.least_reply_bytes() => {
+            Reply::OverLimit(Some(cut))
+        }
+        _ => typed.reply(TypedRow {
+            items,
+            scores,
+            ..TypedRow::default()
+        }),
+    }
 }
 
 impl Group<'_> {
@@ -186,19 +262,29 @@ impl Group<'_> {
                     .iter()
                     .map(|typed| match items.next().flatten() {
                         None => Reply::Nil,
-                        Some(item) => {
-                            // As the call alone would have cut it (`TypedSql`'s test).
-                            let cut = Cut {
-                                datum_bytes: item.len() as u64 + 24,
-                                elements: 1,
-                            };
-                            match typed.call.reply_limit {
-                                Some(limit) if (limit.max(0) as u64) < cut.least_reply_bytes() => {
-                                    Reply::OverLimit(Some(cut))
-                                }
-                                _ => Reply::Bulk(item),
-                            }
-                        }
+                        Some(item) => own_share(typed, vec![Some(item)], Vec::new()),
+                    })
+                    .collect()
+            }
+            Kind::ZPop => {
+                let (mut items, mut scores) = (row.items.into_iter(), row.scores.into_iter());
+                self.members
+                    .iter()
+                    .map(|typed| {
+                        let count = zpop_count(typed);
+                        let share = items.by_ref().take(count).collect();
+                        own_share(typed, share, scores.by_ref().take(count).collect())
+                    })
+                    .collect()
+            }
+            Kind::Members => {
+                // Each member changed is counted once, by the first command naming it.
+                let mut changed: HashSet<Bytes> = row.items.into_iter().flatten().collect();
+                self.members
+                    .iter()
+                    .map(|typed| {
+                        let own = typed.call.args.iter().filter(|member| changed.remove(*member)).count();
+                        Reply::Integer(own as i64)
                     })
                     .collect()
             }
@@ -254,8 +340,6 @@ impl Group<'_> {
 
 #[cfg(test)]
 mod tests {
-    use bytes::Bytes;
-
     use super::*;
 
     fn parse(words: &[&str]) -> Typed {
@@ -411,6 +495,93 @@ mod tests {
             ..TypedRow::default()
         };
         assert_eq!(groups[0].replies(nomkstream), vec![Reply::Nil; 3]);
+    }
+
+    #[test]
+    fn adds_and_removals_count_what_they_named_first() {
+        let commands = [
+            parse(&["sadd", "s", "a", "b", "a"]),
+            parse(&["sadd", "s", "b", "c"]),
+            parse(&["sadd", "s", "c", "d"]),
+            parse(&["srem", "s", "a"]),
+            parse(&["srem", "s", "a", "x"]),
+            parse(&["hdel", "h", "f"]),
+            parse(&["hdel", "h", "f", "g"]),
+            parse(&["zrem", "z", "m"]),
+            parse(&["zrem", "z", "n"]),
+        ];
+        let run: Vec<&Typed> = commands.iter().collect();
+        let groups = coalesce(&run);
+        assert_eq!(groups.len(), 4, "SADD, SREM, HDEL and ZREM runs");
+        assert_eq!(groups[0].call().ints, [Some(1)], "asks for the members added");
+        let changed = |members: &[&'static str]| TypedRow {
+            n: Some(members.len() as i64),
+            items: members
+                .iter()
+                .map(|member| Some(Bytes::from_static(member.as_bytes())))
+                .collect(),
+            ..TypedRow::default()
+        };
+        // `b` was there already; `c` is counted by the first SADD naming it.
+        assert_eq!(
+            groups[0].replies(changed(&["a", "c", "d"])),
+            [Reply::Integer(1), Reply::Integer(1), Reply::Integer(1)]
+        );
+        assert_eq!(
+            groups[1].replies(changed(&["a"])),
+            [Reply::Integer(1), Reply::Integer(0)]
+        );
+        assert_eq!(
+            groups[2].replies(changed(&["f", "g"])),
+            [Reply::Integer(1), Reply::Integer(1)]
+        );
+        assert_eq!(groups[3].replies(changed(&[])), [Reply::Integer(0), Reply::Integer(0)]);
+    }
+
+    #[test]
+    fn spops_and_zpops_take_their_own_shares_in_order() {
+        let commands = [parse(&["spop", "s"]), parse(&["spop", "s"]), parse(&["spop", "s", "2"])];
+        let run: Vec<&Typed> = commands.iter().collect();
+        let groups = coalesce(&run);
+        assert_eq!(groups.len(), 2, "SPOP with a count runs alone");
+        assert_eq!(groups[0].call().ints, [Some(2), Some(1)], "single pops, no rebuild");
+        let row = TypedRow {
+            items: vec![Some(Bytes::from_static(b"x"))],
+            ..TypedRow::default()
+        };
+        assert_eq!(
+            groups[0].replies(row),
+            [Reply::Bulk(Bytes::from_static(b"x")), Reply::Nil]
+        );
+
+        let commands = [
+            parse(&["zpopmin", "z"]),
+            parse(&["zpopmin", "z", "2"]),
+            parse(&["zpopmin", "z"]),
+            parse(&["zpopmin", "z", "0"]),
+            parse(&["zpopmax", "z"]),
+        ];
+        let run: Vec<&Typed> = commands.iter().collect();
+        let groups = coalesce(&run);
+        assert_eq!(groups.len(), 2, "ZPOPMIN and ZPOPMAX apart");
+        assert_eq!(groups[0].call().ints, [Some(4)]);
+        let member = |name: &'static str| Some(Bytes::from_static(name.as_bytes()));
+        let row = TypedRow {
+            items: vec![member("a"), member("b"), member("c")],
+            scores: vec![Some(1.0), Some(2.0), Some(3.0)],
+            ..TypedRow::default()
+        };
+        let bulk = |name: &'static str| Reply::Bulk(Bytes::from_static(name.as_bytes()));
+        assert_eq!(
+            groups[0].replies(row),
+            [
+                Reply::Array(vec![bulk("a"), Reply::Double(1.0)]),
+                Reply::Pairs(vec![(bulk("b"), Reply::Double(2.0)), (bulk("c"), Reply::Double(3.0))]),
+                Reply::Array(Vec::new()),
+                Reply::Pairs(Vec::new()),
+            ],
+            "the set ran out at the third"
+        );
     }
 
     #[test]
