@@ -679,8 +679,9 @@ async fn refusal(s3: &Client, bucket: &str, rule: LifecycleRule) -> (u16, String
     (http_status(&err), error_code(&err))
 }
 
-/// Filters as S3 takes them: exactly one of Prefix, Tag, a size bound and And, And joining two
-/// or more conditions with no tag key twice; they come back as they were sent. A transition is
+/// Filters as S3 takes them: a Filter unless the rule has the rule-level Prefix, holding exactly
+/// one of Prefix, Tag, a size bound and And, And joining two or more conditions with no tag key
+/// twice; they come back as they were sent. A transition is
 /// checked as S3 checks it (a Date at midnight GMT) before pgvs3 refuses it as not implemented.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn filters_and_transitions_are_checked_as_s3_checks_them() {
@@ -709,6 +710,17 @@ async fn filters_and_transitions_are_checked_as_s3_checks_them() {
     assert_eq!(
         refusal(s3, "filters", filtered("twice", twice)).await,
         (400, "InvalidRequest".into())
+    );
+    let unfiltered = LifecycleRule::builder()
+        .id("unfiltered")
+        .status(ExpirationStatus::Enabled)
+        .expiration(expire_after(1))
+        .build()
+        .unwrap();
+    assert_eq!(
+        refusal(s3, "filters", unfiltered).await,
+        (400, "MalformedXML".into()),
+        "S3 requires a Filter of a rule without the rule-level Prefix"
     );
     let alone = and(LifecycleRuleAndOperator::builder().tags(tag("k", "v")));
     assert_eq!(

@@ -60,9 +60,9 @@ fn tags_of(tags: &[Tag]) -> S3Result<std::collections::BTreeMap<String, String>>
 
 fn rule_filter(rule: &LifecycleRule) -> S3Result<RuleFilter> {
     let Some(filter) = &rule.filter else {
-        // The legacy top-level Prefix (or nothing: every object).
+        // The legacy rule-level Prefix: S3 requires a Filter without it.
         return Ok(RuleFilter {
-            prefix: rule.prefix.clone().unwrap_or_default(),
+            prefix: rule.prefix.clone().ok_or_else(malformed_xml)?,
             ..RuleFilter::default()
         });
     };
@@ -492,6 +492,9 @@ mod tests {
             ..Default::default()
         });
         assert_eq!(code(vec![alone]), "MalformedXML");
+        let mut unfiltered = rule("u");
+        unfiltered.filter = None;
+        assert_eq!(code(vec![unfiltered]), "MalformedXML");
         let tags_only = filtered(LifecycleRuleAndOperator {
             tags: Some(vec![tag("k", "v"), tag("l", "w")]),
             ..Default::default()
