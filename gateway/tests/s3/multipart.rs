@@ -1177,6 +1177,16 @@ async fn multipart_composite_sha256_checks_parts_and_refuses_a_wrong_one() {
     assert_eq!(checksum.checksum_type, Some(ChecksumType::Composite));
     let listed = attributes.object_parts.unwrap();
     assert_eq!(listed.total_parts_count, Some(3));
+    // S3 names the last part listed as the next marker on every page, cut or not.
+    assert_eq!(
+        (
+            listed.is_truncated,
+            listed.max_parts,
+            listed.part_number_marker.as_deref(),
+            listed.next_part_number_marker.as_deref()
+        ),
+        (Some(false), Some(1000), Some("0"), Some("3"))
+    );
     let sums: Vec<(Option<i32>, Option<String>)> = listed
         .parts()
         .iter()
@@ -1200,8 +1210,32 @@ async fn multipart_composite_sha256_checks_parts_and_refuses_a_wrong_one() {
         .object_parts
         .unwrap();
     assert_eq!(second_page.is_truncated, Some(false));
+    assert_eq!(second_page.next_part_number_marker.as_deref(), Some("3"));
     let numbers: Vec<Option<i32>> = second_page.parts().iter().map(|part| part.part_number).collect();
     assert_eq!(numbers, vec![Some(3)]);
+    let cut = s3
+        .get_object_attributes()
+        .bucket("mpu")
+        .key("c")
+        .object_attributes(ObjectAttributes::ObjectParts)
+        .max_parts(1)
+        .part_number_marker("1")
+        .send()
+        .await
+        .unwrap()
+        .object_parts
+        .unwrap();
+    let numbers: Vec<Option<i32>> = cut.parts().iter().map(|part| part.part_number).collect();
+    assert_eq!(
+        (
+            numbers,
+            cut.is_truncated,
+            cut.max_parts,
+            cut.part_number_marker.as_deref(),
+            cut.next_part_number_marker.as_deref()
+        ),
+        (vec![Some(2)], Some(true), Some(1), Some("1"), Some("2"))
+    );
     assert_eq!(second_page.parts()[0].size, Some(parts[2].len() as i64));
     // A copy has the same parts, and keeps their checksums and the object's.
     let copied = s3
@@ -1249,6 +1283,23 @@ async fn multipart_composite_sha256_checks_parts_and_refuses_a_wrong_one() {
         .await
         .unwrap();
     assert_eq!((head.checksum_crc32, head.checksum_type), (None, None));
+    // Nor are its parts listed: S3 lists a general-purpose bucket's parts in ObjectParts only
+    // for an object uploaded with a (COMPOSITE) checksum, and answers the count alone otherwise.
+    let plain = s3
+        .get_object_attributes()
+        .bucket("mpu")
+        .key("plain")
+        .object_attributes(ObjectAttributes::ObjectParts)
+        .send()
+        .await
+        .unwrap()
+        .object_parts
+        .unwrap();
+    assert_eq!(plain.total_parts_count, Some(1));
+    assert_eq!(
+        (plain.parts, plain.is_truncated, plain.next_part_number_marker),
+        (None, None, None)
+    );
 }
 
 /// ListMultipartUploads names each upload's checksum algorithm and type, as S3 lists them (and
@@ -1294,7 +1345,8 @@ async fn upload_listings_name_each_uploads_checksum() {
 
 /// `max-parts` 0 (ListParts, GetObjectAttributes) answers an empty page that is not truncated,
 /// as S3 answers ListObjects' `max-keys` 0: a truncated empty page could only name the marker it
-/// was asked for as the next one, and a paginator following it would never end.
+/// was asked for as the next one, and a paginator following it would never end. Its
+/// NextPartNumberMarker is that marker (S3 answers 0 for an empty listing from the start).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn max_parts_zero_is_an_empty_page_that_ends_the_listing() {
     use aws_sdk_s3::types::{ChecksumAlgorithm, CompletedPart, ObjectAttributes};
@@ -1349,7 +1401,7 @@ async fn max_parts_zero_is_an_empty_page_that_ends_the_listing() {
                 page.is_truncated,
                 page.next_part_number_marker.as_deref()
             ),
-            (0, Some(false), None),
+            (0, Some(false), Some(marker.unwrap_or("0"))),
             "ListParts after {marker:?}"
         );
     }
@@ -1378,7 +1430,7 @@ async fn max_parts_zero_is_an_empty_page_that_ends_the_listing() {
             parts.is_truncated,
             parts.next_part_number_marker.as_deref()
         ),
-        (0, Some(false), None)
+        (0, Some(false), Some("0"))
     );
     assert_eq!(parts.total_parts_count, Some(2));
 }

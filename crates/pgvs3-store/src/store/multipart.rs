@@ -215,8 +215,16 @@ pub struct PartsPage {
     pub parties: UploadParties,
     /// The checksum the upload keeps, if it keeps one.
     pub checksum: Option<UploadChecksum>,
-    /// Set when the page was cut: the part number the next page starts after.
-    pub next_marker: Option<u32>,
+    /// The page was cut: more parts follow its last one.
+    pub truncated: bool,
+}
+
+impl PartsPage {
+    /// S3's `NextPartNumberMarker`, which it answers on every page, cut or not: the last part
+    /// listed, or on an empty page the marker the page was asked after.
+    pub fn next_marker(&self, after: u32) -> u32 {
+        self.parts.last().map_or(after, |part| part.part_number)
+    }
 }
 
 /// A ListMultipartUploads request: S3's prefix, delimiter and markers.
@@ -264,7 +272,7 @@ fn kept_checksum(row: &tokio_postgres::Row) -> Option<UploadChecksum> {
 /// cut. `max-parts` 0 gets an empty page that is not truncated, as S3 answers ListObjects'
 /// `max-keys` 0: a truncated empty page could only name its own marker as the next one, and a
 /// paginator would ask for it forever.
-fn parts_page(rows: &[tokio_postgres::Row], max_parts: usize) -> (Vec<PartInfo>, Option<u32>) {
+fn parts_page(rows: &[tokio_postgres::Row], max_parts: usize) -> (Vec<PartInfo>, bool) {
     let mut parts: Vec<PartInfo> = rows
         .iter()
         .map(|row| PartInfo {
@@ -277,8 +285,8 @@ fn parts_page(rows: &[tokio_postgres::Row], max_parts: usize) -> (Vec<PartInfo>,
         .collect();
     let cut = parts.len() > max_parts;
     parts.truncate(max_parts);
-    let next_marker = parts.last().filter(|_| cut).map(|part| part.part_number);
-    (parts, next_marker)
+    // A page of no parts is never cut: a paginator would ask after the same marker forever.
+    (parts, cut && max_parts > 0)
 }
 
 /// S3's answer to a completion naming a part it does not have (or with another ETag or checksum).
@@ -668,12 +676,12 @@ impl Store {
         let rows = client
             .query(&statement, &[&upload_id, &after, &(max_parts as i64 + 1)])
             .await?;
-        let (parts, next_marker) = parts_page(&rows, max_parts);
+        let (parts, truncated) = parts_page(&rows, max_parts);
         Ok(PartsPage {
             parts,
             parties: UploadParties::of(&upload),
             checksum: kept_checksum(&upload),
-            next_marker,
+            truncated,
         })
     }
 
@@ -705,10 +713,10 @@ impl Store {
                 ],
             )
             .await?;
-        let (parts, next_marker) = parts_page(&rows, max_parts);
+        let (parts, truncated) = parts_page(&rows, max_parts);
         Ok(PartsPage {
             parts,
-            next_marker,
+            truncated,
             ..PartsPage::default()
         })
     }

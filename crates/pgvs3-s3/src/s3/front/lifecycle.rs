@@ -43,20 +43,26 @@ fn positive_days(days: i32, action: &str) -> S3Result<u32> {
         .ok_or_else(|| invalid_argument(&format!("'Days' for {action} action must be a positive integer")))
 }
 
+/// A filter's tags; a key named twice is refused as S3 refuses it.
 fn tags_of(tags: &[Tag]) -> S3Result<std::collections::BTreeMap<String, String>> {
-    tags.iter()
-        .map(|tag| match (&tag.key, &tag.value) {
-            (Some(key), value) => Ok((key.clone(), value.clone().unwrap_or_default())),
-            _ => Err(malformed_xml()),
-        })
-        .collect()
+    let mut out = std::collections::BTreeMap::new();
+    for tag in tags {
+        let key = tag.key.clone().ok_or_else(malformed_xml)?;
+        if out.insert(key, tag.value.clone().unwrap_or_default()).is_some() {
+            return Err(S3Error::with_message(
+                S3ErrorCode::InvalidRequest,
+                "Duplicate Tag Keys are not allowed.",
+            ));
+        }
+    }
+    Ok(out)
 }
 
 fn rule_filter(rule: &LifecycleRule) -> S3Result<RuleFilter> {
     let Some(filter) = &rule.filter else {
-        // The legacy top-level Prefix (or nothing: every object).
+        // The legacy rule-level Prefix: S3 requires a Filter without it.
         return Ok(RuleFilter {
-            prefix: rule.prefix.clone().unwrap_or_default(),
+            prefix: rule.prefix.clone().ok_or_else(malformed_xml)?,
             ..RuleFilter::default()
         });
     };
@@ -83,6 +89,14 @@ fn rule_filter(rule: &LifecycleRule) -> S3Result<RuleFilter> {
         out.tags = tags_of(std::slice::from_ref(tag))?;
     }
     if let Some(and) = &filter.and {
+        // `And` joins two or more conditions (S3's schema): one alone is a plain filter.
+        let conditions = usize::from(and.prefix.is_some())
+            + and.tags.as_ref().map_or(0, Vec::len)
+            + usize::from(and.object_size_greater_than.is_some())
+            + usize::from(and.object_size_less_than.is_some());
+        if conditions < 2 {
+            return Err(malformed_xml());
+        }
         out.prefix = and.prefix.clone().unwrap_or_default();
         out.tags = tags_of(and.tags.as_deref().unwrap_or_default())?;
         out.size_greater_than = and.object_size_greater_than;
@@ -108,12 +122,24 @@ fn rule_from(rule: &LifecycleRule) -> S3Result<store::LifecycleRule> {
         ExpirationStatus::DISABLED => false,
         _ => return Err(malformed_xml()),
     };
-    if rule.transitions.as_ref().is_some_and(|t| !t.is_empty())
-        || rule
-            .noncurrent_version_transitions
-            .as_ref()
-            .is_some_and(|t| !t.is_empty())
-    {
+    let transitions = rule.transitions.as_deref().unwrap_or_default();
+    let noncurrent_transitions = rule.noncurrent_version_transitions.as_deref().unwrap_or_default();
+    // A transition is checked as S3 checks it before it is refused: a client that sent a bad
+    // one hears what is wrong with it (400), not only that pgvs3 has no other storage class.
+    for transition in transitions {
+        transition_from(transition)?;
+    }
+    for transition in noncurrent_transitions {
+        if transition.storage_class.is_none() {
+            return Err(malformed_xml());
+        }
+        if transition.noncurrent_days.ok_or_else(malformed_xml)? < 0 {
+            return Err(invalid_argument(
+                "'NoncurrentDays' for NoncurrentVersionTransition action must be a nonnegative integer",
+            ));
+        }
+    }
+    if !transitions.is_empty() || !noncurrent_transitions.is_empty() {
         return Err(S3Error::with_message(
             S3ErrorCode::NotImplemented,
             "Lifecycle transitions are not implemented: pgvs3 has one storage class",
@@ -158,24 +184,40 @@ fn rule_from(rule: &LifecycleRule) -> S3Result<store::LifecycleRule> {
     })
 }
 
+/// A lifecycle `Date`, in seconds since the epoch: S3 takes midnight GMT only.
+fn midnight(date: &Timestamp) -> S3Result<i64> {
+    let at = to_system_time(&Some(date.clone())).ok_or_else(malformed_xml)?;
+    let secs = at
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO)
+        .as_secs();
+    if secs % 86_400 != 0 {
+        return Err(invalid_argument("'Date' must be at midnight GMT"));
+    }
+    Ok(secs as i64)
+}
+
+/// A rule's Transition, as S3 validates it: a storage class, and exactly one of Days (zero or
+/// more) and Date (at midnight GMT).
+fn transition_from(transition: &Transition) -> S3Result<()> {
+    if transition.storage_class.is_none() {
+        return Err(malformed_xml());
+    }
+    match (transition.days, &transition.date) {
+        (Some(days), None) if days < 0 => Err(invalid_argument(
+            "'Days' for Transition action must be a nonnegative integer",
+        )),
+        (Some(_), None) => Ok(()),
+        (None, Some(date)) => midnight(date).map(drop),
+        _ => Err(malformed_xml()),
+    }
+}
+
 /// A rule's Expiration, as S3 validates it: exactly one of Days, Date (at midnight GMT) and
 /// ExpiredObjectDeleteMarker (which no tag filter may go with).
 fn expiration_from(expiration: &LifecycleExpiration, filter: &RuleFilter) -> S3Result<store::Expiration> {
     let marker = expiration.expired_object_delete_marker.unwrap_or(false);
-    let date = match &expiration.date {
-        None => None,
-        Some(date) => {
-            let at = to_system_time(&Some(date.clone())).ok_or_else(malformed_xml)?;
-            let secs = at
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .unwrap_or(Duration::ZERO)
-                .as_secs();
-            if secs % 86_400 != 0 {
-                return Err(invalid_argument("'Date' must be at midnight GMT"));
-            }
-            Some(secs as i64)
-        }
-    };
+    let date = expiration.date.as_ref().map(midnight).transpose()?;
     let days = expiration
         .days
         .map(|days| positive_days(days, "Expiration"))
@@ -259,8 +301,9 @@ fn filter_xml(filter: &RuleFilter) -> LifecycleRuleFilter {
             ..Default::default()
         };
     }
+    // One condition, or none (every object: an empty Prefix, as it was most likely sent).
     LifecycleRuleFilter {
-        prefix: Some(filter.prefix.clone()).filter(|_| filter.tags.is_empty()),
+        prefix: Some(filter.prefix.clone()).filter(|_| conditions == 0 || !filter.prefix.is_empty()),
         tag: filter.tags.iter().next().map(|(k, v)| tag(k, v)),
         object_size_greater_than: filter.size_greater_than,
         object_size_less_than: filter.size_less_than,
@@ -382,8 +425,13 @@ mod tests {
             noncurrent_days: Some(7),
             newer_noncurrent_versions: Some(2),
         });
+        let mut big = rule("big");
+        big.filter = Some(LifecycleRuleFilter {
+            object_size_greater_than: Some(2000),
+            ..Default::default()
+        });
         let lifecycle = lifecycle_from(&BucketLifecycleConfiguration {
-            rules: vec![rule("logs"), tagged],
+            rules: vec![rule("logs"), tagged, big],
         })
         .unwrap();
         let again = lifecycle_from(&BucketLifecycleConfiguration {
@@ -408,9 +456,50 @@ mod tests {
             ..Default::default()
         });
         assert_eq!(code(vec![noon]), "InvalidArgument");
-        let mut transition = rule("t");
-        transition.transitions = Some(vec![Transition::default()]);
-        assert_eq!(code(vec![transition]), "NotImplemented");
+        let transition = |days: Option<i32>, secs: Option<u64>| {
+            let mut rule = rule("t");
+            rule.transitions = Some(vec![Transition {
+                days,
+                date: secs.map(|secs| timestamp(SystemTime::UNIX_EPOCH + Duration::from_secs(secs))),
+                storage_class: Some(TransitionStorageClass::from_static(TransitionStorageClass::GLACIER)),
+            }]);
+            rule
+        };
+        assert_eq!(code(vec![transition(Some(30), None)]), "NotImplemented");
+        assert_eq!(code(vec![transition(None, Some(86_400 * 19_000))]), "NotImplemented");
+        // boto reads `'Date': '20220927'` as seconds since the epoch: not at midnight.
+        assert_eq!(code(vec![transition(None, Some(20_220_927))]), "InvalidArgument");
+        assert_eq!(code(vec![transition(Some(-1), None)]), "InvalidArgument");
+        assert_eq!(code(vec![transition(Some(1), Some(0))]), "MalformedXML");
+        let mut classless = transition(Some(30), None);
+        classless.transitions.as_mut().unwrap()[0].storage_class = None;
+        assert_eq!(code(vec![classless]), "MalformedXML");
+        let filtered = |and: LifecycleRuleAndOperator| {
+            let mut rule = rule("f");
+            rule.filter = Some(LifecycleRuleFilter {
+                and: Some(and),
+                ..Default::default()
+            });
+            rule
+        };
+        let twice = filtered(LifecycleRuleAndOperator {
+            tags: Some(vec![tag("k", "v"), tag("k", "w")]),
+            ..Default::default()
+        });
+        assert_eq!(code(vec![twice]), "InvalidRequest");
+        let alone = filtered(LifecycleRuleAndOperator {
+            tags: Some(vec![tag("k", "v")]),
+            ..Default::default()
+        });
+        assert_eq!(code(vec![alone]), "MalformedXML");
+        let mut unfiltered = rule("u");
+        unfiltered.filter = None;
+        assert_eq!(code(vec![unfiltered]), "MalformedXML");
+        let tags_only = filtered(LifecycleRuleAndOperator {
+            tags: Some(vec![tag("k", "v"), tag("l", "w")]),
+            ..Default::default()
+        });
+        assert!(lifecycle_from(&BucketLifecycleConfiguration { rules: vec![tags_only] }).is_ok());
         assert_eq!(code(vec![]), "MalformedXML");
     }
 }

@@ -216,6 +216,7 @@ pub(super) async fn list_parts(
         .list_parts(&input.key, &input.upload_id, marker as u32, max_parts as usize)
         .await
         .map_err(|e| fail(&req, e))?;
+    let next_marker = page.next_marker(marker as u32);
     let parts = page
         .parts
         .into_iter()
@@ -238,8 +239,8 @@ pub(super) async fn list_parts(
         upload_id: Some(input.upload_id.clone()),
         max_parts: Some(max_parts),
         part_number_marker: Some(marker),
-        is_truncated: Some(page.next_marker.is_some()),
-        next_part_number_marker: page.next_marker.map(|n| n as i32),
+        is_truncated: Some(page.truncated),
+        next_part_number_marker: Some(next_marker as i32),
         parts: Some(parts),
         owner: Some(owner),
         initiator: Some(initiator),

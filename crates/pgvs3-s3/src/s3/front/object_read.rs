@@ -265,6 +265,8 @@ async fn object_parts(
         algorithm: stored.algorithm.clone(),
         full_object: false,
     });
+    answer.is_truncated = Some(page.truncated);
+    answer.next_part_number_marker = Some(page.next_marker(marker as u32) as i32);
     answer.parts = Some(
         page.parts
             .into_iter()
@@ -281,8 +283,6 @@ async fn object_parts(
     );
     answer.max_parts = Some(max_parts);
     answer.part_number_marker = Some(marker);
-    answer.is_truncated = Some(page.next_marker.is_some());
-    answer.next_part_number_marker = page.next_marker.map(|n| n as i32);
     Ok(answer)
 }
 
