@@ -225,7 +225,9 @@ pub async fn within_drop<T>(connection: &Connection, work: impl Future<Output = 
 }
 
 async fn within_for<T>(connection: &Connection, after: Duration, work: impl Future<Output = Result<T>>) -> Result<T> {
-    tokio::time::timeout(after, work)
+    // Boxed: the work is a reconcile step's whole future, and the futures that await it would
+    // otherwise hold (and move about the stack) a copy of it.
+    tokio::time::timeout(after, Box::pin(work))
         .await
         .unwrap_or_else(|_| Err(timed_out(connection, after)))
 }

@@ -56,8 +56,9 @@ async fn a_statement_behind_a_lock_is_stopped_by_the_server() {
     let (host, port, database, user) = database_parts(&url);
     let (holder, driver) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
     tokio::spawn(driver);
+    holder.batch_execute("CREATE TABLE held ()").await.unwrap();
     holder
-        .batch_execute("CREATE TABLE held (); BEGIN; LOCK TABLE held IN ACCESS EXCLUSIVE MODE")
+        .batch_execute("BEGIN; LOCK TABLE held IN ACCESS EXCLUSIVE MODE")
         .await
         .unwrap();
     // lock_timeout is half the catalog timeout: the server's answer comes first, by 5 s.
