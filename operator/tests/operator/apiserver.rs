@@ -1737,7 +1737,7 @@ async fn black_hole_database(plane: std::sync::Arc<ControlPlane>) {
     )
     .await;
     let buckets: Api<Bucket> = Api::namespaced(client.clone(), ns);
-    let names: Vec<String> = (0..8).map(|i| format!("hung-{i}")).collect();
+    let names: Vec<String> = (0..6).map(|i| format!("hung-{i}")).collect();
     for name in &names {
         apply(
             &buckets,
