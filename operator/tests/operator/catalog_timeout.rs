@@ -1,16 +1,19 @@
 //! Every catalog interaction is bounded in time (operator/src/database.rs): a database that
 //! accepts connections and never answers fails as unreachable within the catalog timeout, and
-//! a statement stuck behind a lock is stopped by the server, saying so.
+//! a statement stuck behind a lock is stopped by the server, saying so; and one namespace's
+//! resources cannot take every reconcile slot of a controller.
 
 use std::time::Duration;
 
-use pgvs3_operator::context::Error;
+use pgvs3_operator::context::{Context, Error, NAMESPACE_SHARE};
 use pgvs3_operator::database::{self, Connection};
+use pgvs3_operator::metrics::Metrics;
 use pgvs3_pgtls::{PgTls, SslMode};
 use pgvs3_testkit as common;
 use tokio_postgres::error::SqlState;
 
 use crate::control_plane::{black_hole, database_parts};
+use crate::mock::FakeApi;
 
 fn connection(host: &str, port: u16, database: &str, user: &str, timeout: Duration) -> Connection {
     Connection {
@@ -75,4 +78,30 @@ async fn a_statement_behind_a_lock_is_stopped_by_the_server() {
     );
     assert!(!database::unreachable(&error), "the database answered: {error}");
     holder.batch_execute("ROLLBACK").await.unwrap();
+}
+
+#[tokio::test]
+async fn one_namespace_holds_at_most_its_share_of_a_controllers_slots() {
+    let (client, _fake) = FakeApi::start();
+    let ctx = Context::new(client, Metrics::default());
+    let held: Vec<_> = (0..NAMESPACE_SHARE)
+        .map(|_| {
+            ctx.namespace_slot("Bucket", "flooded")
+                .expect("a slot within the share")
+        })
+        .collect();
+    assert!(ctx.namespace_slot("Bucket", "flooded").is_none(), "beyond its share");
+    assert!(
+        ctx.namespace_slot("Bucket", "other").is_some(),
+        "another namespace's own share"
+    );
+    assert!(
+        ctx.namespace_slot("OriginCache", "flooded").is_some(),
+        "another controller's"
+    );
+    drop(held);
+    assert!(
+        ctx.namespace_slot("Bucket", "flooded").is_some(),
+        "released with its reconcile"
+    );
 }
