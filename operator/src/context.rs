@@ -1,12 +1,13 @@
 //! What every reconcile shares: the client, the event reporter, metrics, per-object backoff.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::database::Connection;
 use crate::events::Recorder;
@@ -40,12 +41,31 @@ pub struct Context {
     /// How long the cleanup of a resource whose pool is being deleted too retries an
     /// unreachable catalog before it gives up (`database::cleanup_gives_up`).
     pub cleanup_grace: Duration,
+    /// The longest one catalog interaction may take (`database::within`).
+    pub catalog_timeout: Duration,
+    /// Per kind and namespace, the reconciles of that kind running in it
+    /// ([`Context::namespace_slot`]).
+    namespace_slots: Mutex<HashMap<(&'static str, String), Arc<Semaphore>>>,
 }
 
 /// How long the answer of API discovery for ServiceMonitors is trusted: installing the
 /// Prometheus operator is noticed within this.
 pub const SERVICE_MONITOR_RECHECK: Duration = Duration::from_secs(300);
 const SERVICE_MONITOR_API: &str = "monitoring.coreos.com/v1";
+
+/// How many reconciles each controller runs at once.
+pub const CONCURRENCY: u16 = 4;
+
+/// How many of a controller's [`CONCURRENCY`] slots one namespace's resources may hold. A
+/// catalog that never answers holds a reconcile for the catalog timeout; without this share a
+/// namespace's flood of resources on such a database (four would do) would take every slot, one
+/// timeout after another, and every other namespace's resources would wait behind them. With it
+/// the other namespaces keep half the slots whatever one namespace does.
+pub const NAMESPACE_SHARE: usize = CONCURRENCY as usize / 2;
+
+/// When a reconcile that found its namespace's share taken is tried again: soon, since a healthy
+/// catalog frees a slot in milliseconds; it costs one lookup.
+pub const NAMESPACE_BUSY_RETRY: Duration = Duration::from_secs(1);
 
 /// The cleanup's grace by default: two minutes of retries while a namespace is deleted.
 pub const DEFAULT_CLEANUP_GRACE: Duration = Duration::from_secs(120);
@@ -68,7 +88,29 @@ impl Context {
             connections: Mutex::new(HashMap::new()),
             issuer: IssuerState::default(),
             cleanup_grace: DEFAULT_CLEANUP_GRACE,
+            catalog_timeout: crate::database::DEFAULT_CATALOG_TIMEOUT,
+            namespace_slots: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// With `timeout` as the catalog's timeout (see [`Context::catalog_timeout`]).
+    pub fn with_catalog_timeout(mut self, timeout: Duration) -> Context {
+        self.catalog_timeout = timeout;
+        self
+    }
+
+    /// One of the [`NAMESPACE_SHARE`] slots of `kind`'s reconciles in `namespace`, held while the
+    /// reconcile runs; `None` when they are all taken (the reconcile is tried again after
+    /// [`NAMESPACE_BUSY_RETRY`], leaving its controller slot to other namespaces).
+    pub fn namespace_slot(&self, kind: &'static str, namespace: &str) -> Option<OwnedSemaphorePermit> {
+        let semaphore = {
+            let mut slots = self.namespace_slots.lock().expect("namespace slots");
+            slots
+                .entry((kind, namespace.to_string()))
+                .or_insert_with(|| Arc::new(Semaphore::new(NAMESPACE_SHARE)))
+                .clone()
+        };
+        semaphore.try_acquire_owned().ok()
     }
 
     /// With `grace` as the cleanup's grace (see [`Context::cleanup_grace`]).
@@ -184,6 +226,10 @@ pub enum Error {
         refusal: Option<String>,
         source: tokio_postgres::Error,
     },
+    /// The pool's database did not answer within the catalog timeout (connecting or in a
+    /// statement): the work was abandoned and its connection closed.
+    #[error("catalog at {target}: the database did not answer within {}s", after.as_secs())]
+    CatalogTimeout { target: String, after: Duration },
     /// The resource asks for something that can never work (a name the catalog refuses);
     /// retrying cannot help, so it waits for the spec to change.
     #[error("{0}")]
@@ -214,6 +260,7 @@ impl Error {
             Error::Kube(kube::Error::Api(status)) if status.code == 409 => "Conflict",
             Error::Kube(_) => "KubeApi",
             Error::Catalog(_) | Error::CatalogConnect { .. } => "Catalog",
+            Error::CatalogTimeout { .. } => "CatalogTimeout",
             Error::InvalidSpec(_) => "InvalidSpec",
             Error::Finalizer(inner) => match &**inner {
                 kube::runtime::finalizer::Error::ApplyFailed(err)

@@ -1,7 +1,13 @@
 //! A Primary pool's database as the operator reaches it to write catalog rows through the SQL
 //! control API: the pool's address and credentials, and the master key that seals secrets.
 //! Shared by the Bucket and OriginCache controllers.
+//!
+//! Every catalog interaction — a connection and its statements — is bounded in time
+//! ([`within`]): a database that accepts a connection and never answers (a frozen host, a
+//! listener that reads nothing) holds a reconcile, and so one of the controller's few slots, for
+//! at most [`Connection::timeout`], and then counts as unreachable, as a refused connection does.
 
+use std::future::Future;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
@@ -28,6 +34,9 @@ pub struct Connection {
     /// The pool's `sslMode`, and the connector that applies it (with the pool's CA).
     pub ssl_mode: pgvs3_pgtls::SslMode,
     pub tls: PgTls,
+    /// The longest one catalog interaction (connecting, then its statements) may take
+    /// (`--catalog-timeout`).
+    pub timeout: Duration,
 }
 
 impl Connection {
@@ -115,6 +124,7 @@ pub async fn bind(ctx: &Context, namespace: &str, pool_name: &str) -> Result<Res
         password: kube_ops::secret_text(&credentials, "password")?,
         ssl_mode: mode,
         tls,
+        timeout: ctx.catalog_timeout,
     };
     let master_key = MasterKey::from_text(&kube_ops::secret_text(&master, &master_ref.key)?);
     ctx.remember_connection(namespace, pool_name, &connection);
@@ -137,12 +147,15 @@ pub async fn revoke_through_last_connection(
     let Some(connection) = ctx.last_connection(namespace, pool) else {
         return Ok(Err("no connection to it since the operator started".to_string()));
     };
-    let client = match connect(&connection).await {
-        Ok(client) => client,
-        Err(err) => return Ok(Err(err.to_string())),
-    };
-    crate::bucket::catalog::delete_access_key(&client, key_id).await?;
-    Ok(Ok(()))
+    let revoked = within(&connection, async {
+        let client = connect(&connection).await?;
+        crate::bucket::catalog::delete_access_key(&client, key_id).await
+    });
+    match revoked.await {
+        Ok(_) => Ok(Ok(())),
+        Err(err) if unreachable(&err) => Ok(Err(err.to_string())),
+        Err(err) => Err(err),
+    }
 }
 
 /// How much longer the cleanup of a resource (`deleted`) that cannot reach `pool`'s catalog
@@ -183,24 +196,99 @@ pub fn valid_object_name(name: &str) -> bool {
         })
 }
 
+/// The catalog's timeout by default: a healthy catalog answers the operator's few statements in
+/// milliseconds; thirty seconds leave room for a loaded or failing-over one.
+pub const DEFAULT_CATALOG_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A forced drop deletes every row of a bucket's objects: a database that answers may take this
+/// many catalog timeouts over it (five minutes by default) before the drop counts as not answered.
+const DROP_TIMEOUTS: u32 = 10;
+
+/// TCP keepalives and a user timeout notice a peer that vanished (a host or network gone) while
+/// a statement waits, well before the kernel's two hours; a peer whose kernel still answers but
+/// whose server does not is left to [`within`].
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+const KEEPALIVE_RETRIES: u32 = 3;
+
+/// Runs `work` — connecting and the statements that follow — within the connection's timeout:
+/// past it the work is dropped (closing its connection) and fails with
+/// [`Error::CatalogTimeout`], which counts as an unreachable database ([`unreachable`]).
+pub async fn within<T>(connection: &Connection, work: impl Future<Output = Result<T>>) -> Result<T> {
+    within_for(connection, connection.timeout, work).await
+}
+
+/// [`within`] for a forced drop of a bucket's objects ([`DROP_TIMEOUTS`] catalog timeouts), whose
+/// session must then allow statements that long ([`allow_long_statements`]).
+pub async fn within_drop<T>(connection: &Connection, work: impl Future<Output = Result<T>>) -> Result<T> {
+    within_for(connection, connection.timeout * DROP_TIMEOUTS, work).await
+}
+
+async fn within_for<T>(connection: &Connection, after: Duration, work: impl Future<Output = Result<T>>) -> Result<T> {
+    // Boxed: the work is a reconcile step's whole future, and the futures that await it would
+    // otherwise hold (and move about the stack) a copy of it.
+    tokio::time::timeout(after, Box::pin(work))
+        .await
+        .unwrap_or_else(|_| Err(timed_out(connection, after)))
+}
+
+fn timed_out(connection: &Connection, after: Duration) -> Error {
+    Error::CatalogTimeout {
+        target: connection.describe(),
+        after,
+    }
+}
+
+/// Raises the session's `statement_timeout` (set at connect to the catalog timeout) for the
+/// forced drop that [`within_drop`] bounds.
+pub async fn allow_long_statements(client: &Client, connection: &Connection) -> Result<()> {
+    let millis = (connection.timeout * DROP_TIMEOUTS).as_millis();
+    Ok(client
+        .batch_execute(&format!("SET statement_timeout = {millis}"))
+        .await?)
+}
+
+/// Whether `error` says the database could not be reached or did not answer in time (rather
+/// than that it answered with an error).
+pub fn unreachable(error: &Error) -> bool {
+    matches!(error, Error::CatalogConnect { .. } | Error::CatalogTimeout { .. })
+}
+
+/// Connects, within the connection's timeout whole (TCP, TLS, authentication: tokio-postgres's
+/// `connect_timeout` bounds only the TCP connect). The session's `statement_timeout` is the same
+/// timeout and its `lock_timeout` half of it, so the server stops a statement the operator no
+/// longer waits for, and a statement stuck behind a lock fails saying so.
 pub async fn connect(connection: &Connection) -> Result<Client> {
-    let (client, driver) = Config::new()
+    let timeout = connection.timeout;
+    let mut config = Config::new();
+    config
         .host(&connection.host)
         .port(connection.port)
         .dbname(&connection.database)
         .user(&connection.user)
         .password(&connection.password)
         .application_name("pgvs3-operator")
-        .connect_timeout(Duration::from_secs(5))
-        .ssl_mode(connection.ssl_mode.negotiation())
-        .connect(connection.tls.clone())
+        .options(format!(
+            "-c statement_timeout={} -c lock_timeout={}",
+            timeout.as_millis(),
+            (timeout / 2).as_millis()
+        ))
+        .connect_timeout(timeout)
+        .keepalives(true)
+        .keepalives_idle(KEEPALIVE_IDLE)
+        .keepalives_interval(KEEPALIVE_INTERVAL)
+        .keepalives_retries(KEEPALIVE_RETRIES)
+        .tcp_user_timeout(timeout)
+        .ssl_mode(connection.ssl_mode.negotiation());
+    let connected = tokio::time::timeout(timeout, config.connect(connection.tls.clone()))
         .await
-        .map_err(|source| Error::CatalogConnect {
-            target: connection.describe(),
-            // tokio-postgres says only "error performing TLS handshake": why it was refused.
-            refusal: connection.tls.refusal(&source),
-            source,
-        })?;
+        .map_err(|_| timed_out(connection, timeout))?;
+    let (client, driver) = connected.map_err(|source| Error::CatalogConnect {
+        target: connection.describe(),
+        // tokio-postgres says only "error performing TLS handshake": why it was refused.
+        refusal: connection.tls.refusal(&source),
+        source,
+    })?;
     tokio::spawn(async move {
         if let Err(err) = driver.await {
             tracing::debug!(error = %err, "catalog connection ended");

@@ -4,7 +4,7 @@
 //! them into every Primary pool's catalog with `pgvs3.put_oidc_issuer`, so no gateway needs API
 //! access. Refreshed every [`REFRESH`]; a rotated signing key reaches the catalogs within that.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -126,8 +126,11 @@ pub async fn publish(ctx: &Context, binding: &Binding, issuer: &Issuer) -> Resul
     if ctx.issuer.has(&pool, Some(&catalog), &digest) {
         return Ok(());
     }
-    let client = database::connect(&binding.connection).await?;
-    pgvs3_catalog::sts::put_oidc_issuer(&client, &issuer.issuer, &issuer.jwks).await?;
+    database::within(&binding.connection, async {
+        let client = database::connect(&binding.connection).await?;
+        Ok(pgvs3_catalog::sts::put_oidc_issuer(&client, &issuer.issuer, &issuer.jwks).await?)
+    })
+    .await?;
     tracing::info!(%pool, %catalog, issuer = %issuer.issuer, "service-account issuer published");
     ctx.issuer
         .published
@@ -138,8 +141,12 @@ pub async fn publish(ctx: &Context, binding: &Binding, issuer: &Issuer) -> Resul
 }
 
 /// Every [`REFRESH`]: reads the issuer and publishes it into each Primary pool's catalog that
-/// lacks it (a pool whose catalog cannot be written yet is tried again next time).
+/// lacks it (a pool whose catalog cannot be written yet is tried again next time). Each pool is
+/// published on a task of its own, at most one at a time per pool, each bounded by its catalog
+/// timeout: a pool whose database does not answer delays no other pool's keys, and its
+/// attempts do not pile up.
 pub async fn publisher(ctx: Arc<Context>, pools: Store<GatewayPool>) {
+    let publishing: Arc<Mutex<HashSet<String>>> = Arc::default();
     let mut ticks = tokio::time::interval(REFRESH);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -154,20 +161,52 @@ pub async fn publisher(ctx: Arc<Context>, pools: Store<GatewayPool>) {
         };
         let digest = issuer.digest();
         for pool in pools.state() {
+            let key = pool_key(&pool);
             // Binding reads the pool's Secrets: only for a catalog that lacks the keys.
-            if pool.spec.role != PoolRole::Primary || ctx.issuer.has(&pool_key(&pool), None, &digest) {
+            if pool.spec.role != PoolRole::Primary || ctx.issuer.has(&key, None, &digest) {
                 continue;
             }
-            let Some(namespace) = pool.namespace() else { continue };
-            let published = match database::bind(&ctx, &namespace, &pool.name_any()).await {
-                Ok(Ok(binding)) => publish(&ctx, &binding, &issuer).await,
-                // Not bindable yet (credentials missing): its own status says why.
-                Ok(Err(_)) => Ok(()),
-                Err(error) => Err(error),
+            let Some(publishing) = Publishing::start(&publishing, key) else {
+                continue;
             };
-            if let Err(error) = published {
-                tracing::debug!(pool = %pool.name_any(), %namespace, %error, "publishing the service-account issuer");
-            }
+            tokio::spawn(publish_pool(ctx.clone(), pool, issuer.clone(), publishing));
         }
+    }
+}
+
+/// One pool's publication by [`publisher`]; `_publishing` marks it under way until it ends.
+async fn publish_pool(ctx: Arc<Context>, pool: Arc<GatewayPool>, issuer: Arc<Issuer>, _publishing: Publishing) {
+    let Some(namespace) = pool.namespace() else { return };
+    let published = match database::bind(&ctx, &namespace, &pool.name_any()).await {
+        Ok(Ok(binding)) => publish(&ctx, &binding, &issuer).await,
+        // Not bindable yet (credentials missing): its own status says why.
+        Ok(Err(_)) => Ok(()),
+        Err(error) => Err(error),
+    };
+    if let Err(error) = published {
+        tracing::debug!(pool = %pool.name_any(), %namespace, %error, "publishing the service-account issuer");
+    }
+}
+
+/// A pool's publication under way: its key in the set while it lives (a task that ends or
+/// panics drops it).
+struct Publishing {
+    set: Arc<Mutex<HashSet<String>>>,
+    key: String,
+}
+
+impl Publishing {
+    /// `None` when `key`'s pool is being published already.
+    fn start(set: &Arc<Mutex<HashSet<String>>>, key: String) -> Option<Publishing> {
+        set.lock()
+            .expect("publishing")
+            .insert(key.clone())
+            .then(|| Publishing { set: set.clone(), key })
+    }
+}
+
+impl Drop for Publishing {
+    fn drop(&mut self) {
+        self.set.lock().expect("publishing").remove(&self.key);
     }
 }

@@ -68,6 +68,11 @@ pub struct RunArgs {
     /// the catalog's rows as they are (a Warning Event says which).
     #[arg(long, env = "PGVS3_OPERATOR_CLEANUP_GRACE", default_value_t = crate::context::DEFAULT_CLEANUP_GRACE.as_secs())]
     pub cleanup_grace: u64,
+    /// Seconds one catalog interaction (connecting to a pool's database and the statements of
+    /// one step) may take before the database counts as not answering: the resource says so,
+    /// its reconcile is retried with backoff, and a cleanup counts it as unreachable.
+    #[arg(long, env = "PGVS3_OPERATOR_CATALOG_TIMEOUT", default_value_t = crate::database::DEFAULT_CATALOG_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
+    pub catalog_timeout: u64,
 }
 
 fn parse_adoptable(mark: &str) -> Result<String, String> {
@@ -157,7 +162,8 @@ async fn lead(
     let ctx = Arc::new(
         Context::new(client.clone(), metrics)
             .with_adoptable(&args.adoptable_buckets)
-            .with_cleanup_grace(Duration::from_secs(args.cleanup_grace)),
+            .with_cleanup_grace(Duration::from_secs(args.cleanup_grace))
+            .with_catalog_timeout(Duration::from_secs(args.catalog_timeout)),
     );
     if args.no_leader_election {
         tracing::info!("leader election off: starting controllers");
@@ -216,7 +222,7 @@ async fn watched(client: Client, namespaces: &[String], ctx: Arc<Context>) {
 }
 
 async fn controllers(client: Client, namespace: Option<String>, ctx: Arc<Context>) {
-    let config = ControllerConfig::default().concurrency(4);
+    let config = ControllerConfig::default().concurrency(crate::context::CONCURRENCY);
     let pools = Controller::new(api::<GatewayPool>(&client, &namespace), watcher::Config::default());
     let pools_reader = pools.store();
     let caches = Controller::new(api::<OriginCache>(&client, &namespace), watcher::Config::default());

@@ -30,6 +30,9 @@ pub const KIND: &str = "Bucket";
 pub async fn reconcile(bucket: Arc<Bucket>, ctx: Arc<Context>) -> Result<Action> {
     let _timer = ctx.metrics.reconcile(KIND);
     let namespace = bucket.namespace().ok_or(Error::NoNamespace)?;
+    let Some(_slot) = ctx.namespace_slot(KIND, &namespace) else {
+        return Ok(Action::requeue(context::NAMESPACE_BUSY_RETRY));
+    };
     let buckets: Api<Bucket> = Api::namespaced(ctx.client.clone(), &namespace);
     let action = finalizer(&buckets, FINALIZER, bucket.clone(), |event| async {
         match event {
@@ -261,8 +264,12 @@ async fn legacy_named(binding: &Binding, bucket: &Bucket) -> Result<Option<Bucke
     let Some(legacy) = bucket.legacy_bucket_name() else {
         return Ok(None);
     };
-    let client = database::connect(&binding.connection).await?;
-    let owner = catalog::bucket_owner(&client, &legacy).await?.flatten();
+    let owner = database::within(&binding.connection, async {
+        let client = database::connect(&binding.connection).await?;
+        catalog::bucket_owner(&client, &legacy).await
+    })
+    .await?
+    .flatten();
     let ours = [build::access_key_id(bucket), build::custodian_key_id(bucket)];
     Ok(owner.filter(|owner| ours.contains(owner)).map(|_| {
         let mut named = bucket.clone();
@@ -410,7 +417,7 @@ async fn write_identity(
         Ok(principals) => principals,
         Err(refused) => return Ok(Err(refused)),
     };
-    let written = async {
+    let written = database::within(&binding.connection, async {
         identity::publish(ctx, binding, &issuer).await?;
         let client = database::connect(&binding.connection).await?;
         role::put_role(
@@ -422,7 +429,7 @@ async fn write_identity(
             &target.bucket_name,
         )
         .await
-    }
+    })
     .await;
     let arn = match written {
         Ok(arn) => arn,
@@ -438,8 +445,10 @@ async fn write_identity(
 
 /// Removes the role and ConfigMap of a Bucket whose `workloadIdentity` was unset.
 async fn remove_identity(ctx: &Context, binding: &Binding, bucket: &Bucket) -> Result<()> {
-    let client = database::connect(&binding.connection).await?;
-    role::delete_role(&client, bucket).await?;
+    database::within(&binding.connection, async {
+        role::delete_role(&database::connect(&binding.connection).await?, bucket).await
+    })
+    .await?;
     role::delete_written::<ConfigMap>(ctx, bucket, &role::config_map_name(bucket)).await
 }
 
@@ -589,7 +598,9 @@ async fn cleanup(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Acti
                         && let Some(connection) = ctx.last_connection(namespace, pool_ref)
                     {
                         // Best effort, as the revocation: the key no longer opens the bucket.
-                        let deleted = async { role::delete_role(&database::connect(&connection).await?, bucket).await };
+                        let deleted = database::within(&connection, async {
+                            role::delete_role(&database::connect(&connection).await?, bucket).await
+                        });
                         if let Err(error) = deleted.await {
                             tracing::warn!(%error, role = %role::role_name(bucket), "the Bucket's role not deleted");
                         }
@@ -604,28 +615,45 @@ async fn cleanup(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Acti
             };
         }
     };
-    let client = match database::connect(&binding.connection).await {
-        Ok(client) => client,
+    let cleaned = database::within_drop(&binding.connection, clean_catalog(&binding, bucket, namespace)).await;
+    let note = match cleaned {
+        Ok(note) => note,
         // The namespace (or the pool) is being deleted, and the database with it, it seems.
-        Err(err) if ctx.cleanup_gives_up(&backoff_key(KIND, bucket), &binding.pool, bucket.meta()) => {
+        Err(err)
+            if database::unreachable(&err)
+                && ctx.cleanup_gives_up(&backoff_key(KIND, bucket), &binding.pool, bucket.meta()) =>
+        {
             return skip_cleanup(ctx, bucket, namespace, &err.to_string()).await;
         }
         Err(err) => return Err(err),
     };
+    kube_ops::publish(ctx, bucket, "Cleanup", EventType::Normal, "Cleanup", note).await;
+    Ok(Action::await_change())
+}
+
+/// The catalog side of the cleanup under the deletion policy: the bucket dropped or retained,
+/// the key revoked, the role deleted; what was done, for the Event.
+async fn clean_catalog(binding: &Binding, bucket: &Bucket, namespace: &str) -> Result<String> {
+    let bucket_name = bucket.bucket_name();
+    let key_id = build::access_key_id(bucket);
+    let client = database::connect(&binding.connection).await?;
     let ours = catalog::bucket_owner(&client, &bucket_name).await? == Some(Some(key_id.clone()));
     let note = match bucket.spec.deletion_policy {
-        DeletionPolicy::Delete if ours => match catalog::drop_bucket(&client, &bucket_name, true).await? {
-            Ok(_) => format!("bucket {bucket_name} and its objects were dropped"),
-            // Retried, this would block the resource's deletion until every retention ran
-            // out (years, for COMPLIANCE): the bucket is kept, as with Retain, and said so.
-            Err(locked) => {
-                retain(&binding, bucket, namespace, "object lock").await?;
-                format!("bucket {bucket_name} retained: {locked} (object lock); its access key was revoked")
+        DeletionPolicy::Delete if ours => {
+            database::allow_long_statements(&client, &binding.connection).await?;
+            match catalog::drop_bucket(&client, &bucket_name, true).await? {
+                Ok(_) => format!("bucket {bucket_name} and its objects were dropped"),
+                // Retried, this would block the resource's deletion until every retention ran
+                // out (years, for COMPLIANCE): the bucket is kept, as with Retain, and said so.
+                Err(locked) => {
+                    retain(binding, bucket, namespace, "object lock").await?;
+                    format!("bucket {bucket_name} retained: {locked} (object lock); its access key was revoked")
+                }
             }
-        },
+        }
         DeletionPolicy::Delete => format!("bucket {bucket_name} does not belong to this resource; not dropped"),
         DeletionPolicy::Retain if ours => {
-            retain(&binding, bucket, namespace, "deletionPolicy Retain").await?;
+            retain(binding, bucket, namespace, "deletionPolicy Retain").await?;
             format!(
                 "bucket {bucket_name} retained for a Bucket named {namespace}/{} only; its access key was revoked",
                 bucket.name_any()
@@ -637,8 +665,7 @@ async fn cleanup(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Acti
     if has_role(bucket) {
         role::delete_role(&client, bucket).await?;
     }
-    kube_ops::publish(ctx, bucket, "Cleanup", EventType::Normal, "Cleanup", note).await;
-    Ok(Action::await_change())
+    Ok(note)
 }
 
 /// Whether the Bucket has (or had) a role in the catalog.

@@ -109,7 +109,20 @@ pub struct Claim<'a> {
 /// Writes the Bucket's key and its policy, its bucket (created, or adopted when `claim` allows),
 /// its quota and (when given) its notification rules in one transaction: a bucket that is
 /// somebody else's is left exactly as it was, and a refused setting leaves nothing half written.
+/// Within the catalog timeout (`database::within`).
 pub async fn provision(
+    binding: &Binding,
+    name: &str,
+    key: &BucketKey<'_>,
+    claim: &Claim<'_>,
+    quota: Option<&Quota>,
+    notifications: Option<&Notifications>,
+) -> Result<Provisioned> {
+    let provisioned = provision_in(binding, name, key, claim, quota, notifications);
+    database::within(&binding.connection, provisioned).await
+}
+
+async fn provision_in(
     binding: &Binding,
     name: &str,
     key: &BucketKey<'_>,
@@ -185,8 +198,19 @@ fn refusal(name: &str, owner: Option<&str>, claim: &Claim<'_>) -> Provisioned {
 /// Hands a bucket the Bucket's key owns to its custodian key (sealed with a secret nobody
 /// knows, so it grants nothing) and revokes the Bucket's key, in one transaction: the bucket
 /// stays retained for a Bucket of the same namespace and name, and for no one else. False when
-/// the Bucket's key did not own it.
+/// the Bucket's key did not own it. Within the catalog timeout (`database::within`).
 pub async fn retain_bucket(
+    binding: &Binding,
+    name: &str,
+    key_id: &str,
+    custodian: &str,
+    description: &str,
+) -> Result<bool> {
+    let retained = retain_bucket_in(binding, name, key_id, custodian, description);
+    database::within(&binding.connection, retained).await
+}
+
+async fn retain_bucket_in(
     binding: &Binding,
     name: &str,
     key_id: &str,

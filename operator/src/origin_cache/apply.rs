@@ -20,7 +20,7 @@ use crate::bucket::build as bucket_build;
 use crate::bucket::catalog as bucket_catalog;
 use crate::context::{self, Context, Error, Result, backoff_key};
 use crate::crd::{DEGRADED, OriginCache, OriginCacheStatus, PROGRESSING, READY, Verdict, waiting};
-use crate::database::{self, bind};
+use crate::database::{self, Binding, bind};
 use crate::finalizer::{Event, finalizer};
 use crate::gateway_pool::apply::{RESYNC, WAIT_FOR_DEPENDENCY};
 use crate::gateway_pool::build::endpoints;
@@ -31,6 +31,9 @@ pub const KIND: &str = "OriginCache";
 pub async fn reconcile(cache: Arc<OriginCache>, ctx: Arc<Context>) -> Result<Action> {
     let _timer = ctx.metrics.reconcile(KIND);
     let namespace = cache.namespace().ok_or(Error::NoNamespace)?;
+    let Some(_slot) = ctx.namespace_slot(KIND, &namespace) else {
+        return Ok(Action::requeue(context::NAMESPACE_BUSY_RETRY));
+    };
     let caches: Api<OriginCache> = Api::namespaced(ctx.client.clone(), &namespace);
     let action = finalizer(&caches, FINALIZER, cache.clone(), |event| async {
         match event {
@@ -285,26 +288,22 @@ async fn cleanup(cache: &OriginCache, ctx: &Context, namespace: &str) -> Result<
         }
     };
     let key_id = build::access_key_id(cache);
-    let client = match database::connect(&binding.connection).await {
-        Ok(client) => client,
+    let cleaned = database::within_drop(&binding.connection, clean_catalog(&binding, bucket, &key_id)).await;
+    let dropped = match cleaned {
+        Ok(dropped) => dropped,
         // The namespace (or the pool) is being deleted, and the database with it, it seems.
-        Err(err) if ctx.cleanup_gives_up(&backoff_key(KIND, cache), &binding.pool, cache.meta()) => {
+        Err(err)
+            if database::unreachable(&err)
+                && ctx.cleanup_gives_up(&backoff_key(KIND, cache), &binding.pool, cache.meta()) =>
+        {
             let note = format!("catalog not reachable ({err}); cache bucket {bucket} left in place");
             kube_ops::publish(ctx, cache, "Cleanup", EventType::Warning, "CleanupSkipped", note).await;
             return Ok(Action::await_change());
         }
         Err(err) => return Err(err),
     };
-    let dropped = match bucket_catalog::bucket_owner(&client, bucket).await? {
-        Some(owner) if owner.as_deref() == Some(key_id.as_str()) => catalog::drop_origin(&client, bucket)
-            .await?
-            .map(|_| format!("cache bucket {bucket} and its cached entries were dropped")),
-        Some(_) => Ok(format!("bucket {bucket} does not belong to this resource; not dropped")),
-        None => Ok(format!("cache bucket {bucket} was not in the catalog")),
-    };
     match dropped {
         Ok(what) => {
-            bucket_catalog::delete_access_key(&client, &key_id).await?;
             let note = format!("{what}; the cache's access key was revoked");
             kube_ops::publish(ctx, cache, "Cleanup", EventType::Normal, "Cleanup", note).await;
             Ok(Action::await_change())
@@ -325,4 +324,25 @@ async fn cleanup(cache: &OriginCache, ctx: &Context, namespace: &str) -> Result<
             Err(Error::PendingWriteBack(pending))
         }
     }
+}
+
+/// The catalog side of the cleanup: the cache bucket dropped when it is the cache's, and then
+/// its key revoked (what was done, for the Event), or the catalog's refusal while write-back
+/// bodies are pending (nothing revoked).
+async fn clean_catalog(binding: &Binding, bucket: &str, key_id: &str) -> Result<Result<String, String>> {
+    let client = database::connect(&binding.connection).await?;
+    let dropped = match bucket_catalog::bucket_owner(&client, bucket).await? {
+        Some(owner) if owner.as_deref() == Some(key_id) => {
+            database::allow_long_statements(&client, &binding.connection).await?;
+            catalog::drop_origin(&client, bucket)
+                .await?
+                .map(|_| format!("cache bucket {bucket} and its cached entries were dropped"))
+        }
+        Some(_) => Ok(format!("bucket {bucket} does not belong to this resource; not dropped")),
+        None => Ok(format!("cache bucket {bucket} was not in the catalog")),
+    };
+    if dropped.is_ok() {
+        bucket_catalog::delete_access_key(&client, key_id).await?;
+    }
+    Ok(dropped)
 }

@@ -36,8 +36,18 @@ pub enum Written {
 }
 
 /// Writes the cache's key, its bucket (owned by the key) and its origin in one transaction, so
-/// that a refusal leaves neither a key nor a bucket behind.
+/// that a refusal leaves neither a key nor a bucket behind. Within the catalog timeout
+/// (`database::within`).
 pub async fn write_cache(
+    binding: &Binding,
+    row: &OriginRow,
+    cache_key: &CacheKey<'_>,
+    origin_key: &OriginKey<'_>,
+) -> Result<Written> {
+    database::within(&binding.connection, write_cache_in(binding, row, cache_key, origin_key)).await
+}
+
+async fn write_cache_in(
     binding: &Binding,
     row: &OriginRow,
     cache_key: &CacheKey<'_>,

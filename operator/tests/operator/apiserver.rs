@@ -57,6 +57,8 @@ async fn tier() {
             ("PGVS3_OPERATOR_ADOPTABLE_BUCKETS", "tenant-b/marked,tenant-b/resp"),
             // namespace_deletion: a catalog that never answers is given up this soon.
             ("PGVS3_OPERATOR_CLEANUP_GRACE", "5"),
+            // black_hole_database: a database that never answers is given up on this soon.
+            ("PGVS3_OPERATOR_CATALOG_TIMEOUT", "3"),
         ],
     );
     let plane = std::sync::Arc::new(plane);
@@ -65,6 +67,7 @@ async fn tier() {
         ("cel_rejections", tokio::spawn(cel_rejections(plane.clone()))),
         ("namespace_deletion", tokio::spawn(namespace_deletion(plane.clone()))),
         ("database_errors", tokio::spawn(database_errors(plane.clone()))),
+        ("black_hole_database", tokio::spawn(black_hole_database(plane.clone()))),
         ("orphan_readoption", tokio::spawn(orphan_readoption(plane.clone()))),
         ("children_refused", tokio::spawn(children_refused(plane.clone()))),
         ("pool_lifecycle", tokio::spawn(pool_lifecycle(plane.clone()))),
@@ -1705,6 +1708,78 @@ async fn database_errors(plane: std::sync::Arc<ControlPlane>) {
         nodb.contains("database \"no_such_db\" does not exist") && nodb.contains("3D000"),
         "the database's message: {nodb}"
     );
+}
+
+/// A namespace whose pool's database accepts connections and never answers (`nc -lk 5432`), with
+/// more Buckets on it than the controller has slots: each Bucket says the database did not
+/// answer within the catalog timeout (3 s in this tier), another namespace's Bucket still
+/// becomes Ready meanwhile, and the namespace's deletion completes once the cleanup grace has
+/// passed. Unbounded, the hung reconciles held every slot and the finalizers forever.
+async fn black_hole_database(plane: std::sync::Arc<ControlPlane>) {
+    let (port, _held) = control_plane::black_hole().await;
+    let ns = "blackhole";
+    let client = namespace(&plane, ns).await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    apply(
+        &secrets,
+        "login",
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "login"},
+               "stringData": {"username": "nobody", "password": "never-answered"}}),
+    )
+    .await;
+    let pools: Api<GatewayPool> = Api::namespaced(client.clone(), ns);
+    apply(
+        &pools,
+        "frozen",
+        json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "GatewayPool", "metadata": {"name": "frozen"},
+               "spec": {"role": "Primary", "postgres": {"host": "127.0.0.1", "port": port, "secretRef": "login",
+                        "sslMode": "disable", "sendPasswordToUnverifiedServer": true}}}),
+    )
+    .await;
+    let buckets: Api<Bucket> = Api::namespaced(client.clone(), ns);
+    let names: Vec<String> = (0..6).map(|i| format!("hung-{i}")).collect();
+    for name in &names {
+        apply(
+            &buckets,
+            name,
+            json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "Bucket", "metadata": {"name": name},
+                   "spec": {"gatewayPoolRef": "frozen"}}),
+        )
+        .await;
+    }
+    let bystander = "bystander";
+    let bystander_client = namespace(&plane, bystander).await;
+    let (_url, _gateway) = served_pool(&plane, &bystander_client, bystander).await;
+    let served: Api<Bucket> = Api::namespaced(bystander_client.clone(), bystander);
+    apply(
+        &served,
+        "data",
+        json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "Bucket", "metadata": {"name": "data"},
+               "spec": {"gatewayPoolRef": "objects"}}),
+    )
+    .await;
+    bucket_ready(&served, "data").await;
+    for name in &names {
+        let message = eventually(
+            WAIT,
+            &format!("Bucket {name} says its database does not answer"),
+            || async {
+                let ready = condition(&buckets.get(name).await.ok()?, "Ready")?;
+                (ready.1 == "CatalogUnavailable").then_some(ready.2)
+            },
+        )
+        .await;
+        assert!(
+            message.contains(&format!("127.0.0.1:{port}")) && message.contains("did not answer within 3s"),
+            "the status says which database did not answer, and in how long: {message}"
+        );
+    }
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    namespaces.delete(ns, &DeleteParams::default()).await.unwrap();
+    eventually(Duration::from_secs(120), "the namespace is deleted", || async {
+        namespaces.get_opt(ns).await.unwrap().is_none().then_some(())
+    })
+    .await;
 }
 
 /// A Bucket's `(type, reason)` Events, from the API server.

@@ -525,6 +525,21 @@ pub fn secret_text(secret: &Secret, key: &str) -> String {
 }
 
 /// Where the test database is: socket directory, port, database, user.
+/// A listener that accepts every connection and holds it open without a byte in reply: what a
+/// frozen database host (its kernel still completes the handshake) or `nc -lk 5432` looks like.
+pub async fn black_hole() -> (u16, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let held = tokio::spawn(async move {
+        let mut sockets = Vec::new();
+        loop {
+            let (socket, _) = listener.accept().await.unwrap();
+            sockets.push(socket);
+        }
+    });
+    (port, held)
+}
+
 pub fn database_parts(url: &str) -> (String, u16, String, String) {
     let config: tokio_postgres::Config = url.parse().unwrap();
     let host = match &config.get_hosts()[0] {

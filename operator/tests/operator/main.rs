@@ -7,6 +7,7 @@ mod apiserver_fencing;
 mod apiserver_identity;
 mod apiserver_scoped;
 mod bucket;
+mod catalog_timeout;
 mod chart;
 mod control_plane;
 mod gateway_pool;
