@@ -257,7 +257,9 @@ pub fn unreachable(error: &Error) -> bool {
 /// Connects, within the connection's timeout whole (TCP, TLS, authentication: tokio-postgres's
 /// `connect_timeout` bounds only the TCP connect). The session's `statement_timeout` is the same
 /// timeout and its `lock_timeout` half of it, so the server stops a statement the operator no
-/// longer waits for, and a statement stuck behind a lock fails saying so.
+/// longer waits for, and a statement stuck behind a lock fails saying so. They are `SET` once
+/// connected rather than sent as the startup `options` parameter, which poolers such as
+/// PgBouncer refuse unless told to ignore it.
 pub async fn connect(connection: &Connection) -> Result<Client> {
     let timeout = connection.timeout;
     let mut config = Config::new();
@@ -268,11 +270,6 @@ pub async fn connect(connection: &Connection) -> Result<Client> {
         .user(&connection.user)
         .password(&connection.password)
         .application_name("pgvs3-operator")
-        .options(format!(
-            "-c statement_timeout={} -c lock_timeout={}",
-            timeout.as_millis(),
-            (timeout / 2).as_millis()
-        ))
         .connect_timeout(timeout)
         .keepalives(true)
         .keepalives_idle(KEEPALIVE_IDLE)
@@ -280,21 +277,33 @@ pub async fn connect(connection: &Connection) -> Result<Client> {
         .keepalives_retries(KEEPALIVE_RETRIES)
         .tcp_user_timeout(timeout)
         .ssl_mode(connection.ssl_mode.negotiation());
-    let connected = tokio::time::timeout(timeout, config.connect(connection.tls.clone()))
+    let session = async {
+        let (client, driver) = config
+            .connect(connection.tls.clone())
+            .await
+            .map_err(|source| Error::CatalogConnect {
+                target: connection.describe(),
+                // tokio-postgres says only "error performing TLS handshake": why it was refused.
+                refusal: connection.tls.refusal(&source),
+                source,
+            })?;
+        tokio::spawn(async move {
+            if let Err(err) = driver.await {
+                tracing::debug!(error = %err, "catalog connection ended");
+            }
+        });
+        client
+            .batch_execute(&format!(
+                "SET statement_timeout = {}; SET lock_timeout = {}",
+                timeout.as_millis(),
+                (timeout / 2).as_millis()
+            ))
+            .await?;
+        Ok(client)
+    };
+    tokio::time::timeout(timeout, session)
         .await
-        .map_err(|_| timed_out(connection, timeout))?;
-    let (client, driver) = connected.map_err(|source| Error::CatalogConnect {
-        target: connection.describe(),
-        // tokio-postgres says only "error performing TLS handshake": why it was refused.
-        refusal: connection.tls.refusal(&source),
-        source,
-    })?;
-    tokio::spawn(async move {
-        if let Err(err) = driver.await {
-            tracing::debug!(error = %err, "catalog connection ended");
-        }
-    });
-    Ok(client)
+        .map_err(|_| timed_out(connection, timeout))?
 }
 
 /// Whether a catalog call failed because the catalog lacks a control function or table the
