@@ -7,6 +7,7 @@ use pgvs3_base::http_server;
 use crate::admission::Admission;
 use crate::args::{OjsArgs, WebhookArgs};
 use crate::ojs::engine::Queue;
+use crate::ojs::http::tenant::OperatorToken;
 use crate::ojs::{OjsService, busy_response, spawn_cron_ticker};
 
 /// Binds the OJS listeners (`--ojs-addr`, and `--ojs-plaintext-addr` during a move to TLS),
@@ -15,7 +16,7 @@ use crate::ojs::{OjsService, busy_response, spawn_cron_ticker};
 pub async fn start(
     args: &OjsArgs,
     webhooks: &WebhookArgs,
-    token: Option<String>,
+    token: Option<OperatorToken>,
     pool: Pool,
     shared: &Shared,
     plaintext: Option<std::net::SocketAddr>,

@@ -7,6 +7,7 @@
 use pgvs3_testkit as common;
 
 use std::collections::HashSet;
+use std::time::Duration;
 
 use common::TestGateway;
 use common::ojs::Ojs;
@@ -519,6 +520,66 @@ async fn metrics_need_the_root_token_not_a_tenants() {
     client.token = Some("operator".into());
     let (status, headers, _) = client.exchange("GET", "/metrics", None).await;
     assert_eq!((status, headers["content-type"].to_str().unwrap()), (200, "text/plain"));
+    gateway.stop().await;
+}
+
+/// Without `--ojs-token` the token is the root key's `<access-key>:<secret>` as the catalog holds
+/// it now: rotating the root secret from another process (`pgvs3 admin key create --access-key
+/// <root> --secret-key NEW`) makes the old token 401 and the new one work, without a restart.
+/// Fails before: the token was made once at start, so the old one kept working and the new one
+/// was refused.
+#[tokio::test]
+async fn the_root_key_token_follows_a_rotated_secret() {
+    let gateway = TestGateway::with_args(common::fresh_database().await, &["--ojs-auth", "token"]).await;
+    let mut old = Ojs::of(&gateway);
+    old.token = Some(format!("{}:{}", common::ROOT_ACCESS_KEY, common::ROOT_SECRET_KEY));
+    assert_eq!(old.get("/ojs/v1/queues").await.0, 200);
+    let rotated = "rotated-root-secret-0123456789";
+    let mut new = old.clone();
+    new.token = Some(format!("{}:{rotated}", common::ROOT_ACCESS_KEY));
+    assert_eq!(new.get("/ojs/v1/queues").await.0, 401);
+
+    let cli = tokio::process::Command::new(env!("CARGO_BIN_EXE_pgvs3"))
+        .args([
+            "admin",
+            "--database-url",
+            &gateway.database_url,
+            "--master-key",
+            common::MASTER_KEY,
+        ])
+        .args([
+            "key",
+            "create",
+            "--access-key",
+            common::ROOT_ACCESS_KEY,
+            "--secret-key",
+            rotated,
+        ])
+        .output()
+        .await
+        .unwrap();
+    assert!(cli.status.success(), "{}", String::from_utf8_lossy(&cli.stderr));
+
+    // The catalog's reload (its listener hears the change) carries the new secret over.
+    common::eventually(
+        Duration::from_secs(30),
+        "the rotated root token is accepted",
+        || async { (new.get("/ojs/v1/queues").await.0 == 200).then_some(()) },
+    )
+    .await;
+    let (status, body) = old
+        .post("/ojs/v1/jobs", json!({"type": "t", "queue": "q", "args": []}))
+        .await;
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (401, &json!("unauthenticated")),
+        "{body}"
+    );
+    assert_eq!(old.get("/ojs/v1/queues").await.0, 401);
+    let (status, body) = new
+        .post("/ojs/v1/jobs", json!({"type": "t", "queue": "q", "args": []}))
+        .await;
+    assert_eq!(status, 201, "{body}");
     gateway.stop().await;
 }
 
