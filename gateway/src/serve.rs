@@ -80,6 +80,7 @@ impl RunningGateway {
             &args.webhooks,
             ojs_token.clone(),
             pool.clone(),
+            Arc::new(core.readiness.clone()),
             shared,
             args.tls.ojs_plaintext_addr,
             tls.ojs.clone(),
@@ -140,6 +141,8 @@ impl RunningGateway {
 struct Core {
     database: Database,
     health: DatabaseHealth,
+    /// The admin port's /readyz and the OJS health routes ask it, off the request pool.
+    readiness: crate::readiness::Readiness,
     store: Store,
     cache: CacheTier,
     lag: ReplicaLag,
@@ -184,6 +187,7 @@ impl Core {
             admission: args.admission_defaults(),
         };
         Ok(Core {
+            readiness: crate::readiness::Readiness::new(&database, health.clone()),
             database,
             health,
             store,
@@ -203,6 +207,7 @@ impl Core {
             args.require_role,
             self.lag.clone(),
             self.health.clone(),
+            self.readiness.clone(),
         )
     }
 

@@ -8,7 +8,8 @@ use crate::admission::Admission;
 use crate::args::{OjsArgs, WebhookArgs};
 use crate::ojs::engine::Queue;
 use crate::ojs::http::tenant::OperatorToken;
-use crate::ojs::{OjsService, busy_response, spawn_cron_ticker};
+use crate::ojs::{HealthProbe, OjsService, busy_response, spawn_cron_ticker};
+use std::sync::Arc;
 
 /// Binds the OJS listeners (`--ojs-addr`, and `--ojs-plaintext-addr` during a move to TLS),
 /// serves OJS on them and runs the cron ticker; `None` when OJS is off. `token` is what
@@ -18,6 +19,7 @@ pub async fn start(
     webhooks: &WebhookArgs,
     token: Option<OperatorToken>,
     pool: Pool,
+    health: Arc<dyn HealthProbe>,
     shared: &Shared,
     plaintext: Option<std::net::SocketAddr>,
     tls: Option<tokio_rustls::TlsAcceptor>,
@@ -43,6 +45,7 @@ pub async fn start(
     let service = OjsService::new(
         queue,
         options,
+        health,
         admission,
         shared.lag.clone(),
         shared.shutdown.clone(),
