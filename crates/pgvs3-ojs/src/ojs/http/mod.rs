@@ -175,7 +175,7 @@ impl OjsService {
     ) -> OjsService {
         OjsService {
             inner: Arc::new(Inner {
-                events: EventHub::new(queue.clone()),
+                events: EventHub::new(queue.clone(), admission.clone()),
                 queue,
                 options,
                 health,
