@@ -593,6 +593,44 @@ async fn heartbeat(ojs: &Ojs, worker: &str, state: Option<&str>) -> Value {
     body
 }
 
+/// `GET /queues` (and `/admin/queues`) answers a page at a time: any number of queues (30,000
+/// made 21.8 MB before, past what the console reads) come back `per_page` (default 100, at most
+/// 1,000) at a time with the total. Fails before: every queue came back at once.
+#[tokio::test]
+async fn queues_are_listed_a_page_at_a_time() {
+    let gateway = TestGateway::start().await;
+    let ojs = Ojs::of(&gateway);
+    for queue in ["q1", "q2", "q3"] {
+        enqueue(&ojs, queue).await;
+    }
+    for path in ["/ojs/v1/queues", "/ojs/v1/admin/queues"] {
+        let names = |body: &Value| -> Vec<String> {
+            body["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|queue| queue["name"].as_str().unwrap().to_string())
+                .collect()
+        };
+        let (status, first) = ojs.get(&format!("{path}?per_page=2")).await;
+        assert_eq!(status, 200, "{first}");
+        assert_eq!(names(&first), ["q1", "q2"]);
+        assert_eq!(first["queues"], first["items"]);
+        assert_eq!(
+            first["pagination"],
+            json!({ "total": 3, "page": 1, "per_page": 2, "total_pages": 2 })
+        );
+        let (_, second) = ojs.get(&format!("{path}?per_page=2&page=2")).await;
+        assert_eq!(names(&second), ["q3"]);
+        assert_eq!(second["items"][0]["counts"]["available"], 1);
+        let (_, all) = ojs.get(path).await;
+        assert_eq!((names(&all).len(), &all["pagination"]["per_page"]), (3, &json!(100)));
+        let (status, _) = ojs.get(&format!("{path}?per_page=5000")).await;
+        assert_eq!(status, 400);
+    }
+    gateway.stop().await;
+}
+
 /// A worker id is its tenant's: another tenant's worker of the same id reporting terminate, or
 /// an operator quieting it, leaves this tenant's worker running and fetching, and neither sees
 /// the other's state or directive.

@@ -182,25 +182,34 @@ impl Queue {
         })
     }
 
-    /// Every queue that has jobs or settings, in name order, with its jobs waiting and active.
-    pub async fn list_queues(&self) -> Result<Vec<QueueSummary>, EngineError> {
+    /// One page (`limit` from `offset`) of the queues that have jobs or settings, in name
+    /// order, with their jobs waiting and active; and how many there are in all.
+    pub async fn list_queues(&self, offset: i64, limit: i64) -> Result<(Vec<QueueSummary>, i64), EngineError> {
+        const NAMES: &str = "SELECT DISTINCT queue AS name FROM ojs.jobs UNION SELECT name FROM ojs.queues";
         let client = self.client().await?;
+        let total: i64 = client
+            .query_one(&format!("SELECT count(*) AS total FROM ({NAMES}) n"), &[])
+            .await
+            .map_err(EngineError::sql)?
+            .get("total");
         let rows = client
             .query(
-                "SELECT n.name, coalesce(q.paused, false) AS paused,
-                        count(*) FILTER (WHERE j.state = 'available') AS available,
-                        count(*) FILTER (WHERE j.state = 'active') AS active,
-                        count(*) FILTER (WHERE j.state = 'scheduled') AS scheduled,
-                        count(*) FILTER (WHERE j.state = 'retryable') AS retryable
-                 FROM (SELECT DISTINCT queue AS name FROM ojs.jobs UNION SELECT name FROM ojs.queues) n
-                 LEFT JOIN ojs.queues q USING (name)
-                 LEFT JOIN ojs.jobs j ON j.queue = n.name AND j.state IN ('available', 'active', 'scheduled', 'retryable')
-                 GROUP BY n.name, q.paused ORDER BY n.name",
-                &[],
+                &format!(
+                    "SELECT n.name, coalesce(q.paused, false) AS paused,
+                            count(*) FILTER (WHERE j.state = 'available') AS available,
+                            count(*) FILTER (WHERE j.state = 'active') AS active,
+                            count(*) FILTER (WHERE j.state = 'scheduled') AS scheduled,
+                            count(*) FILTER (WHERE j.state = 'retryable') AS retryable
+                     FROM (SELECT name FROM ({NAMES}) all_names ORDER BY name OFFSET $1 LIMIT $2) n
+                     LEFT JOIN ojs.queues q USING (name)
+                     LEFT JOIN ojs.jobs j ON j.queue = n.name AND j.state IN ('available', 'active', 'scheduled', 'retryable')
+                     GROUP BY n.name, q.paused ORDER BY n.name"
+                ),
+                &[&offset, &limit],
             )
             .await
             .map_err(EngineError::sql)?;
-        Ok(rows
+        let queues = rows
             .iter()
             .map(|row| QueueSummary {
                 name: row.get("name"),
@@ -210,7 +219,8 @@ impl Queue {
                 scheduled: row.get("scheduled"),
                 retryable: row.get("retryable"),
             })
-            .collect())
+            .collect();
+        Ok((queues, total))
     }
 
     pub async fn dead_letter(&self, queue: Option<&str>, limit: i64, tenant: &str) -> Result<Vec<Job>, EngineError> {
