@@ -593,6 +593,71 @@ async fn heartbeat(ojs: &Ojs, worker: &str, state: Option<&str>) -> Value {
     body
 }
 
+/// A worker id is an id, not a payload: one over 256 bytes is a 400 OJS error object on the
+/// heartbeat and the fetch, and `/admin/workers` answers a page at a time (`?page=`,
+/// `?per_page=`, pagination with the total). Fails before: any id was stored and every worker
+/// of every tenant came back in one answer (8,000 heartbeats with 2,000-byte ids made 66.5 MB).
+#[tokio::test]
+async fn worker_ids_are_bounded_and_workers_listed_a_page_at_a_time() {
+    let gateway = TestGateway::start().await;
+    let ojs = Ojs::of(&gateway);
+    let long = "w".repeat(257);
+    let (status, body) = ojs
+        .post("/ojs/v1/workers/heartbeat", json!({ "worker_id": long }))
+        .await;
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (400, &json!("invalid_request")),
+        "{body}"
+    );
+    let (status, body) = ojs
+        .post("/ojs/v1/workers/fetch", json!({ "queues": ["q"], "worker_id": long }))
+        .await;
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (400, &json!("invalid_request")),
+        "{body}"
+    );
+    heartbeat(&ojs, &"w".repeat(256), None).await;
+    for worker in ["a", "b"] {
+        heartbeat(&ojs, worker, None).await;
+    }
+
+    let page = |query: &'static str| {
+        let ojs = ojs.clone();
+        async move {
+            let (status, body) = ojs.get(&format!("/ojs/v1/admin/workers{query}")).await;
+            assert_eq!(status, 200, "{body}");
+            let ids: Vec<String> = body["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|worker| worker["id"].as_str().unwrap().chars().take(3).collect())
+                .collect();
+            (ids, body["pagination"].clone(), body["summary"]["total"].clone())
+        }
+    };
+    let (ids, pagination, summary) = page("?per_page=2").await;
+    assert_eq!(ids, ["a", "b"]);
+    assert_eq!(
+        pagination,
+        json!({ "total": 3, "page": 1, "per_page": 2, "total_pages": 2 })
+    );
+    assert_eq!(summary, json!(3));
+    let (ids, pagination, _) = page("?per_page=2&page=2").await;
+    assert_eq!((ids, &pagination["page"]), (vec!["www".to_string()], &json!(2)));
+    assert!(page("?page=3&per_page=2").await.0.is_empty());
+    for bad in ["?per_page=0", "?per_page=1001", "?page=0", "?page=x"] {
+        let (status, body) = ojs.get(&format!("/ojs/v1/admin/workers{bad}")).await;
+        assert_eq!(
+            (status, &body["error"]["code"]),
+            (400, &json!("invalid_request")),
+            "{bad}: {body}"
+        );
+    }
+    gateway.stop().await;
+}
+
 /// `GET /queues` (and `/admin/queues`) answers a page at a time: any number of queues (30,000
 /// made 21.8 MB before, past what the console reads) come back `per_page` (default 100, at most
 /// 1,000) at a time with the total. Fails before: every queue came back at once.

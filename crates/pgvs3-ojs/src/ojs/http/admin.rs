@@ -113,8 +113,10 @@ impl OjsService {
         let queue = &self.inner.queue;
         match (call.method, rest) {
             (&Method::GET, []) => {
-                let workers = queue.active_workers().await?;
-                let mut body = listing("workers", workers);
+                // A page at a time: every tenant's workers, of which there can be any number.
+                let page = Page::of(call.query)?;
+                let (workers, total) = queue.active_workers(page.offset(), page.per_page).await?;
+                let mut body = paged("workers", workers, total, page);
                 body["summary"] = json!({ "total": body["pagination"]["total"] });
                 Ok((StatusCode::OK, body))
             }

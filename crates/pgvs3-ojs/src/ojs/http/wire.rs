@@ -574,6 +574,21 @@ pub(super) fn optional_string(body: &Value, field: &str) -> Result<Option<String
     }
 }
 
+/// Longest worker id: an id, not a payload (every heartbeat stores it, its events carry it and
+/// the workers listing returns it).
+const MAX_WORKER_ID_BYTES: usize = 256;
+
+/// A request's `worker_id`: a string of at most [`MAX_WORKER_ID_BYTES`], else 400.
+pub(super) fn worker_id(body: &Value) -> Result<Option<String>, OjsError> {
+    let id = optional_string(body, "worker_id")?;
+    if id.as_ref().is_some_and(|id| id.len() > MAX_WORKER_ID_BYTES) {
+        return Err(OjsError::invalid(format!(
+            "\"worker_id\" is at most {MAX_WORKER_ID_BYTES} bytes"
+        )));
+    }
+    Ok(id)
+}
+
 pub(super) fn optional_ms(body: &Value, field: &str) -> Result<Option<i32>, OjsError> {
     match body.get(field) {
         None | Some(Value::Null) => Ok(None),
