@@ -1351,7 +1351,6 @@ async fn the_queues_section_pages_through_the_queues() {
         second.contains(">p100</a>") && second.contains("id=\"queues-previous\""),
         "{second}"
     );
-    stack.stop().await;
 }
 
 #[tokio::test]

@@ -13,13 +13,13 @@ use std::sync::Arc;
 
 /// Binds the OJS listeners (`--ojs-addr`, and `--ojs-plaintext-addr` during a move to TLS),
 /// serves OJS on them and runs the cron ticker; `None` when OJS is off. `token` is what
-/// [`OjsArgs::token`] made of the flags (and of the root key, when it is the token).
+/// [`OjsArgs::token`] made of the flags (and of the root key, when it is the token); the pool
+/// serves requests, `health` the health routes.
 pub async fn start(
     args: &OjsArgs,
     webhooks: &WebhookArgs,
     token: Option<OperatorToken>,
-    pool: Pool,
-    health: Arc<dyn HealthProbe>,
+    (pool, health): (Pool, Arc<dyn HealthProbe>),
     shared: &Shared,
     plaintext: Option<std::net::SocketAddr>,
     tls: Option<tokio_rustls::TlsAcceptor>,
