@@ -12,9 +12,9 @@ use http_body_util::Full;
 
 use crate::config::RequiredRole;
 use crate::metrics::Metrics;
-use crate::pg::connections::Connections;
 use crate::pg::health::DatabaseHealth;
-use crate::pg::migrate::{LAYOUT_VERSION, layout_version};
+use crate::pg::migrate::LAYOUT_VERSION;
+use crate::readiness::Readiness;
 use crate::replica_lag::ReplicaLag;
 
 #[derive(Clone)]
@@ -28,32 +28,7 @@ struct Inner {
     require_role: RequiredRole,
     lag: ReplicaLag,
     health: DatabaseHealth,
-    readiness: ReadinessConnection,
-}
-
-/// Readiness asks on a connection of its own, as the health probe does: through the request
-/// pool, a pool busy with slow requests made every gateway of a fleet report itself unready
-/// ("the database did not answer") while PostgreSQL answered at once. Opened on first use and
-/// again once lost (an outage severs it with every other connection); one check at a time.
-struct ReadinessConnection {
-    config: tokio_postgres::Config,
-    connections: Connections,
-    client: tokio::sync::Mutex<Option<tokio_postgres::Client>>,
-}
-
-impl ReadinessConnection {
-    /// The layout version and whether the server is a standby.
-    async fn check(&self) -> anyhow::Result<(i32, bool)> {
-        let mut client = self.client.lock().await;
-        let open = match client.take() {
-            Some(open) if !open.is_closed() => open,
-            _ => self.connections.connect(&self.config).await?,
-        };
-        let layout = layout_version(&open).await?;
-        let standby = crate::pg::in_recovery(&open).await?;
-        *client = Some(open);
-        Ok((layout, standby))
-    }
+    readiness: Readiness,
 }
 
 impl AdminService {
@@ -63,6 +38,7 @@ impl AdminService {
         require_role: RequiredRole,
         lag: ReplicaLag,
         health: DatabaseHealth,
+        readiness: Readiness,
     ) -> AdminService {
         AdminService {
             inner: Arc::new(Inner {
@@ -71,11 +47,7 @@ impl AdminService {
                 require_role,
                 lag,
                 health,
-                readiness: ReadinessConnection {
-                    config: database.config.clone(),
-                    connections: database.connections.clone(),
-                    client: tokio::sync::Mutex::new(None),
-                },
+                readiness,
             }),
         }
     }
@@ -108,17 +80,7 @@ impl AdminService {
     /// within the probe timeout; while
     /// the health probe finds the database unreachable the answer is no without asking.
     async fn ready(&self) -> Response<Full<Bytes>> {
-        let health = &self.inner.health;
-        let checked = match health.fatal().map(str::to_owned).or_else(|| health.outage()) {
-            Some(outage) => Err(anyhow::anyhow!("database unavailable: {outage}")),
-            None => {
-                let timeout = health.probe_timeout();
-                tokio::time::timeout(timeout, self.inner.readiness.check())
-                    .await
-                    .unwrap_or_else(|_| Err(anyhow::anyhow!("the database did not answer within {timeout:?}")))
-            }
-        };
-        let (status, body) = match checked {
+        let (status, body) = match self.inner.readiness.check().await {
             Ok((layout, standby)) => {
                 let role = if standby { "standby" } else { "primary" };
                 let role_ok = match self.inner.require_role {

@@ -9,6 +9,7 @@ pub mod admin;
 pub mod config;
 pub mod heartbeat;
 pub mod maintenance;
+pub mod readiness;
 pub mod serve;
 pub mod tls;
 

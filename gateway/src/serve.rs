@@ -17,6 +17,7 @@ use crate::pg::{Database, migrate};
 use crate::replica_lag::ReplicaLag;
 use crate::store::{Catalog, NewAccessKey, Store};
 use pgvs3_base::feature::{Listen, Shared, Started, spawn_http};
+use pgvs3_ojs::OperatorToken;
 
 /// A gateway that is up: its bound addresses, and what it needs to stop cleanly.
 pub struct RunningGateway {
@@ -73,12 +74,12 @@ impl RunningGateway {
             (core.database.config.clone(), core.database.connections.clone()),
         )
         .await?;
-        let ojs_token = ojs_token(args, &core.store).await?;
+        let (ojs_token, token_follower) = ojs_token(args, &core.store).await?;
         let ojs = pgvs3_ojs::start(
             &args.ojs,
             &args.webhooks,
             ojs_token.clone(),
-            pool.clone(),
+            (pool.clone(), Arc::new(core.readiness.clone())),
             shared,
             args.tls.ojs_plaintext_addr,
             tls.ojs.clone(),
@@ -89,7 +90,7 @@ impl RunningGateway {
         let ojs_addr = ojs.as_ref().map(|ojs| ojs.addr);
         let admin_addr = admin.addr;
         let console = start_console(args, &core, &s3, resp.as_ref(), ojs.as_ref(), ojs_token, admin_addr).await?;
-        let (mut servers, mut background) = (admin.servers, Vec::new());
+        let (mut servers, mut background) = (admin.servers, Vec::from_iter(token_follower));
         for started in [Some(s3), resp, ojs].into_iter().flatten() {
             servers.extend(started.servers);
             background.extend(started.background);
@@ -139,6 +140,8 @@ impl RunningGateway {
 struct Core {
     database: Database,
     health: DatabaseHealth,
+    /// The admin port's /readyz and the OJS health routes ask it, off the request pool.
+    readiness: crate::readiness::Readiness,
     store: Store,
     cache: CacheTier,
     lag: ReplicaLag,
@@ -183,6 +186,7 @@ impl Core {
             admission: args.admission_defaults(),
         };
         Ok(Core {
+            readiness: crate::readiness::Readiness::new(&database, health.clone()),
             database,
             health,
             store,
@@ -202,6 +206,7 @@ impl Core {
             args.require_role,
             self.lag.clone(),
             self.health.clone(),
+            self.readiness.clone(),
         )
     }
 
@@ -245,12 +250,32 @@ impl Core {
     }
 }
 
-/// The OJS bearer token: `--ojs-token`, or the root key's credentials when asked to be.
-async fn ojs_token(args: &ServeArgs, store: &Store) -> anyhow::Result<Option<String>> {
-    Ok(match args.ojs.ojs_addr.0.is_some() && args.ojs.root_key_is_token() {
-        true => args.ojs.token(Some(root_credentials(store.catalog()).await?)),
-        false => args.ojs.token(None),
-    })
+/// The OJS bearer token: `--ojs-token`, or the root key's credentials when asked to be, with
+/// the task that keeps the latter what the catalog holds (a rotated root secret replaces it).
+async fn ojs_token(args: &ServeArgs, store: &Store) -> anyhow::Result<(Option<OperatorToken>, Option<JoinHandle<()>>)> {
+    let token = args.ojs.token();
+    if args.ojs.ojs_addr.0.is_none() || !args.ojs.root_key_is_token() {
+        return Ok((token, None));
+    }
+    let Some(root) = token.clone() else {
+        return Ok((token, None));
+    };
+    let catalog = store.catalog().clone();
+    let (access_key, secret) = root_credentials(&catalog).await?;
+    root.set(Some(pgvs3_ojs::args::root_key_token(&access_key, &secret)));
+    let mut reloads = catalog.watch_version();
+    let follower = tokio::spawn(async move {
+        // Each reload of the catalog (the listener's, on every committed change) may carry a
+        // new root secret; a change this gateway made itself dropped the key from the cache,
+        // which `access_key` reads back from the database.
+        while reloads.changed().await.is_ok() {
+            match catalog.access_key(&access_key).await {
+                Ok(key) => root.set(key.map(|key| pgvs3_ojs::args::root_key_token(&key.access_key, &key.secret))),
+                Err(err) => tracing::warn!(%err, "could not read the root key for the OJS token; keeping the last one"),
+            }
+        }
+    });
+    Ok((token, Some(follower)))
 }
 
 /// The web console: a client of the listeners above (docs/console.md), and of this gateway
@@ -261,7 +286,7 @@ async fn start_console(
     s3: &Started,
     resp: Option<&Started>,
     ojs: Option<&Started>,
-    ojs_token: Option<String>,
+    ojs_token: Option<OperatorToken>,
     admin_addr: SocketAddr,
 ) -> anyhow::Result<Option<pgvs3_console::Console>> {
     let tls = &core.tls;
@@ -282,7 +307,8 @@ async fn start_console(
         gateway = gateway.with_resp(resp.addr, resp.plaintext_addr, tls.resp.is_some());
     }
     if let Some(ojs) = ojs {
-        gateway = gateway.with_ojs(ojs.addr, ojs.plaintext_addr, tls.ojs.is_some(), ojs_token);
+        let token = ojs_token.map(|token| Arc::new(move || token.get()) as pgvs3_console::Token);
+        gateway = gateway.with_ojs(ojs.addr, ojs.plaintext_addr, tls.ojs.is_some(), token);
     }
     let gateway = gateway
         .with_admin(Arc::new(ConsoleAdmin {

@@ -42,6 +42,10 @@ pub struct ConsoleArgs {
 }
 
 /// How the console reaches the gateway it fronts.
+/// The OJS operator token as it is now: `--ojs-token`, or the root key's, which follows its
+/// secret when that is rotated. `None`: no token works (the root key is gone).
+pub type Token = std::sync::Arc<dyn Fn() -> Option<String> + Send + Sync>;
+
 pub struct Gateway {
     /// The S3 endpoint's URL from this process (loopback), e.g. `http://127.0.0.1:9000`.
     pub s3_url: String,
@@ -53,7 +57,7 @@ pub struct Gateway {
     /// pages; `None` without one the console can reach.
     pub resp: Option<SocketAddr>,
     /// The OJS listener (plaintext, loopback) and the operator's token, for the jobs pages.
-    pub ojs: Option<(SocketAddr, Option<String>)>,
+    pub ojs: Option<(SocketAddr, Option<Token>)>,
     /// The gateway's in-process answers for admin (root-key) sessions. `None`: no session is one.
     pub admin: Option<std::sync::Arc<dyn Admin>>,
     /// The admin listener (plaintext, loopback): `/readyz` and `/metrics` for the fleet page.
@@ -238,13 +242,13 @@ impl Gateway {
         }
     }
 
-    /// The OJS listener, as [`Gateway::with_resp`] takes the RESP one, and `--ojs-token`.
+    /// The OJS listener, as [`Gateway::with_resp`] takes the RESP one, and its operator token.
     pub fn with_ojs(
         mut self,
         listener: SocketAddr,
         plaintext: Option<SocketAddr>,
         tls: bool,
-        token: Option<String>,
+        token: Option<Token>,
     ) -> Gateway {
         self.ojs = match (plaintext, tls) {
             (Some(plaintext), _) => Some((loopback(plaintext), token)),

@@ -14,14 +14,19 @@ const MAX_ANSWER: usize = 8 << 20;
 #[derive(Clone)]
 pub struct Ojs {
     pub addr: SocketAddr,
-    pub token: Option<String>,
+    pub token: Option<crate::Token>,
 }
 
 impl Ojs {
     /// `method` on `/ojs/v1{path}` as tenant `tenant`: the JSON answer, or the OJS error's
     /// code and message.
     pub async fn call(&self, method: Method, path: &str, tenant: &str) -> Result<Value, String> {
-        let bearer = self.token.as_ref().map(|token| format!("Bearer {token}"));
+        // A token the gateway configured but cannot name now (the root key is gone) is sent
+        // empty, and refused like any wrong one.
+        let bearer = self
+            .token
+            .as_ref()
+            .map(|token| format!("Bearer {}", token().unwrap_or_default()));
         let mut headers = vec![("x-ojs-tenant", tenant)];
         if let Some(bearer) = &bearer {
             headers.push(("authorization", bearer));

@@ -1326,6 +1326,33 @@ async fn a_workflow_is_drawn_as_a_graph_of_its_jobs_and_their_states() {
     assert!(graph_nodes(&page.body).is_empty(), "{}", page.body);
 }
 
+/// The Queues section pages through `GET /queues` (100 a page) instead of asking for every
+/// queue at once, which past the console's answer cap broke the section (30,000 queues made
+/// 21.8 MB).
+#[tokio::test]
+async fn the_queues_section_pages_through_the_queues() {
+    let stack = Stack::start().await;
+    let jobs: Vec<_> = (0..101)
+        .map(|n| json!({ "type": "t", "args": [], "options": { "queue": format!("p{n:03}") } }))
+        .collect();
+    let (status, body) = stack.ojs("POST", "/ojs/v1/jobs/batch", json!({ "jobs": jobs })).await;
+    assert!(status == 200 || status == 201, "{body}");
+    let root = stack.sign_in_root().await;
+    let first = root.get("/jobs").await.body;
+    assert_eq!(first.matches("<tr class=\"queue\">").count(), 100, "{first}");
+    assert!(first.contains(">p099</a>") && !first.contains(">p100</a>"), "{first}");
+    assert!(
+        first.contains("Page 1 of 2 <a href=\"/jobs?tenant=default&amp;queues_page=2\" id=\"queues-next\">Next</a>"),
+        "{first}"
+    );
+    let second = root.get("/jobs?queues_page=2").await.body;
+    assert_eq!(second.matches("<tr class=\"queue\">").count(), 1, "{second}");
+    assert!(
+        second.contains(">p100</a>") && second.contains("id=\"queues-previous\""),
+        "{second}"
+    );
+}
+
 #[tokio::test]
 async fn the_jobs_pages_are_the_root_keys_and_retry_and_delete_dead_jobs() {
     let stack = Stack::start().await;

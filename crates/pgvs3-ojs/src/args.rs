@@ -4,6 +4,8 @@
 use std::time::Duration;
 
 use clap::Args;
+
+use crate::ojs::http::tenant::OperatorToken;
 use pgvs3_base::args::{ListenAddr, parse_bytes, parse_duration, parse_listen_addr};
 
 #[derive(Debug, Clone, Args)]
@@ -68,6 +70,11 @@ pub struct OjsArgs {
     pub ojs_max_waiting: usize,
 }
 
+/// The root key as the OJS token: `<access-key>:<secret>`.
+pub fn root_key_token(access_key: &str, secret: &str) -> String {
+    format!("{access_key}:{secret}")
+}
+
 /// `--ojs-auth`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum OjsAuth {
@@ -81,20 +88,20 @@ impl OjsArgs {
         self.ojs_auth == OjsAuth::Token && self.ojs_token.is_none() && self.ojs_tenant_tokens.is_empty()
     }
 
-    /// The token that authenticates without binding a tenant: `--ojs-token`, or the root key
-    /// (`root`: its access key and secret, when [`Self::root_key_is_token`]) as
-    /// `<access-key>:<secret>`.
-    pub fn token(&self, root: Option<(String, String)>) -> Option<String> {
-        match (&self.ojs_token, root) {
-            (Some(token), _) => Some(token.clone()),
-            (None, Some((access_key, secret))) => Some(format!("{access_key}:{secret}")),
-            (None, None) => None,
+    /// The token that authenticates without binding a tenant: `--ojs-token`, or (when
+    /// [`Self::root_key_is_token`]) the root key's, which its owner keeps following the catalog
+    /// with [`root_key_token`].
+    pub fn token(&self) -> Option<OperatorToken> {
+        match (&self.ojs_token, self.root_key_is_token()) {
+            (Some(token), _) => Some(OperatorToken::new(Some(token.clone()))),
+            (None, true) => Some(OperatorToken::default()),
+            (None, false) => None,
         }
     }
 
     /// What the OJS service is told (`token`: see [`Self::token`]); the webhook settings bound
     /// its synchronous webhook test call (its timeout, and the destinations it may reach).
-    pub fn options(&self, webhooks: &WebhookArgs, token: Option<String>) -> crate::ojs::OjsOptions {
+    pub fn options(&self, webhooks: &WebhookArgs, token: Option<OperatorToken>) -> crate::ojs::OjsOptions {
         crate::ojs::OjsOptions {
             allow_reset: self.ojs_allow_reset,
             max_args_bytes: self.ojs_max_args_bytes,

@@ -10,6 +10,7 @@ pub mod ojs;
 mod start;
 pub mod webhooks;
 
+pub use ojs::http::tenant::OperatorToken;
 pub use start::start;
 
 pub use pgvs3_base::{admission, http_server, replica_lag, request_body, telemetry};

@@ -7,16 +7,19 @@ use pgvs3_base::http_server;
 use crate::admission::Admission;
 use crate::args::{OjsArgs, WebhookArgs};
 use crate::ojs::engine::Queue;
-use crate::ojs::{OjsService, busy_response, spawn_cron_ticker};
+use crate::ojs::http::tenant::OperatorToken;
+use crate::ojs::{HealthProbe, OjsService, busy_response, spawn_cron_ticker};
+use std::sync::Arc;
 
 /// Binds the OJS listeners (`--ojs-addr`, and `--ojs-plaintext-addr` during a move to TLS),
 /// serves OJS on them and runs the cron ticker; `None` when OJS is off. `token` is what
-/// [`OjsArgs::token`] made of the flags (and of the root key, when it is the token).
+/// [`OjsArgs::token`] made of the flags (and of the root key, when it is the token); the pool
+/// serves requests, `health` the health routes.
 pub async fn start(
     args: &OjsArgs,
     webhooks: &WebhookArgs,
-    token: Option<String>,
-    pool: Pool,
+    token: Option<OperatorToken>,
+    (pool, health): (Pool, Arc<dyn HealthProbe>),
     shared: &Shared,
     plaintext: Option<std::net::SocketAddr>,
     tls: Option<tokio_rustls::TlsAcceptor>,
@@ -42,6 +45,7 @@ pub async fn start(
     let service = OjsService::new(
         queue,
         options,
+        health,
         admission,
         shared.lag.clone(),
         shared.shutdown.clone(),

@@ -225,3 +225,47 @@ async fn a_standby_too_far_behind_refuses_ojs_reads_until_replay_catches_up() {
     reader.stop().await;
     writer.stop().await;
 }
+
+/// The health routes (`/health`, `/ready`, `/ojs/v1/health`) answer before any token check or
+/// admission slot, so they must not need the request pool: with every pooled connection held
+/// by enqueues waiting on a lock, they still answer 200 (on the readiness connection, which
+/// the admin port's /readyz uses too). Fails before: they pinged through the pool, waited out
+/// `--pg-pool-wait-timeout` and answered 503 (and any number of unauthenticated clients could
+/// hold the pool's connections that way).
+#[tokio::test]
+async fn health_answers_while_the_request_pool_is_taken() {
+    let gateway = TestGateway::with_args(
+        common::fresh_database().await,
+        &["--pool-size", "2", "--pg-pool-wait-timeout", "2s"],
+    )
+    .await;
+    let ojs = Ojs::of(&gateway);
+    let mut sql = gateway.sql().await;
+    let lock = sql.transaction().await.unwrap();
+    lock.batch_execute("LOCK TABLE ojs.jobs IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let held: Vec<_> = (0..2)
+        .map(|n| {
+            let ojs = ojs.clone();
+            tokio::spawn(async move { ojs.post("/ojs/v1/jobs", job(n)).await })
+        })
+        .collect();
+    let watcher = gateway.sql().await;
+    eventually(
+        Duration::from_secs(30),
+        "both pooled connections wait on the lock",
+        || async { (common::lock_waiters(&watcher).await >= 2).then_some(()) },
+    )
+    .await;
+    for path in ["/health", "/ready", "/ojs/v1/health"] {
+        let (status, body) = ojs.get(path).await;
+        assert_eq!(status, 200, "{path}: {body}");
+        assert_eq!(body["backend"]["status"], "ok", "{path}: {body}");
+    }
+    lock.commit().await.unwrap();
+    for request in held {
+        assert_eq!(request.await.unwrap().0, 201);
+    }
+    gateway.stop().await;
+}

@@ -7,6 +7,7 @@
 use pgvs3_testkit as common;
 
 use std::collections::HashSet;
+use std::time::Duration;
 
 use common::TestGateway;
 use common::ojs::Ojs;
@@ -522,6 +523,66 @@ async fn metrics_need_the_root_token_not_a_tenants() {
     gateway.stop().await;
 }
 
+/// Without `--ojs-token` the token is the root key's `<access-key>:<secret>` as the catalog holds
+/// it now: rotating the root secret from another process (`pgvs3 admin key create --access-key
+/// <root> --secret-key NEW`) makes the old token 401 and the new one work, without a restart.
+/// Fails before: the token was made once at start, so the old one kept working and the new one
+/// was refused.
+#[tokio::test]
+async fn the_root_key_token_follows_a_rotated_secret() {
+    let gateway = TestGateway::with_args(common::fresh_database().await, &["--ojs-auth", "token"]).await;
+    let mut old = Ojs::of(&gateway);
+    old.token = Some(format!("{}:{}", common::ROOT_ACCESS_KEY, common::ROOT_SECRET_KEY));
+    assert_eq!(old.get("/ojs/v1/queues").await.0, 200);
+    let rotated = "rotated-root-secret-0123456789";
+    let mut new = old.clone();
+    new.token = Some(format!("{}:{rotated}", common::ROOT_ACCESS_KEY));
+    assert_eq!(new.get("/ojs/v1/queues").await.0, 401);
+
+    let cli = tokio::process::Command::new(env!("CARGO_BIN_EXE_pgvs3"))
+        .args([
+            "admin",
+            "--database-url",
+            &gateway.database_url,
+            "--master-key",
+            common::MASTER_KEY,
+        ])
+        .args([
+            "key",
+            "create",
+            "--access-key",
+            common::ROOT_ACCESS_KEY,
+            "--secret-key",
+            rotated,
+        ])
+        .output()
+        .await
+        .unwrap();
+    assert!(cli.status.success(), "{}", String::from_utf8_lossy(&cli.stderr));
+
+    // The catalog's reload (its listener hears the change) carries the new secret over.
+    common::eventually(
+        Duration::from_secs(30),
+        "the rotated root token is accepted",
+        || async { (new.get("/ojs/v1/queues").await.0 == 200).then_some(()) },
+    )
+    .await;
+    let (status, body) = old
+        .post("/ojs/v1/jobs", json!({"type": "t", "queue": "q", "args": []}))
+        .await;
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (401, &json!("unauthenticated")),
+        "{body}"
+    );
+    assert_eq!(old.get("/ojs/v1/queues").await.0, 401);
+    let (status, body) = new
+        .post("/ojs/v1/jobs", json!({"type": "t", "queue": "q", "args": []}))
+        .await;
+    assert_eq!(status, 201, "{body}");
+    gateway.stop().await;
+}
+
 async fn heartbeat(ojs: &Ojs, worker: &str, state: Option<&str>) -> Value {
     let mut beat = json!({ "worker_id": worker });
     if let Some(state) = state {
@@ -530,6 +591,109 @@ async fn heartbeat(ojs: &Ojs, worker: &str, state: Option<&str>) -> Value {
     let (status, body) = ojs.post("/ojs/v1/workers/heartbeat", beat).await;
     assert_eq!(status, 200, "{body}");
     body
+}
+
+/// A worker id is an id, not a payload: one over 256 bytes is a 400 OJS error object on the
+/// heartbeat and the fetch, and `/admin/workers` answers a page at a time (`?page=`,
+/// `?per_page=`, pagination with the total). Fails before: any id was stored and every worker
+/// of every tenant came back in one answer (8,000 heartbeats with 2,000-byte ids made 66.5 MB).
+#[tokio::test]
+async fn worker_ids_are_bounded_and_workers_listed_a_page_at_a_time() {
+    let gateway = TestGateway::start().await;
+    let ojs = Ojs::of(&gateway);
+    let long = "w".repeat(257);
+    let (status, body) = ojs
+        .post("/ojs/v1/workers/heartbeat", json!({ "worker_id": long }))
+        .await;
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (400, &json!("invalid_request")),
+        "{body}"
+    );
+    let (status, body) = ojs
+        .post("/ojs/v1/workers/fetch", json!({ "queues": ["q"], "worker_id": long }))
+        .await;
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (400, &json!("invalid_request")),
+        "{body}"
+    );
+    heartbeat(&ojs, &"w".repeat(256), None).await;
+    for worker in ["a", "b"] {
+        heartbeat(&ojs, worker, None).await;
+    }
+
+    let page = |query: &'static str| {
+        let ojs = ojs.clone();
+        async move {
+            let (status, body) = ojs.get(&format!("/ojs/v1/admin/workers{query}")).await;
+            assert_eq!(status, 200, "{body}");
+            let ids: Vec<String> = body["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|worker| worker["id"].as_str().unwrap().chars().take(3).collect())
+                .collect();
+            (ids, body["pagination"].clone(), body["summary"]["total"].clone())
+        }
+    };
+    let (ids, pagination, summary) = page("?per_page=2").await;
+    assert_eq!(ids, ["a", "b"]);
+    assert_eq!(
+        pagination,
+        json!({ "total": 3, "page": 1, "per_page": 2, "total_pages": 2 })
+    );
+    assert_eq!(summary, json!(3));
+    let (ids, pagination, _) = page("?per_page=2&page=2").await;
+    assert_eq!((ids, &pagination["page"]), (vec!["www".to_string()], &json!(2)));
+    assert!(page("?page=3&per_page=2").await.0.is_empty());
+    for bad in ["?per_page=0", "?per_page=1001", "?page=0", "?page=x"] {
+        let (status, body) = ojs.get(&format!("/ojs/v1/admin/workers{bad}")).await;
+        assert_eq!(
+            (status, &body["error"]["code"]),
+            (400, &json!("invalid_request")),
+            "{bad}: {body}"
+        );
+    }
+    gateway.stop().await;
+}
+
+/// `GET /queues` (and `/admin/queues`) answers a page at a time: any number of queues (30,000
+/// made 21.8 MB before, past what the console reads) come back `per_page` (default 100, at most
+/// 1,000) at a time with the total. Fails before: every queue came back at once.
+#[tokio::test]
+async fn queues_are_listed_a_page_at_a_time() {
+    let gateway = TestGateway::start().await;
+    let ojs = Ojs::of(&gateway);
+    for queue in ["q1", "q2", "q3"] {
+        enqueue(&ojs, queue).await;
+    }
+    for path in ["/ojs/v1/queues", "/ojs/v1/admin/queues"] {
+        let names = |body: &Value| -> Vec<String> {
+            body["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|queue| queue["name"].as_str().unwrap().to_string())
+                .collect()
+        };
+        let (status, first) = ojs.get(&format!("{path}?per_page=2")).await;
+        assert_eq!(status, 200, "{first}");
+        assert_eq!(names(&first), ["q1", "q2"]);
+        assert_eq!(first["queues"], first["items"]);
+        assert_eq!(
+            first["pagination"],
+            json!({ "total": 3, "page": 1, "per_page": 2, "total_pages": 2 })
+        );
+        let (_, second) = ojs.get(&format!("{path}?per_page=2&page=2")).await;
+        assert_eq!(names(&second), ["q3"]);
+        assert_eq!(second["items"][0]["counts"]["available"], 1);
+        let (_, all) = ojs.get(path).await;
+        assert_eq!((names(&all).len(), &all["pagination"]["per_page"]), (3, &json!(100)));
+        let (status, _) = ojs.get(&format!("{path}?per_page=5000")).await;
+        assert_eq!(status, 400);
+    }
+    gateway.stop().await;
 }
 
 /// A worker id is its tenant's: another tenant's worker of the same id reporting terminate, or

@@ -14,6 +14,8 @@ use crate::html::{button, esc, form, link, name};
 
 /// Dead-lettered jobs on one page (the OJS route's own bound is 1,000).
 const DEAD_LETTER_PAGE: &str = "100";
+/// Queues shown a page (`GET /queues` answers a page at a time: there can be any number).
+const QUEUES_PAGE: u64 = 100;
 /// Jobs of one state on one page.
 const JOBS_PAGE: i64 = 50;
 /// Characters of a job's args or result shown.
@@ -172,6 +174,30 @@ fn queues_table(queues: &Value, rates: &Result<Vec<crate::QueueRates>, String>, 
     out
 }
 
+/// Links to the previous and next pages of queues, when there are more than one.
+fn queues_pager(queues: &Value, tenant: &str) -> String {
+    let page = queues["pagination"]["page"].as_u64().unwrap_or(1);
+    let pages = queues["pagination"]["total_pages"].as_u64().unwrap_or(1);
+    if pages <= 1 {
+        return String::new();
+    }
+    let to = |page: u64| {
+        esc(&link(
+            "/jobs",
+            &[("tenant", tenant), ("queues_page", &page.to_string())],
+        ))
+    };
+    let mut out = format!("<p class=\"pager\" id=\"queues-pager\">Page {page} of {pages} ");
+    if page > 1 {
+        let _ = write!(out, "<a href=\"{}\" id=\"queues-previous\">Previous</a> ", to(page - 1));
+    }
+    if page < pages {
+        let _ = write!(out, "<a href=\"{}\" id=\"queues-next\">Next</a>", to(page + 1));
+    }
+    out.push_str("</p>");
+    out
+}
+
 /// A queue's cells of `rates`. A queue without events in the last minute has rates of 0;
 /// unknown ones are blank.
 fn rate_of(rates: &Result<Vec<crate::QueueRates>, String>, queue: &str) -> String {
@@ -280,8 +306,10 @@ impl Context<'_> {
                 None => Err("not asked".to_owned()),
             }
         };
+        let queues_page = request.arg("queues_page").parse::<u64>().unwrap_or(1).max(1);
+        let queues_path = format!("/queues?page={queues_page}&per_page={QUEUES_PAGE}");
         let (queues, dead, cron, rates) = tokio::join!(
-            ojs.call(Method::GET, "/queues", tenant),
+            ojs.call(Method::GET, &queues_path, tenant),
             ojs.call(Method::GET, &dead_letter, tenant),
             ojs.call(Method::GET, "/cron", tenant),
             rates,
@@ -289,7 +317,10 @@ impl Context<'_> {
         out.push_str("<section><h2>Queues</h2>");
         match queues {
             Err(err) => out.push_str(&refused(&err)),
-            Ok(queues) => out.push_str(&queues_table(&queues, &rates, tenant)),
+            Ok(queues) => {
+                out.push_str(&queues_table(&queues, &rates, tenant));
+                out.push_str(&queues_pager(&queues, tenant));
+            }
         }
         out.push_str("</section><section><h2>Dead letter</h2>");
         match dead {

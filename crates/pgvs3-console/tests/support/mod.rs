@@ -151,7 +151,12 @@ impl Stack {
         // As `pgvs3 serve` builds it.
         let front = pgvs3_console::Gateway::loopback(gateway.s3_addr, None, "us-east-1".into(), None)
             .with_resp(gateway.resp_addr.unwrap(), None, false)
-            .with_ojs(gateway.ojs_addr.unwrap(), None, false, Some(OJS_TOKEN.to_owned()))
+            .with_ojs(
+                gateway.ojs_addr.unwrap(),
+                None,
+                false,
+                Some(std::sync::Arc::new(|| Some(OJS_TOKEN.to_owned()))),
+            )
             .with_admin(std::sync::Arc::new(pgvs3_gateway::serve::ConsoleAdmin {
                 catalog: gateway.store.catalog().clone(),
                 pool: gateway.store.pool().clone(),

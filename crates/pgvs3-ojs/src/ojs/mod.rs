@@ -5,4 +5,4 @@ pub mod engine;
 pub mod http;
 
 pub use engine::cron::spawn_cron_ticker;
-pub use http::{OjsOptions, OjsService, busy_response, check_limits};
+pub use http::{HealthProbe, OjsOptions, OjsService, busy_response, check_limits};

@@ -307,3 +307,45 @@ async fn a_jobs_life_is_logged_in_order_with_the_data_the_spec_names() {
     assert_eq!(events[0]["data"]["queue"], "later");
     gateway.stop().await;
 }
+
+/// A replay (`?after=0`, `Last-Event-ID`) queries the log after its stream opened, when the
+/// stream's admission slot is given back: each of its queries takes a slot again, so any number
+/// of replays hold no more of the pool than admission allows. Here two replays wait on a lock
+/// taken on the log, each holding a slot. Fails before: they ran outside admission (none
+/// active while both queries waited).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replay_queries_within_an_admission_slot() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let (status, _) = ojs
+        .post("/ojs/v1/jobs", json!({"type": "t", "queue": "replayed", "args": []}))
+        .await;
+    assert_eq!(status, 201);
+    let mut sql = gateway.sql().await;
+    let lock = sql.transaction().await.unwrap();
+    lock.batch_execute("LOCK TABLE ojs.events IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let mut first = EventReader::open(&ojs, "after=0", None).await;
+    let mut second = EventReader::open(&ojs, "", Some("0")).await;
+    let watcher = gateway.sql().await;
+    // The hub's poller waits on the lock too, outside admission: one slot a replay.
+    common::eventually(
+        Duration::from_secs(30),
+        "each replay waiting on the lock holds a slot",
+        || async {
+            let active = gateway.metric("pgvs3_admission_active{protocol=\"ojs\"}").await;
+            (common::lock_waiters(&watcher).await >= 2 && active == Some(2.0)).then_some(())
+        },
+    )
+    .await;
+    lock.commit().await.unwrap();
+    for reader in [&mut first, &mut second] {
+        assert_eq!(reader.next_event().await.1, "job.enqueued");
+    }
+    common::eventually(Duration::from_secs(30), "the slots given back", || async {
+        (gateway.metric("pgvs3_admission_active{protocol=\"ojs\"}").await == Some(0.0)).then_some(())
+    })
+    .await;
+    gateway.stop().await;
+}

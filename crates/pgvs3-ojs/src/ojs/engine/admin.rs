@@ -182,25 +182,34 @@ impl Queue {
         })
     }
 
-    /// Every queue that has jobs or settings, in name order, with its jobs waiting and active.
-    pub async fn list_queues(&self) -> Result<Vec<QueueSummary>, EngineError> {
+    /// One page (`limit` from `offset`) of the queues that have jobs or settings, in name
+    /// order, with their jobs waiting and active; and how many there are in all.
+    pub async fn list_queues(&self, offset: i64, limit: i64) -> Result<(Vec<QueueSummary>, i64), EngineError> {
+        const NAMES: &str = "SELECT DISTINCT queue AS name FROM ojs.jobs UNION SELECT name FROM ojs.queues";
         let client = self.client().await?;
+        let total: i64 = client
+            .query_one(&format!("SELECT count(*) AS total FROM ({NAMES}) n"), &[])
+            .await
+            .map_err(EngineError::sql)?
+            .get("total");
         let rows = client
             .query(
-                "SELECT n.name, coalesce(q.paused, false) AS paused,
-                        count(*) FILTER (WHERE j.state = 'available') AS available,
-                        count(*) FILTER (WHERE j.state = 'active') AS active,
-                        count(*) FILTER (WHERE j.state = 'scheduled') AS scheduled,
-                        count(*) FILTER (WHERE j.state = 'retryable') AS retryable
-                 FROM (SELECT DISTINCT queue AS name FROM ojs.jobs UNION SELECT name FROM ojs.queues) n
-                 LEFT JOIN ojs.queues q USING (name)
-                 LEFT JOIN ojs.jobs j ON j.queue = n.name AND j.state IN ('available', 'active', 'scheduled', 'retryable')
-                 GROUP BY n.name, q.paused ORDER BY n.name",
-                &[],
+                &format!(
+                    "SELECT n.name, coalesce(q.paused, false) AS paused,
+                            count(*) FILTER (WHERE j.state = 'available') AS available,
+                            count(*) FILTER (WHERE j.state = 'active') AS active,
+                            count(*) FILTER (WHERE j.state = 'scheduled') AS scheduled,
+                            count(*) FILTER (WHERE j.state = 'retryable') AS retryable
+                     FROM (SELECT name FROM ({NAMES}) all_names ORDER BY name OFFSET $1 LIMIT $2) n
+                     LEFT JOIN ojs.queues q USING (name)
+                     LEFT JOIN ojs.jobs j ON j.queue = n.name AND j.state IN ('available', 'active', 'scheduled', 'retryable')
+                     GROUP BY n.name, q.paused ORDER BY n.name"
+                ),
+                &[&offset, &limit],
             )
             .await
             .map_err(EngineError::sql)?;
-        Ok(rows
+        let queues = rows
             .iter()
             .map(|row| QueueSummary {
                 name: row.get("name"),
@@ -210,7 +219,8 @@ impl Queue {
                 scheduled: row.get("scheduled"),
                 retryable: row.get("retryable"),
             })
-            .collect())
+            .collect();
+        Ok((queues, total))
     }
 
     pub async fn dead_letter(&self, queue: Option<&str>, limit: i64, tenant: &str) -> Result<Vec<Job>, EngineError> {
@@ -343,26 +353,35 @@ impl Queue {
         })
     }
 
-    /// Workers of every tenant that sent heartbeats or hold claims now, with the claims they
-    /// hold (a worker is its tenant's: one id used by two tenants is two workers).
-    pub async fn active_workers(&self) -> Result<Vec<Value>, EngineError> {
-        let client = self.client().await?;
-        let rows = client
-            .query(
-                "SELECT CASE WHEN w.id IS NULL
-                             THEN jsonb_build_object('id', a.worker_id, 'tenant_id', a.tenant, 'state', 'running')
-                             ELSE ojs.worker_json(w) END
-                        || jsonb_build_object('active_jobs', coalesce(a.claims, 0)) AS worker
-                 FROM ojs.workers w
+    /// One page (`limit` from `offset`) of the workers of every tenant that sent heartbeats or
+    /// hold claims now, with the claims they hold (a worker is its tenant's: one id used by two
+    /// tenants is two workers); and how many there are in all.
+    pub async fn active_workers(&self, offset: i64, limit: i64) -> Result<(Vec<Value>, i64), EngineError> {
+        const WORKERS: &str = "FROM ojs.workers w
                  FULL JOIN (SELECT tenant, worker_id, count(*) AS claims FROM ojs.jobs
                             WHERE state = 'active' AND worker_id IS NOT NULL GROUP BY tenant, worker_id) a
-                   ON ojs.tenant_key(a.tenant, a.worker_id) = w.id
-                 ORDER BY coalesce(w.id, ojs.tenant_key(a.tenant, a.worker_id))",
-                &[],
+                   ON ojs.tenant_key(a.tenant, a.worker_id) = w.id";
+        let client = self.client().await?;
+        let total: i64 = client
+            .query_one(&format!("SELECT count(*) AS total {WORKERS}"), &[])
+            .await
+            .map_err(EngineError::sql)?
+            .get("total");
+        let rows = client
+            .query(
+                &format!(
+                    "SELECT CASE WHEN w.id IS NULL
+                                 THEN jsonb_build_object('id', a.worker_id, 'tenant_id', a.tenant, 'state', 'running')
+                                 ELSE ojs.worker_json(w) END
+                            || jsonb_build_object('active_jobs', coalesce(a.claims, 0)) AS worker
+                     {WORKERS}
+                     ORDER BY coalesce(w.id, ojs.tenant_key(a.tenant, a.worker_id)) OFFSET $1 LIMIT $2"
+                ),
+                &[&offset, &limit],
             )
             .await
             .map_err(EngineError::sql)?;
-        Ok(rows.iter().map(|row| row.get("worker")).collect())
+        Ok((rows.iter().map(|row| row.get("worker")).collect(), total))
     }
 
     /// Deletes up to `limit` jobs that finished (completed, discarded, cancelled) more than

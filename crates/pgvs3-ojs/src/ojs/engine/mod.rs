@@ -65,12 +65,6 @@ impl Queue {
         self.pool.get().await.map_err(EngineError::backend)
     }
 
-    pub async fn ping(&self) -> Result<(), EngineError> {
-        let client = self.client().await?;
-        client.query_one("SELECT 1", &[]).await.map_err(EngineError::sql)?;
-        Ok(())
-    }
-
     /// Empties every OJS table (conformance runs only; the HTTP route exists behind a flag).
     pub async fn reset(&self) -> Result<(), EngineError> {
         let client = self.client().await?;

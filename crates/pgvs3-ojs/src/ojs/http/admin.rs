@@ -14,7 +14,7 @@ impl OjsService {
     pub(super) async fn queue_routes(&self, call: &Call<'_>) -> Reply {
         let queue = &self.inner.queue;
         match (call.method, call.segments) {
-            (&Method::GET, ["queues"]) => self.queues().await,
+            (&Method::GET, ["queues"]) => self.queues(call).await,
             // The bare `/queues/{name}` is no route of the binding's table; the upstream suite
             // (EXT-MT-004) and clients reading a queue there get its stats.
             (&Method::GET, ["queues", name] | ["queues", name, "stats"]) => self.queue_stats(name).await,
@@ -88,7 +88,7 @@ impl OjsService {
     async fn admin_queue_routes(&self, call: &Call<'_>, rest: &[&str]) -> Reply {
         let queue = &self.inner.queue;
         match (call.method, rest) {
-            (&Method::GET, []) => self.queues().await,
+            (&Method::GET, []) => self.queues(call).await,
             (&Method::GET, [name, "stats"]) => self.queue_stats(name).await,
             (&Method::POST, [name, action]) if *action == "pause" || *action == "resume" => {
                 queue.set_paused(queue_name(name)?, *action == "pause").await?;
@@ -113,8 +113,10 @@ impl OjsService {
         let queue = &self.inner.queue;
         match (call.method, rest) {
             (&Method::GET, []) => {
-                let workers = queue.active_workers().await?;
-                let mut body = listing("workers", workers);
+                // A page at a time: every tenant's workers, of which there can be any number.
+                let page = Page::of(call.query)?;
+                let (workers, total) = queue.active_workers(page.offset(), page.per_page).await?;
+                let mut body = paged("workers", workers, total, page);
                 body["summary"] = json!({ "total": body["pagination"]["total"] });
                 Ok((StatusCode::OK, body))
             }
@@ -136,8 +138,11 @@ impl OjsService {
         }
     }
 
-    async fn queues(&self) -> Reply {
-        Ok((StatusCode::OK, queues_answer(self.inner.queue.list_queues().await?)))
+    /// The queues, a page at a time (`?page=`, `?per_page=`): there can be any number.
+    async fn queues(&self, call: &Call<'_>) -> Reply {
+        let page = Page::of(call.query)?;
+        let (queues, total) = self.inner.queue.list_queues(page.offset(), page.per_page).await?;
+        Ok((StatusCode::OK, queues_answer(queues, total, page)))
     }
 
     async fn queue_stats(&self, name: &str) -> Reply {

@@ -78,6 +78,14 @@ pub fn check_limits(max_args_bytes: usize, max_body_bytes: u64) -> anyhow::Resul
     Ok(())
 }
 
+/// Whether the database answers, as the health routes (`/health`, `/ready`, `/ojs/v1/health`)
+/// ask it: they answer before any token check or admission slot, so they must not reach the
+/// request pool (200 keep-alive clients pipelining `GET /health` held all its connections). The
+/// gateway answers on its readiness connection (one, one check at a time).
+pub trait HealthProbe: Send + Sync {
+    fn answers(&self) -> futures::future::BoxFuture<'_, anyhow::Result<()>>;
+}
+
 #[derive(Clone)]
 pub struct OjsService {
     inner: Arc<Inner>,
@@ -86,6 +94,7 @@ pub struct OjsService {
 struct Inner {
     queue: Queue,
     options: OjsOptions,
+    health: Arc<dyn HealthProbe>,
     admission: Admission,
     lag: ReplicaLag,
     events: EventHub,
@@ -158,6 +167,7 @@ impl OjsService {
     pub fn new(
         queue: Queue,
         options: OjsOptions,
+        health: Arc<dyn HealthProbe>,
         admission: Admission,
         lag: ReplicaLag,
         shutdown: Shutdown,
@@ -165,9 +175,10 @@ impl OjsService {
     ) -> OjsService {
         OjsService {
             inner: Arc::new(Inner {
-                events: EventHub::new(queue.clone()),
+                events: EventHub::new(queue.clone(), admission.clone()),
                 queue,
                 options,
+                health,
                 admission,
                 lag,
                 shutdown,
@@ -375,7 +386,7 @@ impl OjsService {
     /// and the database's state with the round trip it took.
     async fn health(&self) -> (StatusCode, Value) {
         let asked = std::time::Instant::now();
-        let (status, mut answer) = match self.inner.queue.ping().await {
+        let (status, mut answer) = match self.inner.health.answers().await {
             Ok(()) => (
                 StatusCode::OK,
                 json!({ "status": "ok", "backend": { "type": "postgresql", "status": "ok",

@@ -324,7 +324,7 @@ impl OjsService {
             count,
             strategy,
             tenant: tenant.to_string(),
-            worker_id: optional_string(&body, "worker_id")?,
+            worker_id: worker_id(&body)?,
             visibility_ms: optional_ms(&body, "visibility_timeout_ms")?,
         };
         let jobs: Vec<Value> = self
@@ -514,7 +514,7 @@ impl OjsService {
     }
 
     async fn heartbeat(&self, body: Value, tenant: &str) -> Reply {
-        let worker_id = optional_string(&body, "worker_id")?;
+        let worker_id = worker_id(&body)?;
         let mut ids: Vec<String> = match body.get("active_jobs").or_else(|| body.get("job_ids")) {
             Some(Value::Array(ids)) => ids.iter().filter_map(Value::as_str).map(String::from).collect(),
             _ => Vec::new(),

@@ -6,8 +6,10 @@
 //! it commits, so a lower `seq` can become visible after a higher one: the poller re-reads from
 //! the lowest undecided `seq` and waits up to [`GAP_WAIT`] for a gap to fill (a transaction
 //! still committing) before taking it as a rolled-back insert. A stream that resumes
-//! (`Last-Event-ID` or `?after=`) first replays the log from there; one that falls too far behind
-//! the broadcast is closed, and its client resumes from the last id it got, as SSE clients do.
+//! (`Last-Event-ID` or `?after=`) first replays the log from there, each page's query within an
+//! admission slot like any request's (`?after=0` on a long log is many queries, and any number of
+//! streams could run them at once); one that falls too far behind the broadcast is closed, and
+//! its client resumes from the last id it got, as SSE clients do.
 
 use std::collections::{BTreeSet, HashSet};
 use std::convert::Infallible;
@@ -22,6 +24,7 @@ use tokio::sync::{broadcast, mpsc};
 
 use super::super::engine::Queue;
 use super::super::engine::events::LoggedEvent;
+use crate::admission::Admission;
 use crate::http_server::Shutdown;
 
 /// How often the poller looks for new events while streams are open.
@@ -45,6 +48,8 @@ pub struct EventHub {
 
 struct HubInner {
     queue: Queue,
+    /// The OJS requests' admission, which replays' queries take a slot of.
+    admission: Admission,
     sender: broadcast::Sender<Batch>,
     /// Whether the poller runs; taken with subscribing, so the poller never stops while a
     /// listener that just subscribed expects it to run.
@@ -75,10 +80,11 @@ impl Filter {
 }
 
 impl EventHub {
-    pub fn new(queue: Queue) -> EventHub {
+    pub fn new(queue: Queue, admission: Admission) -> EventHub {
         EventHub {
             inner: Arc::new(HubInner {
                 queue,
+                admission,
                 sender: broadcast::channel(BROADCAST_DEPTH).0,
                 polling: Mutex::new(false),
             }),
@@ -100,11 +106,11 @@ impl EventHub {
     pub fn open(&self, filter: Filter, after: Option<i64>, mut shutdown: Shutdown) -> EventStream {
         let (sender, receiver) = mpsc::channel(64);
         let live = self.subscribe();
-        let queue = self.inner.queue.clone();
+        let (queue, admission) = (self.inner.queue.clone(), self.inner.admission.clone());
         tokio::spawn(async move {
             tokio::select! {
                 _ = shutdown.wait() => {}
-                _ = deliver(queue, filter, after, live, sender) => {}
+                _ = deliver(queue, admission, filter, after, live, sender) => {}
             }
         });
         EventStream(receiver)
@@ -203,6 +209,7 @@ impl LogCursor {
 /// Replays from `after`, then forwards live batches, until the client or the broadcast is gone.
 async fn deliver(
     queue: Queue,
+    admission: Admission,
     filter: Filter,
     after: Option<i64>,
     mut live: broadcast::Receiver<Batch>,
@@ -216,9 +223,17 @@ async fn deliver(
     let mut replayed = HashSet::new();
     if let Some(mut cursor) = after {
         loop {
+            // The stream's own slot was given back when it opened. This one is waited for in
+            // turn, outside the bounded line (streams are bounded by connections, and a replay
+            // refused halfway would only be asked again), and held for the query only, not
+            // while a slow client takes the frames.
+            let Ok(slot) = admission.admit_again().await else {
+                return;
+            };
             let Ok(page) = queue.events_since(cursor, BATCH).await else {
                 return;
             };
+            drop(slot);
             for event in &page {
                 cursor = event.seq;
                 if filter.matches(event) {

@@ -11,6 +11,8 @@
 //! its tenant only, and reaches only the routes scoped by tenant ([`is_scoped`]); the others
 //! (events, webhooks, cron, queues, admin) span all tenants and stay the operator's.
 
+use std::sync::{Arc, RwLock};
+
 use http::{HeaderMap, StatusCode, header};
 use serde_json::Value;
 
@@ -163,11 +165,33 @@ pub fn is_scoped(segments: &[&str]) -> bool {
     )
 }
 
+/// The token that authenticates without binding a tenant: `--ojs-token` as configured, or the
+/// root key's `<access-key>:<secret>` as the catalog holds it now. The gateway sets the latter
+/// again on every catalog reload, so a rotated root secret replaces the old token (which stops
+/// working) without a restart. Empty (the root key is gone): no token matches.
+#[derive(Debug, Clone, Default)]
+pub struct OperatorToken(Arc<RwLock<Option<String>>>);
+
+impl OperatorToken {
+    pub fn new(token: Option<String>) -> OperatorToken {
+        OperatorToken(Arc::new(RwLock::new(token)))
+    }
+
+    pub fn set(&self, token: Option<String>) {
+        *self.0.write().expect("token lock") = token;
+    }
+
+    pub fn get(&self) -> Option<String> {
+        self.0.read().expect("token lock").clone()
+    }
+}
+
 /// Who may call the job routes, and as which tenant.
 #[derive(Debug, Clone, Default)]
 pub struct Credentials {
-    /// `--ojs-token`: authenticates without binding a tenant (the header chooses).
-    pub token: Option<String>,
+    /// `--ojs-token` or the root key's: authenticates without binding a tenant (the header
+    /// chooses).
+    pub token: Option<OperatorToken>,
     pub tenant_tokens: Vec<TenantToken>,
 }
 
@@ -207,7 +231,8 @@ impl Credentials {
                 }),
             };
         }
-        if self.required() && !self.token.as_deref().is_some_and(matches) {
+        let operator = self.token.as_ref().and_then(OperatorToken::get);
+        if self.required() && !operator.as_deref().is_some_and(matches) {
             return Err(OjsError::new(
                 StatusCode::UNAUTHORIZED,
                 "unauthenticated",
@@ -251,7 +276,7 @@ mod tests {
 
     fn bound() -> Credentials {
         Credentials {
-            token: Some("operator".into()),
+            token: Some(OperatorToken::new(Some("operator".into()))),
             tenant_tokens: vec!["acme=acme-secret".parse().unwrap()],
         }
     }

@@ -221,7 +221,7 @@ pub(super) fn queue_stats_answer(stats: QueueStats) -> Value {
 }
 
 /// `GET /queues` (and `/admin/queues`): each queue's name, state and jobs waiting or active.
-pub(super) fn queues_answer(queues: Vec<QueueSummary>) -> Value {
+pub(super) fn queues_answer(queues: Vec<QueueSummary>, total: i64, page: Page) -> Value {
     let queues = queues
         .into_iter()
         .map(|queue| {
@@ -234,7 +234,7 @@ pub(super) fn queues_answer(queues: Vec<QueueSummary>) -> Value {
             })
         })
         .collect();
-    listing("queues", queues)
+    paged("queues", queues, total, page)
 }
 
 /// `GET /admin/tenants`: the tenants that have jobs, with their job counts.
@@ -366,7 +366,48 @@ pub(super) fn cron_answer(cron: Value) -> Value {
 
 pub(super) fn listing(name: &str, items: Vec<Value>) -> Value {
     let total = items.len();
-    let mut body = json!({ "items": items, "pagination": { "total": total, "page": 1, "per_page": total.max(1) } });
+    let per_page = total.max(1) as i64;
+    paged(name, items, total as i64, Page { page: 1, per_page })
+}
+
+/// One page of a listing that can grow without bound (queues, workers), as the admin API
+/// pages (ojs-admin-api: `?page=` from 1 and `?per_page=`, answered in `pagination`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Page {
+    pub page: i64,
+    pub per_page: i64,
+}
+
+impl Page {
+    const DEFAULT_PER_PAGE: i64 = 100;
+    const MAX_PER_PAGE: i64 = 1_000;
+
+    /// `?page=` (default 1) and `?per_page=` (1 to 1,000, default 100); anything else is 400.
+    pub fn of(query: &HashMap<String, String>) -> Result<Page, OjsError> {
+        let number = |name: &str, default: i64, max: i64| match query.get(name) {
+            None => Ok(default),
+            Some(text) => text
+                .parse::<i64>()
+                .ok()
+                .filter(|n| (1..=max).contains(n))
+                .ok_or_else(|| OjsError::invalid(format!("{name} is an integer from 1 to {max}, not {text:?}"))),
+        };
+        Ok(Page {
+            page: number("page", 1, i64::from(i32::MAX))?,
+            per_page: number("per_page", Self::DEFAULT_PER_PAGE, Self::MAX_PER_PAGE)?,
+        })
+    }
+
+    pub fn offset(self) -> i64 {
+        (self.page - 1) * self.per_page
+    }
+}
+
+/// `items` (one page of `total`) under `name` and `items`, with the admin API's `pagination`.
+pub(super) fn paged(name: &str, items: Vec<Value>, total: i64, page: Page) -> Value {
+    let total_pages = (total + page.per_page - 1) / page.per_page;
+    let mut body = json!({ "items": items, "pagination": {
+        "total": total, "page": page.page, "per_page": page.per_page, "total_pages": total_pages } });
     body[name] = body["items"].clone();
     body
 }
@@ -531,6 +572,21 @@ pub(super) fn optional_string(body: &Value, field: &str) -> Result<Option<String
         Some(Value::String(text)) => Ok(Some(text.clone())),
         Some(_) => Err(OjsError::invalid(format!("\"{field}\" must be a string"))),
     }
+}
+
+/// Longest worker id: an id, not a payload (every heartbeat stores it, its events carry it and
+/// the workers listing returns it).
+const MAX_WORKER_ID_BYTES: usize = 256;
+
+/// A request's `worker_id`: a string of at most [`MAX_WORKER_ID_BYTES`], else 400.
+pub(super) fn worker_id(body: &Value) -> Result<Option<String>, OjsError> {
+    let id = optional_string(body, "worker_id")?;
+    if id.as_ref().is_some_and(|id| id.len() > MAX_WORKER_ID_BYTES) {
+        return Err(OjsError::invalid(format!(
+            "\"worker_id\" is at most {MAX_WORKER_ID_BYTES} bytes"
+        )));
+    }
+    Ok(id)
 }
 
 pub(super) fn optional_ms(body: &Value, field: &str) -> Result<Option<i32>, OjsError> {
