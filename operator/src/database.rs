@@ -278,15 +278,16 @@ pub async fn connect(connection: &Connection) -> Result<Client> {
         .tcp_user_timeout(timeout)
         .ssl_mode(connection.ssl_mode.negotiation());
     let session = async {
-        let (client, driver) = config
-            .connect(connection.tls.clone())
-            .await
-            .map_err(|source| Error::CatalogConnect {
-                target: connection.describe(),
-                // tokio-postgres says only "error performing TLS handshake": why it was refused.
-                refusal: connection.tls.refusal(&source),
-                source,
-            })?;
+        let (client, driver) =
+            config
+                .connect(connection.tls.clone())
+                .await
+                .map_err(|source| Error::CatalogConnect {
+                    target: connection.describe(),
+                    // tokio-postgres says only "error performing TLS handshake": why it was refused.
+                    refusal: connection.tls.refusal(&source),
+                    source,
+                })?;
         tokio::spawn(async move {
             if let Err(err) = driver.await {
                 tracing::debug!(error = %err, "catalog connection ended");
