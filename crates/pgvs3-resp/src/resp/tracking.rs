@@ -612,7 +612,7 @@ mod tests {
     #[test]
     fn a_key_is_invalidated_once_for_its_readers_and_the_table_is_bounded() {
         let tracking = Tracking::new(1 << 20, Arc::default());
-        tracking.enable(1, Mode::default(), Readable::All);
+        tracking.enable(1, Mode::default(), Readable::All, None);
         tracking.remember(1, "b", [&b"k"[..], b"j"]);
         assert_eq!(tracking.state().remembered, 2);
         tracking.invalidate(b"b", false, [(&b"k"[..], 0)].into_iter());
