@@ -297,6 +297,81 @@ async fn a_bucket_deleted_without_its_pool_keeps_the_secret_of_its_unrevoked_key
     gateway.stop().await;
 }
 
+/// A Delete Bucket whose bucket holds a version under object lock: the forced drop is refused,
+/// undone to its savepoint, and the bucket retained for the Bucket's namespace and name in the
+/// cleanup's own transaction, with its objects; the key revoked.
+#[tokio::test]
+async fn a_delete_bucket_under_object_lock_is_retained_by_the_same_transaction() {
+    use aws_sdk_s3::primitives::DateTime;
+    use aws_sdk_s3::types::{
+        BucketVersioningStatus, ObjectLockConfiguration, ObjectLockEnabled, ObjectLockMode, VersioningConfiguration,
+    };
+    let gateway = common::TestGateway::start().await;
+    let (ctx, fake) = setup(
+        &gateway.database_url,
+        json!({"gatewayPoolRef": "objects", "deletionPolicy": "Delete"}),
+    );
+    provision(&ctx, &fake).await;
+    let key_id = secret_text(&fake, "AWS_ACCESS_KEY_ID");
+    let bucket = photos();
+    let root = &gateway.client;
+    root.put_bucket_versioning()
+        .bucket(&bucket)
+        .versioning_configuration(
+            VersioningConfiguration::builder()
+                .status(BucketVersioningStatus::Enabled)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    root.put_object_lock_configuration()
+        .bucket(&bucket)
+        .object_lock_configuration(
+            ObjectLockConfiguration::builder()
+                .object_lock_enabled(ObjectLockEnabled::Enabled)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let until = std::time::SystemTime::now() + Duration::from_secs(3600);
+    root.put_object()
+        .bucket(&bucket)
+        .key("locked.txt")
+        .body(ByteStream::from_static(b"kept"))
+        .object_lock_mode(ObjectLockMode::Governance)
+        .object_lock_retain_until_date(DateTime::from(until))
+        .send()
+        .await
+        .unwrap();
+
+    delete(&ctx, &fake).await;
+    let sql = gateway.sql().await;
+    let custodian = bucket_row(&sql, &bucket).await.flatten();
+    assert!(
+        custodian.as_deref().is_some_and(|key| key.starts_with("PGVS3R")),
+        "retained, held by the custodian key of team/photos: {custodian:?}"
+    );
+    assert_eq!(access_keys_named(&sql, &key_id).await, 0, "the key is revoked");
+    assert_eq!(
+        fake.event_note("Cleanup"),
+        Some(format!(
+            "bucket {bucket} retained: bucket {bucket} holds versions under object lock (object lock); its access key \
+             was revoked"
+        ))
+    );
+    let object = root
+        .get_object()
+        .bucket(&bucket)
+        .key("locked.txt")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(object.body.collect().await.unwrap().into_bytes().as_ref(), b"kept");
+    gateway.stop().await;
+}
+
 const POOL: &str = "/apis/pgvs3.io/v1alpha1/namespaces/team/gatewaypools/objects";
 
 /// The catalog timeout of the cleanups cut short below (the forced drop's bound is ten of them).

@@ -377,7 +377,7 @@ impl FakeApi {
             .filter(|r| r.path.contains("/events") && (r.method == Method::POST || r.method == Method::PATCH))
             .filter(|r| r.body["reason"] == reason)
             .filter_map(|r| r.body["note"].as_str().map(str::to_string))
-            .last()
+            .next_back()
     }
 
     /// The next `times` requests with this method to a path ending in `suffix` fail with `code`.
