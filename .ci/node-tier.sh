@@ -10,7 +10,8 @@
 # exit, also on failure, and the host must be as before. About 4-6 minutes; docs/operator.md says
 # what it checks.
 #   env: PGVS3_KUBE_SOURCE (default /work/shared/kube; its node/ is the kit),
-#        PGVS3_KUBE_ASSETS (default ~/.cache/pgvs3-kube), PGVS3_HELM (default ~/.cache/pgvs3-tools/helm)
+#        PGVS3_KUBE_ASSETS (default ~/.cache/pgvs3-kube), PGVS3_HELM (default ~/.cache/pgvs3-tools/helm),
+#        NODE_TIER_WAIT_SCALE (default 3: every wait's bound, a quiet machine's, times this)
 # Where the kit is absent it says "not run" and exits 0; where it is present any failure fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -145,4 +146,4 @@ wait "$postgres_image"
 wait "$sdk"
 step "images: gateway, operator, PostgreSQL, client, SDK client"
 
-HELM="$helm" timeout 480 e2e/node-tier/scenario.sh .
+HELM="$helm" timeout $(( 480 * ${NODE_TIER_WAIT_SCALE:-3} )) e2e/node-tier/scenario.sh .

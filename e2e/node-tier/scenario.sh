@@ -28,12 +28,19 @@ k() { kubectl -n "$NS" "$@"; }
 pod() { k exec client -- env AK="${AK:-}" SK="${SK:-}" PINS="${pins:-}" sh /node-tier/client.sh "$@"; }
 in_pod() { k exec client -- "$@"; }
 secret() { k get secret "$1" -o jsonpath="{.data.$2}" | base64 -d; }
-# eventually SECONDS DESCRIPTION CONDITION: evaluates the shell CONDITION (twice a second) until it holds
+# Every bound below is a quiet machine's, times NODE_TIER_WAIT_SCALE (default 3): the tier runs on
+# two cores shared with builds, where the apiserver tier's minute-long waits were not always enough
+# (load average 25-28). A failed wait dies, and the teardown prints the resources, pods and Events.
+scale=${NODE_TIER_WAIT_SCALE:-3}
+# within SECONDS: the bound scaled, as kubectl's and helm's --timeout take it
+within() { echo "$(( $1 * scale ))s"; }
+# eventually SECONDS DESCRIPTION CONDITION: evaluates the shell CONDITION (twice a second) until it
+# holds, for at most SECONDS (scaled); a failure says what the condition printed last
 eventually() {
-    local seconds=$1 what=$2 condition=$3
+    local seconds=$(( $1 * scale )) what=$2 condition=$3 last
     local limit=$(( $(ms) + seconds * 1000 ))
-    until eval "$condition" >/dev/null 2>&1; do
-        [ "$(ms)" -lt "$limit" ] || die "timed out after ${seconds}s waiting for: $what"
+    until last=$(eval "$condition" 2>&1); do
+        [ "$(ms)" -lt "$limit" ] || die "timed out after ${seconds}s waiting for: $what${last:+ (last: $last)}"
         sleep 0.5
     done
 }
@@ -88,12 +95,12 @@ step "CA, certificates, secrets; PostgreSQL applied"
 
 # --- the operator's chart (its pods under `restricted` too) --------------------------------------
 "$HELM" upgrade --install pgvs3-operator "$REPO/charts/pgvs3-operator" --namespace "$SYS" \
-    --set image.tag=node-tier --set image.pullPolicy=Never --wait --timeout 120s >/dev/null
+    --set image.tag=node-tier --set image.pullPolicy=Never --wait --timeout "$(within 120)" >/dev/null
 step "helm install: operator pods Ready"
 
-k rollout status statefulset/demo-primary --timeout=120s >/dev/null
+k rollout status statefulset/demo-primary --timeout="$(within 120)" >/dev/null
 step "PostgreSQL primary Ready"
-k rollout status statefulset/demo-standby --timeout=120s >/dev/null
+k rollout status statefulset/demo-standby --timeout="$(within 120)" >/dev/null
 psql_at() { k exec "$1" -c postgres -- psql -U app -d app -tAc "$2"; }
 [ "$(psql_at demo-standby-0 'select pg_is_in_recovery()')" = t ] || die "demo-standby-0 is not in recovery"
 streaming() { psql_at demo-primary-0 "select count(*) from pg_stat_replication r join pg_stat_ssl s using (pid) where r.state = 'streaming' and s.ssl"; }
@@ -104,8 +111,8 @@ step "PostgreSQL hot standby streaming over TLS (clone waited: $waits unanswered
 
 # --- pools, Buckets, OriginCache, client --------------------------------------------------------
 k apply -f "$HERE/fleet.yaml" >/dev/null
-k wait --for=condition=Ready gatewaypool/demo-primary gatewaypool/demo-standby --timeout=180s >/dev/null
-k wait --for=condition=Ready pod/client --timeout=60s >/dev/null
+k wait --for=condition=Ready gatewaypool/demo-primary gatewaypool/demo-standby --timeout="$(within 180)" >/dev/null
+k wait --for=condition=Ready pod/client --timeout="$(within 60)" >/dev/null
 # client.sh reaches the pools' Services at their ClusterIPs, looked up here once (curl --resolve):
 # the kit's DNS stand-in answers a name it has not looked up in the last second with a fresh
 # request to the API server, and once took more than the client's 5 s while a rolling update
@@ -116,12 +123,12 @@ pins="demo-primary:9000:$(svc_ip demo-primary) demo-standby:9000:$(svc_ip demo-s
 pins="$pins demo-primary.$NS.svc:9000:$(svc_ip demo-primary)"
 step "GatewayPools demo-primary (2, TLS) and demo-standby (1) Ready"
 k apply -f "$HERE/buckets.yaml" >/dev/null
-k wait --for=condition=Ready bucket/photos bucket/upstream bucket/ledger --timeout=120s >/dev/null
+k wait --for=condition=Ready bucket/photos bucket/upstream bucket/ledger --timeout="$(within 120)" >/dev/null
 # the workload identity's ServiceAccounts and pods (their env is ledger's ConfigMap): they start
 # while the checks below run
 k apply -f "$HERE/identity.yaml" >/dev/null
 k apply -f "$HERE/origincache.yaml" >/dev/null
-k wait --for=condition=Ready origincache/mirror --timeout=120s >/dev/null
+k wait --for=condition=Ready origincache/mirror --timeout="$(within 120)" >/dev/null
 step "Buckets photos, upstream, ledger and OriginCache mirror Ready"
 
 # The first primary gateway printed the generated root key once (RESP's keyspace is the root's).
@@ -167,13 +174,13 @@ step "S3: primary write (HTTPS), standby read + 403, host→ClusterIP, OriginCac
 # as_pod POD client.sh-ARGS...: client.sh in POD, signed with AK/SK and the session token ST
 as_pod() { local p=$1; shift; k exec "$p" -- env AK="${AK:-}" SK="${SK:-}" ST="${ST:-}" PINS="$pins" sh /node-tier/client.sh "$@"; }
 ! k get secret ledger-credentials >/dev/null 2>&1 || die "Bucket ledger (staticKey: false) has a credentials Secret"
-k wait --for=condition=Ready pod/app-client pod/other-client --timeout=60s >/dev/null
+k wait --for=condition=Ready pod/app-client pod/other-client --timeout="$(within 60)" >/dev/null
 token=$(k get configmap ledger-identity -o jsonpath='{.data.AWS_WEB_IDENTITY_TOKEN_FILE}')
 L=$(k get configmap ledger-identity -o jsonpath='{.data.AWS_ENDPOINT_URL}')/$(k get configmap ledger-identity -o jsonpath='{.data.BUCKET_NAME}')
 # The Bucket is Ready once its role is in the catalog; the issuer's keys are the operator's other
 # loop (every 15 s) and the gateways' catalog reload: tries are counted, not hidden.
 tries=0
-until answer=$(as_pod app-client assume "$token"); tries=$((tries + 1)); [ "${answer%% *}" = 200 ] || [ "$tries" -ge 30 ]; do sleep 1; done
+until answer=$(as_pod app-client assume "$token"); tries=$((tries + 1)); [ "${answer%% *}" = 200 ] || [ "$tries" -ge $(( 30 * scale )) ]; do sleep 1; done
 [ "${answer%% *}" = 200 ] || die "AssumeRoleWithWebIdentity with app's token, $tries tries: $answer"
 read -r _ SAK SSK SST <<<"$answer"
 [ "${SAK#ASIA}" != "$SAK" ] && [ -n "$SSK" ] && [ -n "$SST" ] || die "AssumeRoleWithWebIdentity's credentials: key '$SAK', secret or token empty"
@@ -284,7 +291,7 @@ psql_at demo-primary-0 "alter role app password '$password'" >/dev/null
 k patch secret demo-app --type=merge -p "{\"stringData\":{\"password\":\"$password\"}}" >/dev/null
 rolled() { [ -z "$(comm -12 <(pods_of demo-primary | sort) <(echo "$old_pods"))" ] && [ "$(pods_of demo-primary | wc -l)" = 2 ]; }
 eventually 120 "demo-primary's gateways all replaced (old ones terminated)" rolled
-k rollout status deployment/demo-primary --timeout=60s >/dev/null
+k rollout status deployment/demo-primary --timeout="$(within 60)" >/dev/null
 load_finish roll
 [ "$failed" = 0 ] || defects+=("rolling update under load (database password rotated): $failed requests failed ($summary): $failures")
 step "password rotated under load, pods replaced: $summary, lost=0"
@@ -309,7 +316,7 @@ old_pods=$(pods_of demo-primary | sort)
 k create secret tls demo-gateway-tls --cert="$scratch/gateway.crt" --key="$scratch/gateway.key" \
     --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 eventually 120 "demo-primary's gateways all replaced after the renewal" rolled
-k rollout status deployment/demo-primary --timeout=60s >/dev/null
+k rollout status deployment/demo-primary --timeout="$(within 60)" >/dev/null
 eventually 30 "every connection served the renewed certificate" '[ "$(served_serials 6)" = "$new_serial" ]'
 load_finish tls
 [ "$failed" = 0 ] || defects+=("rolling update under load (TLS certificate renewed): $failed requests failed ($summary): $failures")
@@ -356,7 +363,7 @@ k patch gatewaypool demo-standby --type=merge -p '{"spec":{"replicas":3}}' >/dev
 eventually 60 "demo-standby scaled to 3 ready gateways" '[ "$(ready_gateways demo-standby)" = 3 ]'
 [ "$(pods_of demo-standby | wc -l)" = 3 ] || die "demo-standby has $(pods_of demo-standby | wc -l) pods, not 3"
 eventually 60 "operator pod $leader restarted" '[ "$(restarts "$SYS" "$leader")" -gt "$before" ]'
-kubectl -n "$SYS" wait --for=condition=Ready "pod/$leader" --timeout=60s >/dev/null
+kubectl -n "$SYS" wait --for=condition=Ready "pod/$leader" --timeout="$(within 60)" >/dev/null
 step "operator leader SIGKILLed; standby scaled 1 → 3 (leader now $(kubectl -n "$SYS" get lease -o jsonpath='{.items[0].spec.holderIdentity}'))"
 k patch gatewaypool demo-standby --type=merge -p '{"spec":{"replicas":1}}' >/dev/null
 eventually 90 "demo-standby back to 1 pod" '[ "$(pods_of demo-standby | wc -l)" = 1 ]'
@@ -395,7 +402,7 @@ eventually 60 "the load running" '[ "$(acked_so_far failover)" -ge 10 ]'
 k scale statefulset demo-primary --replicas=0 >/dev/null
 # the pod's SIGTERM is a smart shutdown, which waits for the gateways' sessions: make it fast
 k exec demo-primary-0 -c postgres -- sh -c 'pg_ctl stop -m fast' >/dev/null 2>&1 || true
-k wait --for=delete pod/demo-primary-0 --timeout=60s >/dev/null
+k wait --for=delete pod/demo-primary-0 --timeout="$(within 60)" >/dev/null
 at_stop=$(acked_so_far failover)
 [ "$(psql_at demo-standby-0 'select pg_promote()')" = t ] || die "pg_promote() on demo-standby-0"
 k patch service demo-rw --type=merge -p '{"spec":{"selector":{"role":"standby"}}}' >/dev/null

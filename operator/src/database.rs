@@ -5,7 +5,10 @@
 //! Every catalog interaction — a connection and its statements — is bounded in time
 //! ([`within`]): a database that accepts a connection and never answers (a frozen host, a
 //! listener that reads nothing) holds a reconcile, and so one of the controller's few slots, for
-//! at most [`Connection::timeout`], and then counts as unreachable, as a refused connection does.
+//! at most [`Connection::timeout`] per step, and then counts as unreachable, as a refused
+//! connection does. Per step, not per reconcile: the first step that does not answer ends the
+//! reconcile, and a bound on the whole would only give up on steps the database had answered
+//! (docs/operator.md, "A database that does not answer").
 
 use std::future::Future;
 use std::time::Duration;
@@ -17,7 +20,7 @@ use kube::api::Api;
 use pgvs3_pgtls::PgTls;
 use pgvs3_secret::MasterKey;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::{Client, Config};
+use tokio_postgres::{Client, Config, GenericClient, Transaction};
 
 use crate::context::{Context, Error, Result};
 use crate::crd::{GatewayPool, POSTGRES_CA_KEY, PoolRole, Verdict, waiting};
@@ -241,11 +244,32 @@ fn timed_out(connection: &Connection, after: Duration) -> Error {
 
 /// Raises the session's `statement_timeout` (set at connect to the catalog timeout) for the
 /// forced drop that [`within_drop`] bounds.
-pub async fn allow_long_statements(client: &Client, connection: &Connection) -> Result<()> {
+pub async fn allow_long_statements(client: &impl GenericClient, connection: &Connection) -> Result<()> {
     let millis = (connection.timeout * DROP_TIMEOUTS).as_millis();
     Ok(client
         .batch_execute(&format!("SET statement_timeout = {millis}"))
         .await?)
+}
+
+/// The COMMIT of a catalog transaction that [`within`] or [`within_drop`] may cut short. Before
+/// it is sent, a timeout leaves the catalog as it was (the server rolls back the transaction of
+/// a session that went away); once it is sent, nobody knows whether the transaction took effect.
+/// Records what the transaction does, so that the resource can say so.
+#[derive(Debug, Default)]
+pub struct Commit(std::sync::OnceLock<String>);
+
+impl Commit {
+    /// Commits `transaction`, which does `what`.
+    pub async fn send(&self, transaction: Transaction<'_>, what: &str) -> Result<()> {
+        let _ = self.0.set(what.to_string());
+        Ok(transaction.commit().await?)
+    }
+
+    /// What the transaction does, once its COMMIT was sent: after a timeout, what may or may
+    /// not have happened.
+    pub fn in_flight(&self) -> Option<&str> {
+        self.0.get().map(String::as_str)
+    }
 }
 
 /// Whether `error` says the database could not be reached or did not answer in time (rather
@@ -257,7 +281,10 @@ pub fn unreachable(error: &Error) -> bool {
 /// Connects, within the connection's timeout whole (TCP, TLS, authentication: tokio-postgres's
 /// `connect_timeout` bounds only the TCP connect). The session's `statement_timeout` is the same
 /// timeout and its `lock_timeout` half of it, so the server stops a statement the operator no
-/// longer waits for, and a statement stuck behind a lock fails saying so. They are `SET` once
+/// longer waits for, and a statement stuck behind a lock fails saying so; its
+/// `idle_in_transaction_session_timeout` is the timeout too, so a transaction the operator gave
+/// up on over a network cut (the server never sees the connection close) is rolled back and its
+/// row locks released then, not when TCP gives up hours later. They are `SET` once
 /// connected rather than sent as the startup `options` parameter, which poolers such as
 /// PgBouncer refuse unless told to ignore it.
 pub async fn connect(connection: &Connection) -> Result<Client> {
@@ -295,9 +322,9 @@ pub async fn connect(connection: &Connection) -> Result<Client> {
         });
         client
             .batch_execute(&format!(
-                "SET statement_timeout = {}; SET lock_timeout = {}",
-                timeout.as_millis(),
-                (timeout / 2).as_millis()
+                "SET statement_timeout = {millis}; SET lock_timeout = {}; SET idle_in_transaction_session_timeout = {millis}",
+                (timeout / 2).as_millis(),
+                millis = timeout.as_millis(),
             ))
             .await?;
         Ok(client)

@@ -9,6 +9,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use pgvs3_secret::random_token;
+use tokio_postgres::GenericClient;
 
 use super::build::{self, FINALIZER, LakeCatalog, Target};
 use super::catalog::{self, BucketKey, Claim, Provisioned};
@@ -615,7 +616,8 @@ async fn cleanup(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Acti
             };
         }
     };
-    let cleaned = database::within_drop(&binding.connection, clean_catalog(&binding, bucket, namespace)).await;
+    let commit = database::Commit::default();
+    let cleaned = database::within_drop(&binding.connection, clean_catalog(&binding, bucket, namespace, &commit)).await;
     let note = match cleaned {
         Ok(note) => note,
         // The namespace (or the pool) is being deleted, and the database with it, it seems.
@@ -623,7 +625,10 @@ async fn cleanup(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Acti
             if database::unreachable(&err)
                 && ctx.cleanup_gives_up(&backoff_key(KIND, bucket), &binding.pool, bucket.meta()) =>
         {
-            return skip_cleanup(ctx, bucket, namespace, &err.to_string()).await;
+            return match commit.in_flight() {
+                None => skip_cleanup(ctx, bucket, namespace, &err.to_string()).await,
+                Some(done) => unconfirmed_cleanup(ctx, bucket, namespace, &err.to_string(), done).await,
+            };
         }
         Err(err) => return Err(err),
     };
@@ -632,39 +637,61 @@ async fn cleanup(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Acti
 }
 
 /// The catalog side of the cleanup under the deletion policy: the bucket dropped or retained,
-/// the key revoked, the role deleted; what was done, for the Event.
-async fn clean_catalog(binding: &Binding, bucket: &Bucket, namespace: &str) -> Result<String> {
+/// the key revoked, the role deleted; what was done, for the Event. One transaction, so that a
+/// failure or a timeout before its COMMIT (`commit`) leaves the catalog as it was, and the
+/// Bucket's `CleanupFailed` or `CleanupSkipped` says what is true.
+async fn clean_catalog(
+    binding: &Binding,
+    bucket: &Bucket,
+    namespace: &str,
+    commit: &database::Commit,
+) -> Result<String> {
     let bucket_name = bucket.bucket_name();
     let key_id = build::access_key_id(bucket);
-    let client = database::connect(&binding.connection).await?;
-    let ours = catalog::bucket_owner(&client, &bucket_name).await? == Some(Some(key_id.clone()));
+    let mut client = database::connect(&binding.connection).await?;
+    let mut transaction = client.transaction().await?;
+    let owner = catalog::bucket_owner(&transaction, &bucket_name).await?;
+    let ours = owner == Some(Some(key_id.clone()));
     let note = match bucket.spec.deletion_policy {
+        // Dropped by an earlier attempt whose COMMIT was not answered, or never provisioned.
+        _ if owner.is_none() => format!("bucket {bucket_name} is not in the catalog; its access key was revoked"),
         DeletionPolicy::Delete if ours => {
-            database::allow_long_statements(&client, &binding.connection).await?;
-            match catalog::drop_bucket(&client, &bucket_name, true).await? {
-                Ok(_) => format!("bucket {bucket_name} and its objects were dropped"),
+            database::allow_long_statements(&transaction, &binding.connection).await?;
+            // Refused, the drop's work is undone back to here, and the bucket retained instead.
+            let dropping = transaction.savepoint("drop_bucket").await?;
+            match catalog::drop_bucket(&dropping, &bucket_name, true).await? {
+                Ok(_) => {
+                    dropping.commit().await?;
+                    format!("bucket {bucket_name} and its objects were dropped; its access key was revoked")
+                }
                 // Retried, this would block the resource's deletion until every retention ran
                 // out (years, for COMPLIANCE): the bucket is kept, as with Retain, and said so.
                 Err(locked) => {
-                    retain(binding, bucket, namespace, "object lock").await?;
+                    dropping.rollback().await?;
+                    retain(&transaction, binding, bucket, namespace, "object lock").await?;
                     format!("bucket {bucket_name} retained: {locked} (object lock); its access key was revoked")
                 }
             }
         }
-        DeletionPolicy::Delete => format!("bucket {bucket_name} does not belong to this resource; not dropped"),
+        DeletionPolicy::Delete => {
+            format!("bucket {bucket_name} does not belong to this resource; not dropped; its access key was revoked")
+        }
         DeletionPolicy::Retain if ours => {
-            retain(binding, bucket, namespace, "deletionPolicy Retain").await?;
+            retain(&transaction, binding, bucket, namespace, "deletionPolicy Retain").await?;
             format!(
                 "bucket {bucket_name} retained for a Bucket named {namespace}/{} only; its access key was revoked",
                 bucket.name_any()
             )
         }
-        DeletionPolicy::Retain => format!("bucket {bucket_name} does not belong to this resource; left as it is"),
+        DeletionPolicy::Retain => {
+            format!("bucket {bucket_name} does not belong to this resource; left as it is; its access key was revoked")
+        }
     };
-    catalog::delete_access_key(&client, &key_id).await?;
+    catalog::delete_access_key(&transaction, &key_id).await?;
     if has_role(bucket) {
-        role::delete_role(&client, bucket).await?;
+        role::delete_role(&transaction, bucket).await?;
     }
+    commit.send(transaction, &note).await?;
     Ok(note)
 }
 
@@ -678,11 +705,32 @@ fn has_role(bucket: &Bucket) -> bool {
 /// Secret is kept (no longer owned by the Bucket, so garbage collection leaves it) rather than
 /// lose the only copy of a key that still works.
 async fn skip_cleanup(ctx: &Context, bucket: &Bucket, namespace: &str, why: &str) -> Result<Action> {
+    let left = left_in_place(ctx, bucket, namespace).await?;
+    let note = format!("catalog not reachable ({why}); {left}");
+    kube_ops::publish(ctx, bucket, "Cleanup", EventType::Warning, "CleanupSkipped", note).await;
+    Ok(Action::await_change())
+}
+
+/// The catalog stopped answering once the cleanup's COMMIT was sent: whether it took effect
+/// (`done`) is unknown, and the finalizer goes as with [`skip_cleanup`]. The credentials Secret
+/// is kept, as the key may still work.
+async fn unconfirmed_cleanup(ctx: &Context, bucket: &Bucket, namespace: &str, why: &str, done: &str) -> Result<Action> {
+    let left = left_in_place(ctx, bucket, namespace).await?;
+    let note = format!(
+        "catalog did not answer the cleanup's COMMIT ({why}): either it took effect ({done}), or nothing changed: {left}"
+    );
+    kube_ops::publish(ctx, bucket, "Cleanup", EventType::Warning, "CleanupUnconfirmed", note).await;
+    Ok(Action::await_change())
+}
+
+/// Keeps the credentials Secret of a Bucket whose cleanup did not reach the catalog; what was
+/// left, for the Event.
+async fn left_in_place(ctx: &Context, bucket: &Bucket, namespace: &str) -> Result<String> {
     let bucket_name = bucket.bucket_name();
     let key_id = build::access_key_id(bucket);
     let kept = keep_credentials(ctx, bucket, namespace).await?;
-    let note = format!(
-        "catalog not reachable ({why}); bucket {bucket_name} left in place{}",
+    Ok(format!(
+        "bucket {bucket_name} left in place{}",
         if kept {
             format!(
                 ", its access key {key_id} still active: Secret {} kept",
@@ -691,14 +739,19 @@ async fn skip_cleanup(ctx: &Context, bucket: &Bucket, namespace: &str, why: &str
         } else {
             String::new()
         }
-    );
-    kube_ops::publish(ctx, bucket, "Cleanup", EventType::Warning, "CleanupSkipped", note).await;
-    Ok(Action::await_change())
+    ))
 }
 
 /// Hands the Bucket's bucket to the custodian key of its namespace and name
-/// (`catalog::retain_bucket`), so that only a Bucket of the same namespace and name adopts it.
-async fn retain(binding: &Binding, bucket: &Bucket, namespace: &str, why: &str) -> Result<bool> {
+/// (`catalog::retain_bucket`), so that only a Bucket of the same namespace and name adopts it;
+/// in the cleanup's transaction.
+async fn retain(
+    client: &impl GenericClient,
+    binding: &Binding,
+    bucket: &Bucket,
+    namespace: &str,
+    why: &str,
+) -> Result<bool> {
     let bucket_name = bucket.bucket_name();
     let description = format!(
         "custodian of bucket {bucket_name}, retained by Bucket {namespace}/{} uid {} ({why})",
@@ -707,7 +760,8 @@ async fn retain(binding: &Binding, bucket: &Bucket, namespace: &str, why: &str) 
     );
     let key_id = build::access_key_id(bucket);
     catalog::retain_bucket(
-        binding,
+        client,
+        &binding.master_key,
         &bucket_name,
         &key_id,
         &build::custodian_key_id(bucket),

@@ -3,6 +3,7 @@
 
 use pgvs3_catalog::ErrorKind;
 use pgvs3_catalog::notifications::{Notifications, put_bucket_notifications};
+use pgvs3_secret::MasterKey;
 use tokio_postgres::GenericClient;
 
 use crate::context::{Error, Result};
@@ -196,39 +197,25 @@ fn refusal(name: &str, owner: Option<&str>, claim: &Claim<'_>) -> Provisioned {
 }
 
 /// Hands a bucket the Bucket's key owns to its custodian key (sealed with a secret nobody
-/// knows, so it grants nothing) and revokes the Bucket's key, in one transaction: the bucket
-/// stays retained for a Bucket of the same namespace and name, and for no one else. False when
-/// the Bucket's key did not own it. Within the catalog timeout (`database::within`).
+/// knows, so it grants nothing) and revokes the Bucket's key: the bucket stays retained for a
+/// Bucket of the same namespace and name, and for no one else. False when the Bucket's key did
+/// not own it. In the caller's transaction (the cleanup's), so that none of it happens alone.
 pub async fn retain_bucket(
-    binding: &Binding,
+    client: &impl GenericClient,
+    master_key: &MasterKey,
     name: &str,
     key_id: &str,
     custodian: &str,
     description: &str,
 ) -> Result<bool> {
-    let retained = retain_bucket_in(binding, name, key_id, custodian, description);
-    database::within(&binding.connection, retained).await
-}
-
-async fn retain_bucket_in(
-    binding: &Binding,
-    name: &str,
-    key_id: &str,
-    custodian: &str,
-    description: &str,
-) -> Result<bool> {
-    let mut client = database::connect(&binding.connection).await?;
-    let transaction = client.transaction().await?;
-    if bucket_owner(&transaction, name).await?.flatten().as_deref() != Some(key_id) {
+    if bucket_owner(client, name).await?.flatten().as_deref() != Some(key_id) {
         return Ok(false);
     }
     let secret = pgvs3_secret::random_token(30);
-    let sealed = pgvs3_catalog::seal_access_key_secret(&transaction, custodian, &binding.master_key, &secret).await?;
-    put_access_key(&transaction, custodian, &sealed, true, description).await?;
-    delete_access_key(&transaction, key_id).await?;
-    let held = adopt_bucket(&transaction, name, custodian).await?;
-    transaction.commit().await?;
-    Ok(held)
+    let sealed = pgvs3_catalog::seal_access_key_secret(client, custodian, master_key, &secret).await?;
+    put_access_key(client, custodian, &sealed, true, description).await?;
+    delete_access_key(client, key_id).await?;
+    adopt_bucket(client, name, custodian).await
 }
 
 /// Gives an unowned ordinary bucket to `owner`; true when it is `owner`'s now.

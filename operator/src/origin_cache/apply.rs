@@ -288,7 +288,8 @@ async fn cleanup(cache: &OriginCache, ctx: &Context, namespace: &str) -> Result<
         }
     };
     let key_id = build::access_key_id(cache);
-    let cleaned = database::within_drop(&binding.connection, clean_catalog(&binding, bucket, &key_id)).await;
+    let commit = database::Commit::default();
+    let cleaned = database::within_drop(&binding.connection, clean_catalog(&binding, bucket, &key_id, &commit)).await;
     let dropped = match cleaned {
         Ok(dropped) => dropped,
         // The namespace (or the pool) is being deleted, and the database with it, it seems.
@@ -296,15 +297,23 @@ async fn cleanup(cache: &OriginCache, ctx: &Context, namespace: &str) -> Result<
             if database::unreachable(&err)
                 && ctx.cleanup_gives_up(&backoff_key(KIND, cache), &binding.pool, cache.meta()) =>
         {
-            let note = format!("catalog not reachable ({err}); cache bucket {bucket} left in place");
-            kube_ops::publish(ctx, cache, "Cleanup", EventType::Warning, "CleanupSkipped", note).await;
+            let left = format!("cache bucket {bucket} left in place, its access key {key_id} still active");
+            let (reason, note) = match commit.in_flight() {
+                None => ("CleanupSkipped", format!("catalog not reachable ({err}); {left}")),
+                Some(done) => (
+                    "CleanupUnconfirmed",
+                    format!(
+                        "catalog did not answer the cleanup's COMMIT ({err}): either it took effect ({done}), or nothing changed: {left}"
+                    ),
+                ),
+            };
+            kube_ops::publish(ctx, cache, "Cleanup", EventType::Warning, reason, note).await;
             return Ok(Action::await_change());
         }
         Err(err) => return Err(err),
     };
     match dropped {
-        Ok(what) => {
-            let note = format!("{what}; the cache's access key was revoked");
+        Ok(note) => {
             kube_ops::publish(ctx, cache, "Cleanup", EventType::Normal, "Cleanup", note).await;
             Ok(Action::await_change())
         }
@@ -326,23 +335,32 @@ async fn cleanup(cache: &OriginCache, ctx: &Context, namespace: &str) -> Result<
     }
 }
 
-/// The catalog side of the cleanup: the cache bucket dropped when it is the cache's, and then
-/// its key revoked (what was done, for the Event), or the catalog's refusal while write-back
-/// bodies are pending (nothing revoked).
-async fn clean_catalog(binding: &Binding, bucket: &str, key_id: &str) -> Result<Result<String, String>> {
-    let client = database::connect(&binding.connection).await?;
-    let dropped = match bucket_catalog::bucket_owner(&client, bucket).await? {
+/// The catalog side of the cleanup: the cache bucket dropped when it is the cache's, and its key
+/// revoked (what was done, for the Event), or the catalog's refusal while write-back bodies are
+/// pending (nothing done). One transaction, as a Bucket's cleanup: a failure or a timeout before
+/// its COMMIT (`commit`) leaves the catalog as it was.
+async fn clean_catalog(
+    binding: &Binding,
+    bucket: &str,
+    key_id: &str,
+    commit: &database::Commit,
+) -> Result<Result<String, String>> {
+    let mut client = database::connect(&binding.connection).await?;
+    let transaction = client.transaction().await?;
+    let dropped = match bucket_catalog::bucket_owner(&transaction, bucket).await? {
         Some(owner) if owner.as_deref() == Some(key_id) => {
-            database::allow_long_statements(&client, &binding.connection).await?;
-            catalog::drop_origin(&client, bucket)
-                .await?
-                .map(|_| format!("cache bucket {bucket} and its cached entries were dropped"))
+            database::allow_long_statements(&transaction, &binding.connection).await?;
+            match catalog::drop_origin(&transaction, bucket).await? {
+                Ok(_) => format!("cache bucket {bucket} and its cached entries were dropped"),
+                // Nothing done: the transaction rolls back as it goes.
+                Err(pending) => return Ok(Err(pending)),
+            }
         }
-        Some(_) => Ok(format!("bucket {bucket} does not belong to this resource; not dropped")),
-        None => Ok(format!("cache bucket {bucket} was not in the catalog")),
+        Some(_) => format!("bucket {bucket} does not belong to this resource; not dropped"),
+        None => format!("cache bucket {bucket} was not in the catalog"),
     };
-    if dropped.is_ok() {
-        bucket_catalog::delete_access_key(&client, key_id).await?;
-    }
-    Ok(dropped)
+    let note = format!("{dropped}; the cache's access key was revoked");
+    bucket_catalog::delete_access_key(&transaction, key_id).await?;
+    commit.send(transaction, &note).await?;
+    Ok(Ok(note))
 }

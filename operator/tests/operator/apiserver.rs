@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use aws_sdk_s3::primitives::ByteStream;
 use control_plane::{
-    ControlPlane, Gateway, Operator, apply, database_parts, eventually, gateways_ready, primary_pool, put, secret_text,
-    served_pool,
+    ControlPlane, Gateway, Operator, apply, database_parts, eventually, gateways_ready, primary_pool, put,
+    scenario_bound, secret_text, served_pool, wait,
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
@@ -23,7 +23,6 @@ use kube::{Client, ResourceExt};
 use pgvs3_operator::crd::{Bucket, GatewayPool};
 use serde_json::json;
 
-const WAIT: Duration = Duration::from_secs(60);
 /// A Bucket name longer than a label value may be (63).
 const LABEL_OVERFLOW: &str = "a-bucket-whose-name-is-longer-than-any-label-value-may-be-seventy";
 
@@ -92,7 +91,7 @@ async fn tier() {
     ];
     let mut failed = Vec::new();
     for (name, scenario) in scenarios {
-        match tokio::time::timeout(Duration::from_secs(240), scenario).await {
+        match tokio::time::timeout(scenario_bound(), scenario).await {
             Ok(Ok(())) => eprintln!("scenario {name}: ok"),
             Ok(Err(panic)) => failed.push(format!("{name}: {panic}")),
             Err(_) => failed.push(format!("{name}: timed out")),
@@ -138,7 +137,7 @@ where
             let plane = ControlPlane::start(name, "").await;
             let operator = Operator::start(&plane, &format!("{name}-operator"), None, ("pgvs3-operator", 15));
             let running = tokio::spawn(scenario(std::sync::Arc::new(plane)));
-            match tokio::time::timeout(Duration::from_secs(240), running).await {
+            match tokio::time::timeout(scenario_bound(), running).await {
                 Ok(Ok(())) => {}
                 failed => {
                     eprintln!("--- operator log ---\n{}", operator.process.log_text());
@@ -172,7 +171,7 @@ async fn foreign_objects_untouched(plane: std::sync::Arc<ControlPlane>) {
                "spec": {"gatewayPoolRef": "objects"}}),
     )
     .await;
-    let message = eventually(WAIT, "Bucket db ResourceExists", || async {
+    let message = eventually(wait(), "Bucket db ResourceExists", || async {
         let (status, reason, message) = condition(&buckets.get("db").await.ok()?, "Ready")?;
         (status == "False" && reason == "ResourceExists").then_some(message)
     })
@@ -191,7 +190,7 @@ async fn foreign_objects_untouched(plane: std::sync::Arc<ControlPlane>) {
     assert!(untouched(&secret), "{secret:?}");
     assert_eq!(secret.resource_version(), app_secret.resource_version());
     buckets.delete("db", &DeleteParams::default()).await.unwrap();
-    eventually(WAIT, "Bucket db gone", || async {
+    eventually(wait(), "Bucket db gone", || async {
         buckets.get_opt("db").await.unwrap().is_none().then_some(())
     })
     .await;
@@ -207,7 +206,7 @@ async fn foreign_objects_untouched(plane: std::sync::Arc<ControlPlane>) {
     .await;
     primary_pool(&client, ns, "app", &url).await;
     let pools: Api<GatewayPool> = Api::namespaced(client.clone(), ns);
-    let message = eventually(WAIT, "pool app ResourceExists", || async {
+    let message = eventually(wait(), "pool app ResourceExists", || async {
         let (status, reason, message) = pool_ready(&pools.get("app").await.ok()?)?;
         (status == "False" && reason == "ResourceExists").then_some(message)
     })
@@ -247,7 +246,7 @@ async fn foreign_objects_untouched(plane: std::sync::Arc<ControlPlane>) {
     let owned_by = |name: &'static str, uid: String| {
         let secrets = secrets.clone();
         async move {
-            eventually(WAIT, &format!("Secret {name} owned by {uid}"), || async {
+            eventually(wait(), &format!("Secret {name} owned by {uid}"), || async {
                 let secret = secrets.get_opt(name).await.ok()??;
                 secret
                     .owner_references()
@@ -260,7 +259,7 @@ async fn foreign_objects_untouched(plane: std::sync::Arc<ControlPlane>) {
     };
     owned_by("x-credentials", bucket.uid().unwrap()).await;
     owned_by("x-cache-credentials", cache.uid().unwrap()).await;
-    let cache = eventually(WAIT, "OriginCache x Ready", || async {
+    let cache = eventually(wait(), "OriginCache x Ready", || async {
         let cache = caches.get("x").await.ok()?;
         let ready = cache
             .status
@@ -285,7 +284,7 @@ async fn foreign_objects_untouched(plane: std::sync::Arc<ControlPlane>) {
     )
     .await;
     buckets.delete("x", &DeleteParams::default()).await.unwrap();
-    let message = eventually(WAIT, "Bucket x CleanupFailed", || async {
+    let message = eventually(wait(), "Bucket x CleanupFailed", || async {
         let (status, reason, message) = condition(&buckets.get("x").await.ok()?, "Ready")?;
         (status == "False" && reason == "CleanupFailed").then_some(message)
     })
@@ -354,7 +353,7 @@ async fn bucket_features(plane: std::sync::Arc<ControlPlane>) {
         ),
     )
     .await;
-    let (_, _, message) = eventually(WAIT, "Bucket hooked refused for its target", || async {
+    let (_, _, message) = eventually(wait(), "Bucket hooked refused for its target", || async {
         let hooked = buckets.get("hooked").await.ok()?;
         condition(&hooked, "Ready")
             .filter(|(status, reason, _)| status == "False" && reason == "NotificationTargetUnknown")
@@ -421,7 +420,7 @@ async fn bucket_features(plane: std::sync::Arc<ControlPlane>) {
         bucket("scoped", json!({"gatewayPoolRef": "objects"})),
     )
     .await;
-    eventually(WAIT, "the key's policy detached", || async {
+    eventually(wait(), "the key's policy detached", || async {
         put(&gateway, &scoped, "other/b").await.ok()
     })
     .await;
@@ -455,7 +454,7 @@ async fn bucket_features(plane: std::sync::Arc<ControlPlane>) {
     assert_eq!(secret_text(&lake, "DUCKLAKE_CATALOG_SECRET"), "login");
     // Disabled again, the Secret drops it.
     apply(&buckets, "lake", bucket("lake", json!({"gatewayPoolRef": "objects"}))).await;
-    eventually(WAIT, "DUCKLAKE_ATTACH removed", || async {
+    eventually(wait(), "DUCKLAKE_ATTACH removed", || async {
         let lake = secrets.get("lake-credentials").await.ok()?;
         (!lake.data?.contains_key("DUCKLAKE_ATTACH")).then_some(())
     })
@@ -475,7 +474,7 @@ async fn namespace(plane: &ControlPlane, name: &str) -> Client {
 }
 
 async fn bucket_ready(buckets: &Api<Bucket>, name: &str) -> Bucket {
-    eventually(WAIT, &format!("Bucket {name} Ready"), || async {
+    eventually(wait(), &format!("Bucket {name} Ready"), || async {
         let bucket = buckets.get(name).await.ok()?;
         (condition(&bucket, "Ready")?.0 == "True").then_some(bucket)
     })
@@ -528,7 +527,7 @@ async fn requests_in_the_audit_log(plane: std::sync::Arc<ControlPlane>) {
             })
             .count()
     };
-    eventually(WAIT, "the pool's first status", || async {
+    eventually(wait(), "the pool's first status", || async {
         (status_patches() > 0).then_some(())
     })
     .await;
@@ -543,7 +542,7 @@ async fn requests_in_the_audit_log(plane: std::sync::Arc<ControlPlane>) {
             )
             .await
             .unwrap();
-        eventually(WAIT, "a reconcile of the annotated pool", || async {
+        eventually(wait(), "a reconcile of the annotated pool", || async {
             (status_patches() > before).then_some(())
         })
         .await;
@@ -559,7 +558,7 @@ async fn requests_in_the_audit_log(plane: std::sync::Arc<ControlPlane>) {
                "spec": {"gatewayPoolRef": "objects"}}),
     )
     .await;
-    eventually(WAIT, "the Bucket's finalizer", || async {
+    eventually(wait(), "the Bucket's finalizer", || async {
         (!buckets.get("logged").await.ok()?.finalizers().is_empty()).then_some(())
     })
     .await;
@@ -659,7 +658,7 @@ async fn pool_and_buckets(plane: std::sync::Arc<ControlPlane>) {
     let pool = primary_pool(&client, ns, "objects", &url).await;
 
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
-    let deployment = eventually(WAIT, "the pool's Deployment", || async {
+    let deployment = eventually(wait(), "the pool's Deployment", || async {
         deployments.get_opt("objects").await.unwrap()
     })
     .await;
@@ -670,21 +669,21 @@ async fn pool_and_buckets(plane: std::sync::Arc<ControlPlane>) {
         ("GatewayPool", pool.uid().unwrap().as_str())
     );
     let services: Api<Service> = Api::namespaced(client.clone(), ns);
-    let service = eventually(WAIT, "the pool's Service", || async {
+    let service = eventually(wait(), "the pool's Service", || async {
         services.get_opt("objects").await.unwrap()
     })
     .await;
     let ports: Vec<i32> = service.spec.unwrap().ports.unwrap().iter().map(|p| p.port).collect();
     assert!(ports.contains(&9000), "{ports:?}");
     let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
-    let master = eventually(WAIT, "the pool's master key Secret", || async {
+    let master = eventually(wait(), "the pool's master key Secret", || async {
         secrets.get_opt("objects-pgvs3-master-key").await.unwrap()
     })
     .await;
     let master_key = secret_text(&master, "masterKey");
     assert!(master_key.len() >= 32, "a generated master key");
     // kube-controller-manager's Deployment controller acts on what the operator applied.
-    eventually(WAIT, "a ReplicaSet of the pool", || async {
+    eventually(wait(), "a ReplicaSet of the pool", || async {
         let replica_sets = plane.kubectl(&["get", "replicasets", "-n", ns, "-o", "name"]);
         replica_sets.contains("replicaset.apps/objects-").then_some(())
     })
@@ -726,7 +725,7 @@ async fn pool_and_buckets(plane: std::sync::Arc<ControlPlane>) {
     }
 
     // In the catalog, but no gateway of the pool is available yet: not Ready, and says why.
-    let message = eventually(WAIT, "Bucket photos waiting for its pool", || async {
+    let message = eventually(wait(), "Bucket photos waiting for its pool", || async {
         let (status, reason, message) = condition(&buckets.get("photos").await.ok()?, "Ready")?;
         (status == "False" && reason == "PoolNotReady").then_some(message)
     })
@@ -801,7 +800,7 @@ async fn pool_and_buckets(plane: std::sync::Arc<ControlPlane>) {
                         "origin": {"endpoint": "http://origin.example:9000", "bucket": "upstream"}}}),
     )
     .await;
-    eventually(WAIT, "the OriginCache Ready", || async {
+    eventually(wait(), "the OriginCache Ready", || async {
         let cache = caches.get("mirror").await.ok()?;
         let ready = cache.status?.conditions.into_iter().find(|c| c.type_ == "Ready")?;
         (ready.status == "True").then_some(())
@@ -856,7 +855,7 @@ async fn pool_and_buckets(plane: std::sync::Arc<ControlPlane>) {
     let long_name = "a-bucket-name-long-enough-to-overflow-the-sixty-three-limit";
     let long_secret_name = format!("{long_name}-credentials");
     buckets.delete(long_name, &DeleteParams::orphan()).await.unwrap();
-    eventually(WAIT, "the Secret orphaned", || async {
+    eventually(wait(), "the Secret orphaned", || async {
         let secret = secrets.get(&long_secret_name).await.ok()?;
         (buckets.get_opt(long_name).await.unwrap().is_none() && secret.owner_references().is_empty()).then_some(())
     })
@@ -869,7 +868,7 @@ async fn pool_and_buckets(plane: std::sync::Arc<ControlPlane>) {
     )
     .await;
     let again = bucket_ready(&buckets, long_name).await;
-    let readopted = eventually(WAIT, "the Secret re-adopted", || async {
+    let readopted = eventually(wait(), "the Secret re-adopted", || async {
         let secret = secrets.get(&long_secret_name).await.ok()?;
         (secret.owner_references().first()?.uid == again.uid().unwrap()).then_some(secret)
     })
@@ -880,7 +879,7 @@ async fn pool_and_buckets(plane: std::sync::Arc<ControlPlane>) {
     // (held by the custodian key of the Bucket's namespace and name) and revokes the key.
     buckets.delete("photos", &DeleteParams::default()).await.unwrap();
     buckets.delete("archive", &DeleteParams::default()).await.unwrap();
-    eventually(WAIT, "both Buckets gone", || async {
+    eventually(wait(), "both Buckets gone", || async {
         let left = buckets.list(&Default::default()).await.unwrap();
         (!left
             .items
@@ -905,7 +904,7 @@ async fn pool_and_buckets(plane: std::sync::Arc<ControlPlane>) {
         .get("keys");
     assert_eq!(keys, 0, "both keys revoked");
     // The credentials Secrets go with their Buckets (garbage collection by owner reference).
-    eventually(WAIT, "the credentials Secrets collected", || async {
+    eventually(wait(), "the credentials Secrets collected", || async {
         (secrets.get_opt("photos-credentials").await.unwrap().is_none()
             && secrets.get_opt("archive-credentials").await.unwrap().is_none())
         .then_some(())
@@ -925,7 +924,7 @@ async fn pool_and_buckets(plane: std::sync::Arc<ControlPlane>) {
         .unwrap();
     let configs: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     eventually(
-        WAIT,
+        wait(),
         "the console in the ConfigMap, the Deployment and the Service",
         || async {
             let config = configs.get("objects-config").await.ok()?.data?;
@@ -975,7 +974,7 @@ async fn children_owned_by(client: &Client, ns: &str, pool: &str, uid: &str) {
     let owner = |refs: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference]| {
         refs.iter().any(|r| r.uid == uid && r.controller == Some(true))
     };
-    eventually(WAIT, &format!("{pool}'s children owned by {uid}"), || async {
+    eventually(wait(), &format!("{pool}'s children owned by {uid}"), || async {
         let deployment = Api::<Deployment>::namespaced(client.clone(), ns)
             .get_opt(pool)
             .await
@@ -1011,7 +1010,7 @@ async fn quiet(plane: &ControlPlane, ns: &str) {
             })
             .count()
     };
-    let deadline = tokio::time::Instant::now() + WAIT;
+    let deadline = tokio::time::Instant::now() + wait();
     let mut last = writes();
     loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -1021,7 +1020,8 @@ async fn quiet(plane: &ControlPlane, ns: &str) {
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "the operator done with {ns} within {WAIT:?}"
+            "the operator done with {ns} within {:?}",
+            wait()
         );
         last = now;
     }
@@ -1043,7 +1043,7 @@ async fn orphan_readoption(plane: std::sync::Arc<ControlPlane>) {
     let pools: Api<GatewayPool> = Api::namespaced(client.clone(), ns);
     pools.delete("objects", &DeleteParams::orphan()).await.unwrap();
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
-    eventually(WAIT, "the children orphaned", || async {
+    eventually(wait(), "the children orphaned", || async {
         let deployment = deployments.get_opt("objects").await.ok()??;
         (pools.get_opt("objects").await.unwrap().is_none() && deployment.owner_references().is_empty()).then_some(())
     })
@@ -1051,7 +1051,7 @@ async fn orphan_readoption(plane: std::sync::Arc<ControlPlane>) {
     let second = primary_pool(&client, ns, "objects", &url).await;
     assert_ne!(first.uid(), second.uid());
     children_owned_by(&client, ns, "objects", &second.uid().unwrap()).await;
-    let pool = eventually(WAIT, "the new pool's status", || async {
+    let pool = eventually(wait(), "the new pool's status", || async {
         let pool = pools.get("objects").await.ok()?;
         pool_ready(&pool).map(|_| pool)
     })
@@ -1077,7 +1077,7 @@ async fn children_refused(plane: std::sync::Arc<ControlPlane>) {
         )
         .await
         .unwrap();
-    let message = eventually(WAIT, "the pool says its Deployment was refused", || async {
+    let message = eventually(wait(), "the pool says its Deployment was refused", || async {
         let (status, reason, message) = pool_ready(&pools.get("objects").await.ok()?)?;
         (status == "False" && reason == "ApplyFailed").then_some(message)
     })
@@ -1098,7 +1098,7 @@ async fn children_refused(plane: std::sync::Arc<ControlPlane>) {
         .to_string(),
     );
     // Enforced once kube-controller-manager has computed the quota's usage.
-    eventually(WAIT, "the quota in force", || async {
+    eventually(wait(), "the quota in force", || async {
         let used = plane.kubectl(&[
             "get",
             "resourcequota",
@@ -1113,7 +1113,7 @@ async fn children_refused(plane: std::sync::Arc<ControlPlane>) {
     .await;
     primary_pool(&client, quota_ns, "objects", &url).await;
     let pools: Api<GatewayPool> = Api::namespaced(client.clone(), quota_ns);
-    let message = eventually(WAIT, "the pool says its Deployment was forbidden", || async {
+    let message = eventually(wait(), "the pool says its Deployment was forbidden", || async {
         let (status, reason, message) = pool_ready(&pools.get("objects").await.ok()?)?;
         (status == "False" && reason == "ApplyFailed").then_some(message)
     })
@@ -1167,7 +1167,7 @@ async fn pool_lifecycle(plane: std::sync::Arc<ControlPlane>) {
     let ready = |expected: &'static str| {
         let pools = pools.clone();
         async move {
-            eventually(WAIT, &format!("the pool {expected}"), || async {
+            eventually(wait(), &format!("the pool {expected}"), || async {
                 let (status, reason, message) = pool_ready(&pools.get("objects").await.ok()?)?;
                 (format!("{status} {reason}") == expected).then_some(message)
             })
@@ -1199,7 +1199,7 @@ async fn pool_lifecycle(plane: std::sync::Arc<ControlPlane>) {
         pool(json!({"postgres": {"clusterName": "db"}, "replicas": 3, "image": "registry.example/pgvs3:v2"})),
     )
     .await;
-    let rolled = eventually(WAIT, "the Deployment updated", || async {
+    let rolled = eventually(wait(), "the Deployment updated", || async {
         let deployment = deployments.get("objects").await.ok()?;
         let spec = deployment.spec.as_ref()?;
         let image = spec.template.spec.as_ref()?.containers[0].image.clone()?;
@@ -1214,7 +1214,7 @@ async fn pool_lifecycle(plane: std::sync::Arc<ControlPlane>) {
         pool(json!({"postgres": {"clusterName": "db"}, "replicas": 1, "image": "registry.example/pgvs3:v2"})),
     )
     .await;
-    let scaled = eventually(WAIT, "the Deployment scaled", || async {
+    let scaled = eventually(wait(), "the Deployment scaled", || async {
         let deployment = deployments.get("objects").await.ok()?;
         (deployment.spec.as_ref()?.replicas == Some(1)).then_some(deployment)
     })
@@ -1222,7 +1222,7 @@ async fn pool_lifecycle(plane: std::sync::Arc<ControlPlane>) {
     assert_eq!(checksum(&scaled), checksum(&rolled), "scaling does not roll the pods");
     // Rotation: the labelled Secret is watched, so within a reconcile (not the 5-minute resync).
     apply(&secrets, "db-app", credentials("second")).await;
-    eventually(WAIT, "the rotated password rolls the pods", || async {
+    eventually(wait(), "the rotated password rolls the pods", || async {
         let deployment = deployments.get("objects").await.ok()?;
         (checksum(&deployment) != checksum(&rolled)).then_some(())
     })
@@ -1230,7 +1230,7 @@ async fn pool_lifecycle(plane: std::sync::Arc<ControlPlane>) {
 
     // Delete: garbage collection takes the children; the master key stays.
     pools.delete("objects", &DeleteParams::default()).await.unwrap();
-    eventually(WAIT, "the pool's children collected", || async {
+    eventually(wait(), "the pool's children collected", || async {
         let gone = deployments.get_opt("objects").await.ok()?.is_none()
             && services.get_opt("objects").await.ok()?.is_none()
             && Api::<ConfigMap>::namespaced(client.clone(), ns)
@@ -1258,7 +1258,7 @@ async fn invalid_bucket_name(plane: std::sync::Arc<ControlPlane>) {
                "spec": {"gatewayPoolRef": "objects", "bucketName": "amzn-s3-demo-bucket"}}),
     )
     .await;
-    let message = eventually(WAIT, "the Bucket's InvalidSpec", || async {
+    let message = eventually(wait(), "the Bucket's InvalidSpec", || async {
         let (status, reason, message) = condition(&buckets.get("reserved").await.ok()?, "Ready")?;
         (status == "False" && reason == "InvalidSpec").then_some(message)
     })
@@ -1284,7 +1284,7 @@ async fn invalid_bucket_name(plane: std::sync::Arc<ControlPlane>) {
     let writes = status_writes();
     assert!((1..=2).contains(&writes), "{writes} status writes: no retries");
     buckets.delete("reserved", &DeleteParams::default()).await.unwrap();
-    eventually(WAIT, "the Bucket deleted", || async {
+    eventually(wait(), "the Bucket deleted", || async {
         buckets.get_opt("reserved").await.unwrap().is_none().then_some(())
     })
     .await;
@@ -1423,7 +1423,7 @@ async fn namespace_deletion(plane: std::sync::Arc<ControlPlane>) {
                "spec": {"gatewayPoolRef": "unreachable"}}),
     )
     .await;
-    eventually(WAIT, "the Bucket says its catalog does not answer", || async {
+    eventually(wait(), "the Bucket says its catalog does not answer", || async {
         let ready = condition(&buckets.get("stuck").await.ok()?, "Ready")?;
         (ready.1 == "CatalogUnavailable").then_some(())
     })
@@ -1442,7 +1442,7 @@ async fn namespace_deletion(plane: std::sync::Arc<ControlPlane>) {
                          "origin": {"endpoint": "http://origin.example", "bucket": "o"}}})
         .to_string(),
     );
-    let waiting = eventually(WAIT, "the Bucket says its pool is missing", || async {
+    let waiting = eventually(wait(), "the Bucket says its pool is missing", || async {
         let bucket = buckets.get("orphan").await.ok()?;
         let ready = condition(&bucket, "Ready")?;
         (ready.1 == "PoolNotFound").then_some(bucket)
@@ -1451,7 +1451,7 @@ async fn namespace_deletion(plane: std::sync::Arc<ControlPlane>) {
     assert_eq!(waiting.finalizers(), ["pgvs3.io/bucket-cleanup"]);
     let namespaces: Api<Namespace> = Api::all(client.clone());
     namespaces.delete(ns, &DeleteParams::default()).await.unwrap();
-    eventually(Duration::from_secs(90), "the namespace is deleted", || async {
+    eventually(wait(), "the namespace is deleted", || async {
         namespaces.get_opt(ns).await.unwrap().is_none().then_some(())
     })
     .await;
@@ -1491,7 +1491,7 @@ async fn tls_bucket_secret(plane: std::sync::Arc<ControlPlane>) {
                "spec": {"gatewayPoolRef": "objects"}}),
     )
     .await;
-    let credentials = eventually(WAIT, "the Bucket's Secret with the pool's CA", || async {
+    let credentials = eventually(wait(), "the Bucket's Secret with the pool's CA", || async {
         let secret = secrets.get_opt("photos-credentials").await.unwrap()?;
         secret.data.as_ref()?.contains_key("ca.crt").then_some(secret)
     })
@@ -1543,7 +1543,7 @@ async fn namespace_teardown(plane: std::sync::Arc<ControlPlane>) {
                         "origin": {"endpoint": "http://origin.example:9000", "bucket": "upstream"}}}),
     )
     .await;
-    eventually(WAIT, "the OriginCache Ready", || async {
+    eventually(wait(), "the OriginCache Ready", || async {
         let cache = caches.get("mirror").await.ok()?;
         let ready = cache.status?.conditions.into_iter().find(|c| c.type_ == "Ready")?;
         (ready.status == "True").then_some(())
@@ -1551,7 +1551,7 @@ async fn namespace_teardown(plane: std::sync::Arc<ControlPlane>) {
     .await;
     let namespaces: Api<Namespace> = Api::all(client.clone());
     namespaces.delete(ns, &DeleteParams::default()).await.unwrap();
-    eventually(Duration::from_secs(90), "the namespace is deleted", || async {
+    eventually(wait(), "the namespace is deleted", || async {
         namespaces.get_opt(ns).await.unwrap().is_none().then_some(())
     })
     .await;
@@ -1601,19 +1601,19 @@ async fn pool_in_use(plane: std::sync::Arc<ControlPlane>) {
     bucket_ready(&buckets, "photos").await;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
     let held = |secret: &Secret| secret.finalizers().iter().any(|f| f == "pgvs3.io/in-use");
-    eventually(WAIT, "the pool's credentials Secret held", || async {
+    eventually(wait(), "the pool's credentials Secret held", || async {
         held(&secrets.get("login").await.ok()?).then_some(())
     })
     .await;
     let pools: Api<GatewayPool> = Api::namespaced(client.clone(), ns);
     pools.delete("objects", &DeleteParams::default()).await.unwrap();
-    let message = eventually(WAIT, "the pool says what it waits for", || async {
+    let message = eventually(wait(), "the pool says what it waits for", || async {
         let (status, reason, message) = pool_ready(&pools.get("objects").await.ok()?)?;
         (status == "False" && reason == "InUse").then_some(message)
     })
     .await;
     assert!(message.contains("Bucket photos"), "{message}");
-    eventually(WAIT, "an Event saying so", || async {
+    eventually(wait(), "an Event saying so", || async {
         let events = events_of(&client, ns, "objects").await;
         events
             .iter()
@@ -1622,7 +1622,7 @@ async fn pool_in_use(plane: std::sync::Arc<ControlPlane>) {
     })
     .await;
     buckets.delete("photos", &DeleteParams::default()).await.unwrap();
-    eventually(WAIT, "the pool gone once its Bucket is", || async {
+    eventually(wait(), "the pool gone once its Bucket is", || async {
         pools.get_opt("objects").await.unwrap().is_none().then_some(())
     })
     .await;
@@ -1632,7 +1632,7 @@ async fn pool_in_use(plane: std::sync::Arc<ControlPlane>) {
         None,
         "the Bucket's cleanup dropped it"
     );
-    eventually(WAIT, "the credentials Secret released", || async {
+    eventually(wait(), "the credentials Secret released", || async {
         (!held(&secrets.get("login").await.ok()?)).then_some(())
     })
     .await;
@@ -1690,7 +1690,7 @@ async fn database_errors(plane: std::sync::Arc<ControlPlane>) {
     let message = |name: &'static str| {
         let buckets = buckets.clone();
         async move {
-            eventually(WAIT, &format!("Bucket {name} CatalogUnavailable"), || async {
+            eventually(wait(), &format!("Bucket {name} CatalogUnavailable"), || async {
                 let bucket = buckets.get(name).await.ok()?;
                 let ready = condition(&bucket, "Ready")?;
                 (ready.1 == "CatalogUnavailable").then_some(ready.2)
@@ -1761,7 +1761,7 @@ async fn black_hole_database(plane: std::sync::Arc<ControlPlane>) {
     bucket_ready(&served, "data").await;
     for name in &names {
         let message = eventually(
-            WAIT,
+            wait(),
             &format!("Bucket {name} says its database does not answer"),
             || async {
                 let ready = condition(&buckets.get(name).await.ok()?, "Ready")?;
@@ -1776,7 +1776,7 @@ async fn black_hole_database(plane: std::sync::Arc<ControlPlane>) {
     }
     let namespaces: Api<Namespace> = Api::all(client.clone());
     namespaces.delete(ns, &DeleteParams::default()).await.unwrap();
-    eventually(Duration::from_secs(120), "the namespace is deleted", || async {
+    eventually(wait(), "the namespace is deleted", || async {
         namespaces.get_opt(ns).await.unwrap().is_none().then_some(())
     })
     .await;
@@ -1817,7 +1817,7 @@ async fn tenancy(plane: std::sync::Arc<ControlPlane>) {
     primary_pool(&client, a, "objects", &url).await;
     gateways_ready(&client, a, "objects").await;
     let secrets_a: Api<Secret> = Api::namespaced(client.clone(), a);
-    let master = eventually(WAIT, "tenant-a's master key", || async {
+    let master = eventually(wait(), "tenant-a's master key", || async {
         secrets_a.get_opt("objects-pgvs3-master-key").await.unwrap()
     })
     .await;
@@ -1853,7 +1853,7 @@ async fn tenancy(plane: std::sync::Arc<ControlPlane>) {
     let first = secrets_a.get("data-credentials").await.unwrap();
     put(&gateway, &first, "kept.txt").await.unwrap();
     buckets_a.delete("data", &DeleteParams::default()).await.unwrap();
-    eventually(WAIT, "tenant-a's Bucket gone", || async {
+    eventually(wait(), "tenant-a's Bucket gone", || async {
         buckets_a.get_opt("data").await.unwrap().is_none().then_some(())
     })
     .await;
@@ -1879,13 +1879,13 @@ async fn tenancy(plane: std::sync::Arc<ControlPlane>) {
         .await;
     }
     for (name, target, expected) in grabs {
-        let message = eventually(WAIT, &format!("{name} refused"), || async {
+        let message = eventually(wait(), &format!("{name} refused"), || async {
             let (status, reason, message) = condition(&buckets_b.get(name).await.ok()?, "Ready")?;
             (status == "False" && reason == expected).then_some(message)
         })
         .await;
         assert!(message.contains(target), "{message}");
-        let events = eventually(WAIT, &format!("{name}'s Warning Event"), || async {
+        let events = eventually(wait(), &format!("{name}'s Warning Event"), || async {
             let events = events_of(&client, b, name).await;
             events
                 .iter()
@@ -1909,7 +1909,7 @@ async fn tenancy(plane: std::sync::Arc<ControlPlane>) {
     for (name, _, _) in grabs {
         buckets_b.delete(name, &DeleteParams::default()).await.unwrap();
     }
-    eventually(WAIT, "tenant-b's Buckets gone", || async {
+    eventually(wait(), "tenant-b's Buckets gone", || async {
         buckets_b
             .list(&Default::default())
             .await
@@ -1945,7 +1945,7 @@ async fn tenancy(plane: std::sync::Arc<ControlPlane>) {
         ),
     )
     .await;
-    eventually(WAIT, "marked-resp refused", || async {
+    eventually(wait(), "marked-resp refused", || async {
         let (status, reason, _) = condition(&buckets_b.get("marked-resp").await.ok()?, "Ready")?;
         (status == "False" && reason == "BucketNotAdoptable").then_some(())
     })
@@ -1973,7 +1973,7 @@ async fn tenancy(plane: std::sync::Arc<ControlPlane>) {
         &secret_text(&again, "AWS_ACCESS_KEY_ID"),
         &secret_text(&again, "AWS_SECRET_ACCESS_KEY"),
     );
-    let kept = eventually(WAIT, "the retained object read with the new key", || async {
+    let kept = eventually(wait(), "the retained object read with the new key", || async {
         let object = reader
             .get_object()
             .bucket(tenant_a_data.as_str())
@@ -2025,7 +2025,7 @@ async fn pool_day_two(plane: std::sync::Arc<ControlPlane>) {
     };
     let created = apply(&pools, "objects", pool(2)).await;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
-    let deployment = eventually(WAIT, "the pool's Deployment", || async {
+    let deployment = eventually(wait(), "the pool's Deployment", || async {
         deployments.get_opt("objects").await.unwrap()
     })
     .await;
@@ -2078,7 +2078,7 @@ async fn pool_day_two(plane: std::sync::Arc<ControlPlane>) {
 
     // Defect 3: a gateway that cannot start makes the pool say so (the kubelet's report,
     // written here as the kubelet would: no kubelet runs in this tier).
-    let pods = eventually(WAIT, "the pool's pods", || async {
+    let pods = eventually(wait(), "the pool's pods", || async {
         let pods = plane.kubectl(&["get", "pods", "-n", ns, "-o", "name"]);
         let names: Vec<String> = pods.lines().map(|l| l.trim_start_matches("pod/").to_string()).collect();
         (!names.is_empty()).then_some(names)
@@ -2102,7 +2102,7 @@ async fn pool_day_two(plane: std::sync::Arc<ControlPlane>) {
         "-p",
         &crash.to_string(),
     ]);
-    let message = eventually(WAIT, "the pool says its gateways cannot start", || async {
+    let message = eventually(wait(), "the pool says its gateways cannot start", || async {
         let (status, reason, message) = pool_ready(&pools.get("objects").await.ok()?)?;
         (status == "False" && reason == "GatewaysFailing").then_some(message)
     })
@@ -2115,7 +2115,7 @@ async fn pool_day_two(plane: std::sync::Arc<ControlPlane>) {
     // Defect 4: the s3 port edited by hand. The operator puts it back, and the next change
     // (a scale) still reaches the Deployment.
     let services: Api<Service> = Api::namespaced(client.clone(), ns);
-    let service = eventually(WAIT, "the pool's Service", || async {
+    let service = eventually(wait(), "the pool's Service", || async {
         services.get_opt("objects").await.unwrap()
     })
     .await;
@@ -2138,12 +2138,12 @@ async fn pool_day_two(plane: std::sync::Arc<ControlPlane>) {
         &json!([{"op": "replace", "path": format!("/spec/ports/{s3}/port"), "value": 9100}]).to_string(),
     ]);
     apply(&pools, "objects", pool(3)).await;
-    eventually(WAIT, "the scale reaches the Deployment", || async {
+    eventually(wait(), "the scale reaches the Deployment", || async {
         let deployment = deployments.get("objects").await.ok()?;
         (deployment.spec?.replicas == Some(3)).then_some(())
     })
     .await;
-    eventually(WAIT, "the Service's port put back", || async {
+    eventually(wait(), "the Service's port put back", || async {
         let service = services.get("objects").await.ok()?;
         let ports: Vec<(String, i32)> = service
             .spec?
@@ -2162,7 +2162,7 @@ async fn pool_day_two(plane: std::sync::Arc<ControlPlane>) {
     let mut with_root = pool(3);
     with_root["spec"]["rootKeySecretRef"] = json!({"name": "root-key"});
     apply(&pools, "objects", with_root).await;
-    eventually(WAIT, "the pool waiting for its root key Secret", || async {
+    eventually(wait(), "the pool waiting for its root key Secret", || async {
         let (_, reason, message) = pool_ready(&pools.get("objects").await.ok()?)?;
         (reason == "CredentialsUnavailable" && message == "root key Secret root-key does not exist").then_some(())
     })
@@ -2174,7 +2174,7 @@ async fn pool_day_two(plane: std::sync::Arc<ControlPlane>) {
                "stringData": {"AWS_ACCESS_KEY_ID": "ADMINKEY", "AWS_SECRET_ACCESS_KEY": "admin-secret"}}),
     )
     .await;
-    eventually(WAIT, "the root key in the gateways' environment", || async {
+    eventually(wait(), "the root key in the gateways' environment", || async {
         let deployment = deployments.get("objects").await.ok()?;
         let env = deployment.spec?.template.spec?.containers[0].env.clone()?;
         let from = |name: &str| {
@@ -2240,7 +2240,7 @@ async fn autoscaling_handover(plane: std::sync::Arc<ControlPlane>) {
         .await
         .unwrap();
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
-    eventually(WAIT, "3 replicas", || async {
+    eventually(wait(), "3 replicas", || async {
         (deployments.get("objects").await.ok()?.spec?.replicas == Some(3)).then_some(())
     })
     .await;
@@ -2260,7 +2260,7 @@ async fn autoscaling_handover(plane: std::sync::Arc<ControlPlane>) {
             }
         })
     };
-    eventually(WAIT, "the watch started", || async {
+    eventually(wait(), "the watch started", || async {
         (!seen.lock().unwrap().is_empty()).then_some(())
     })
     .await;
@@ -2273,7 +2273,7 @@ async fn autoscaling_handover(plane: std::sync::Arc<ControlPlane>) {
         .await
         .unwrap();
     let hpas: Api<k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler> = Api::namespaced(client.clone(), ns);
-    eventually(WAIT, "the HPA, and the operator's apply without replicas", || async {
+    eventually(wait(), "the HPA, and the operator's apply without replicas", || async {
         hpas.get_opt("objects").await.ok()??;
         let deployment = deployments.get("objects").await.ok()?;
         let applies_replicas = deployment.metadata.managed_fields.iter().flatten().any(|entry| {
@@ -2316,7 +2316,7 @@ async fn service_monitor_restored(plane: std::sync::Arc<ControlPlane>) {
         )
         .await
         .unwrap();
-    eventually(WAIT, "the pool Ready", || async {
+    eventually(wait(), "the pool Ready", || async {
         let (status, _, _) = pool_ready(&pools.get("objects").await.ok()?)?;
         (status == "True").then_some(())
     })
@@ -2326,13 +2326,13 @@ async fn service_monitor_restored(plane: std::sync::Arc<ControlPlane>) {
         ns,
         &pgvs3_operator::gateway_pool::build::service_monitor_resource(),
     );
-    let first = eventually(WAIT, "the ServiceMonitor", || async {
+    let first = eventually(wait(), "the ServiceMonitor", || async {
         monitors.get_opt("objects").await.unwrap()
     })
     .await;
     quiet(&plane, ns).await;
     monitors.delete("objects", &DeleteParams::default()).await.unwrap();
-    let again = eventually(Duration::from_secs(30), "the ServiceMonitor put back", || async {
+    let again = eventually(wait(), "the ServiceMonitor put back", || async {
         monitors.get_opt("objects").await.unwrap()
     })
     .await;

@@ -8,7 +8,7 @@ use crate::control_plane;
 
 use std::time::Duration;
 
-use control_plane::{ControlPlane, Operator, SYSTEM_NAMESPACE, eventually};
+use control_plane::{ControlPlane, Operator, SYSTEM_NAMESPACE, eventually, wait};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 
@@ -45,7 +45,7 @@ async fn fencing() {
     let plane = ControlPlane::start("fencing", "").await;
     let leases: Api<Lease> = Api::namespaced(plane.admin.clone(), SYSTEM_NAMESPACE);
     let a = Operator::start(&plane, "replica-a", None, (LEASE, DURATION));
-    let first = eventually(Duration::from_secs(60), "one replica leads", || async {
+    let first = eventually(wait(), "one replica leads", || async {
         let holder = holder(&leases).await?;
         (leaders(&[("replica-a", &a)]).await == [holder.clone()]).then_some(holder)
     })
@@ -53,7 +53,7 @@ async fn fencing() {
     assert_eq!(first, "replica-a");
     let b = Operator::start(&plane, "replica-b", None, (LEASE, DURATION));
     let replicas = [("replica-a", &a), ("replica-b", &b)];
-    eventually(Duration::from_secs(30), "the second stands by", || async {
+    eventually(wait(), "the second stands by", || async {
         (b.readiness().await.as_deref() == Some("standing by\n")).then_some(())
     })
     .await;

@@ -6,11 +6,10 @@
 //! control plane of its own, so it runs alone:
 //! `cargo test --workspace --locked --test operator -- --ignored workload_identity`.
 
-use crate::control_plane::{ControlPlane, Operator, apply, eventually, served_pool};
+use crate::control_plane::{ControlPlane, Operator, apply, eventually, scenario_bound, served_pool, wait};
 use pgvs3_testkit as common;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
@@ -20,8 +19,6 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use pgvs3_catalog::sts;
 use pgvs3_operator::crd::Bucket;
 use serde_json::{Value, json};
-
-const WAIT: Duration = Duration::from_secs(60);
 
 #[test]
 #[ignore = "the real-apiserver tier: needs PGVS3_KUBE_ASSETS (.ci/apiserver-tier.sh)"]
@@ -34,7 +31,7 @@ fn workload_identity() {
             let plane = ControlPlane::start("identity", "").await;
             let operator = Operator::start(&plane, "identity-operator", None, ("pgvs3-operator", 15));
             let scenario = tokio::spawn(scenario(Arc::new(plane)));
-            match tokio::time::timeout(Duration::from_secs(240), scenario).await {
+            match tokio::time::timeout(scenario_bound(), scenario).await {
                 Ok(Ok(())) => {}
                 failed => {
                     eprintln!("--- operator log ---\n{}", operator.process.log_text());
@@ -155,7 +152,7 @@ async fn replayed_after_deletion(
             .unwrap()
     };
     let first = create().await;
-    eventually(WAIT, "the first account's UID pinned", || async {
+    eventually(wait(), "the first account's UID pinned", || async {
         (pinned(catalog, role_name).await? == [first.clone()]).then_some(())
     })
     .await;
@@ -164,7 +161,7 @@ async fn replayed_after_deletion(
     assert_eq!(answer.status, 200, "{}", answer.body);
 
     accounts.delete("app", &DeleteParams::default()).await.unwrap();
-    eventually(WAIT, "no UID pinned once the account is deleted", || async {
+    eventually(wait(), "no UID pinned once the account is deleted", || async {
         pinned(catalog, role_name).await?.is_empty().then_some(())
     })
     .await;
@@ -178,7 +175,7 @@ async fn replayed_after_deletion(
 
     let second = create().await;
     assert_ne!(first, second);
-    eventually(WAIT, "the recreated account's UID pinned", || async {
+    eventually(wait(), "the recreated account's UID pinned", || async {
         (pinned(catalog, role_name).await? == [second.clone()]).then_some(())
     })
     .await;
@@ -228,7 +225,7 @@ async fn selected_by_namespace_labels(
         (trust.subjects == expected && trust.service_account_uids.as_ref().map(Vec::len) == Some(expected.len()))
             .then_some(())
     };
-    eventually(WAIT, "the labelled namespace's account trusted", || {
+    eventually(wait(), "the labelled namespace's account trusted", || {
         trusted(subjects(&["reports-a"]))
     })
     .await;
@@ -245,14 +242,14 @@ async fn selected_by_namespace_labels(
     );
 
     plane.kubectl(&["label", "namespace", "reports-b", "team=data"]);
-    eventually(WAIT, "a namespace labelled later trusted", || {
+    eventually(wait(), "a namespace labelled later trusted", || {
         trusted(subjects(&["reports-a", "reports-b"]))
     })
     .await;
     assert_eq!(assume(port, role_name, &token_b).await.status, 200);
 
     plane.kubectl(&["label", "namespace", "reports-a", "team-"]);
-    eventually(WAIT, "an unlabelled namespace no longer trusted", || {
+    eventually(wait(), "an unlabelled namespace no longer trusted", || {
         trusted(subjects(&["reports-b"]))
     })
     .await;
@@ -260,7 +257,7 @@ async fn selected_by_namespace_labels(
     assert_eq!(answer.code(), Some("AccessDenied"), "{}", answer.body);
 
     buckets.delete("shared", &DeleteParams::default()).await.unwrap();
-    eventually(WAIT, "the shared Bucket's role deleted", || async {
+    eventually(wait(), "the shared Bucket's role deleted", || async {
         role(catalog, role_name).await.is_none().then_some(())
     })
     .await;
@@ -292,7 +289,7 @@ async fn scenario(plane: Arc<ControlPlane>) {
         .to_string();
     let keys = served(&client, "/openid/v1/jwks").await;
     assert_eq!(keys["keys"].as_array().map(Vec::len), Some(1), "{keys}");
-    eventually(WAIT, "the API server's keys in the catalog", || async {
+    eventually(wait(), "the API server's keys in the catalog", || async {
         (published(&catalog, &issuer).await? == keys).then_some(())
     })
     .await;
@@ -314,7 +311,7 @@ async fn scenario(plane: Arc<ControlPlane>) {
     .await;
     let name = "k8s.apps.photos";
     let arn = sts::role_arn(name);
-    let written = eventually(WAIT, "the Bucket's role", || async { role(&catalog, name).await }).await;
+    let written = eventually(wait(), "the Bucket's role", || async { role(&catalog, name).await }).await;
     assert_eq!(written.trust.issuer, issuer);
     assert_eq!(written.trust.audience, "pgvs3");
     assert_eq!(
@@ -331,7 +328,7 @@ async fn scenario(plane: Arc<ControlPlane>) {
         "{policy}"
     );
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-    let config_map = eventually(WAIT, "the Bucket's ConfigMap", || async {
+    let config_map = eventually(wait(), "the Bucket's ConfigMap", || async {
         config_maps.get_opt("photos-identity").await.unwrap()
     })
     .await;
@@ -355,7 +352,7 @@ async fn scenario(plane: Arc<ControlPlane>) {
         (owner.uid.as_str(), owner.controller),
         (bucket_uid.as_str(), Some(true))
     );
-    eventually(WAIT, "the Bucket Ready with its role ARN", || async {
+    eventually(wait(), "the Bucket Ready with its role ARN", || async {
         let status = buckets.get("photos").await.ok()?.status?;
         let ready = status
             .conditions
@@ -376,7 +373,7 @@ async fn scenario(plane: Arc<ControlPlane>) {
         bucket(json!({"serviceAccounts": [{"name": "app"}], "maxSessionSeconds": 7200, "staticKey": false})),
     )
     .await;
-    let updated = eventually(WAIT, "the role updated", || async {
+    let updated = eventually(wait(), "the role updated", || async {
         role(&catalog, name)
             .await
             .filter(|role| role.max_session_seconds == 7200)
@@ -384,7 +381,7 @@ async fn scenario(plane: Arc<ControlPlane>) {
     .await;
     assert_eq!(updated.trust.subjects, ["system:serviceaccount:apps:app"]);
     assert!(updated.policy.to_string().contains("\"s3:*\""), "{}", updated.policy);
-    eventually(WAIT, "the credentials Secret deleted", || async {
+    eventually(wait(), "the credentials Secret deleted", || async {
         secrets
             .get_opt("photos-credentials")
             .await
@@ -393,7 +390,7 @@ async fn scenario(plane: Arc<ControlPlane>) {
             .then_some(())
     })
     .await;
-    eventually(WAIT, "no secretName in the status", || async {
+    eventually(wait(), "no secretName in the status", || async {
         buckets
             .get("photos")
             .await
@@ -410,7 +407,7 @@ async fn scenario(plane: Arc<ControlPlane>) {
         .delete("photos-identity", &DeleteParams::default())
         .await
         .unwrap();
-    eventually(WAIT, "the ConfigMap restored", || async {
+    eventually(wait(), "the ConfigMap restored", || async {
         config_maps.get_opt("photos-identity").await.unwrap()
     })
     .await;
@@ -427,11 +424,11 @@ async fn scenario(plane: Arc<ControlPlane>) {
         )
         .await
         .unwrap();
-    eventually(WAIT, "the role deleted", || async {
+    eventually(wait(), "the role deleted", || async {
         role(&catalog, name).await.is_none().then_some(())
     })
     .await;
-    eventually(WAIT, "the ConfigMap deleted", || async {
+    eventually(wait(), "the ConfigMap deleted", || async {
         config_maps
             .get_opt("photos-identity")
             .await
@@ -440,7 +437,7 @@ async fn scenario(plane: Arc<ControlPlane>) {
             .then_some(())
     })
     .await;
-    eventually(WAIT, "the static key back", || async {
+    eventually(wait(), "the static key back", || async {
         secrets.get_opt("photos-credentials").await.unwrap()
     })
     .await;
@@ -452,9 +449,12 @@ async fn scenario(plane: Arc<ControlPlane>) {
         bucket(json!({"serviceAccounts": [{"name": "app"}]})),
     )
     .await;
-    eventually(WAIT, "the role written again", || async { role(&catalog, name).await }).await;
+    eventually(wait(), "the role written again", || async {
+        role(&catalog, name).await
+    })
+    .await;
     buckets.delete("photos", &DeleteParams::default()).await.unwrap();
-    eventually(WAIT, "the Bucket gone", || async {
+    eventually(wait(), "the Bucket gone", || async {
         buckets.get_opt("photos").await.unwrap().is_none().then_some(())
     })
     .await;
@@ -487,7 +487,7 @@ async fn scenario(plane: Arc<ControlPlane>) {
     plane.restart_apiserver(&argv).await;
     let rotated = served(&client, "/openid/v1/jwks").await;
     assert_eq!(rotated["keys"].as_array().map(Vec::len), Some(2), "{rotated}");
-    eventually(Duration::from_secs(90), "both keys in the catalog", || async {
+    eventually(wait(), "both keys in the catalog", || async {
         (published(&catalog, &issuer).await? == rotated).then_some(())
     })
     .await;

@@ -9,16 +9,15 @@
 use crate::control_plane;
 use pgvs3_testkit as common;
 
-use std::time::Duration;
-
-use control_plane::{ControlPlane, Gateway, Operator, SYSTEM_NAMESPACE, eventually, primary_pool, put, secret_text};
+use control_plane::{
+    ControlPlane, Gateway, Operator, SYSTEM_NAMESPACE, eventually, primary_pool, put, secret_text, wait,
+};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 use pgvs3_operator::crd::{Bucket, GatewayPool};
 use serde_json::json;
 
-const WAIT: Duration = Duration::from_secs(60);
 const WATCHED: &str = "scoped";
 
 #[test]
@@ -44,12 +43,12 @@ async fn scoped() {
     control_plane::gateways_ready(&client, WATCHED, "objects").await;
 
     let secrets: Api<Secret> = Api::namespaced(client.clone(), WATCHED);
-    let master = eventually(WAIT, "the pool's master key Secret", || async {
+    let master = eventually(wait(), "the pool's master key Secret", || async {
         secrets.get_opt("objects-pgvs3-master-key").await.unwrap()
     })
     .await;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), WATCHED);
-    eventually(WAIT, "the pool's Deployment", || async {
+    eventually(wait(), "the pool's Deployment", || async {
         deployments.get_opt("objects").await.unwrap()
     })
     .await;
@@ -62,7 +61,7 @@ async fn scoped() {
                "spec": {"gatewayPoolRef": "objects"}}),
     )
     .await;
-    eventually(WAIT, "the Bucket Ready", || async {
+    eventually(wait(), "the Bucket Ready", || async {
         let bucket = buckets.get("photos").await.ok()?;
         let ready = bucket.status?.conditions.into_iter().find(|c| c.type_ == "Ready")?;
         (ready.status == "True").then_some(())

@@ -8,6 +8,7 @@ use pgvs3_testkit as common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::catalog_timeout::Stall;
 use aws_sdk_s3::primitives::ByteStream;
 use http::Method;
 use kube::runtime::controller::Action;
@@ -292,6 +293,255 @@ async fn a_bucket_deleted_without_its_pool_keeps_the_secret_of_its_unrevoked_key
         patches.last().unwrap().query.contains("fieldManager=pgvs3-operator"),
         "{:?}",
         patches.last().unwrap().query
+    );
+    gateway.stop().await;
+}
+
+/// A Delete Bucket whose bucket holds a version under object lock: the forced drop is refused,
+/// undone to its savepoint, and the bucket retained for the Bucket's namespace and name in the
+/// cleanup's own transaction, with its objects; the key revoked.
+#[tokio::test]
+async fn a_delete_bucket_under_object_lock_is_retained_by_the_same_transaction() {
+    use aws_sdk_s3::primitives::DateTime;
+    use aws_sdk_s3::types::{
+        BucketVersioningStatus, ObjectLockConfiguration, ObjectLockEnabled, ObjectLockMode, VersioningConfiguration,
+    };
+    let gateway = common::TestGateway::start().await;
+    let (ctx, fake) = setup(
+        &gateway.database_url,
+        json!({"gatewayPoolRef": "objects", "deletionPolicy": "Delete"}),
+    );
+    provision(&ctx, &fake).await;
+    let key_id = secret_text(&fake, "AWS_ACCESS_KEY_ID");
+    let bucket = photos();
+    let root = &gateway.client;
+    root.put_bucket_versioning()
+        .bucket(&bucket)
+        .versioning_configuration(
+            VersioningConfiguration::builder()
+                .status(BucketVersioningStatus::Enabled)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    root.put_object_lock_configuration()
+        .bucket(&bucket)
+        .object_lock_configuration(
+            ObjectLockConfiguration::builder()
+                .object_lock_enabled(ObjectLockEnabled::Enabled)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let until = std::time::SystemTime::now() + Duration::from_secs(3600);
+    root.put_object()
+        .bucket(&bucket)
+        .key("locked.txt")
+        .body(ByteStream::from_static(b"kept"))
+        .object_lock_mode(ObjectLockMode::Governance)
+        .object_lock_retain_until_date(DateTime::from(until))
+        .send()
+        .await
+        .unwrap();
+
+    delete(&ctx, &fake).await;
+    let sql = gateway.sql().await;
+    let custodian = bucket_row(&sql, &bucket).await.flatten();
+    assert!(
+        custodian.as_deref().is_some_and(|key| key.starts_with("PGVS3R")),
+        "retained, held by the custodian key of team/photos: {custodian:?}"
+    );
+    assert_eq!(access_keys_named(&sql, &key_id).await, 0, "the key is revoked");
+    assert_eq!(
+        fake.event_note("Cleanup"),
+        Some(format!(
+            "bucket {bucket} retained: bucket {bucket} holds versions under object lock (object lock); its access key \
+             was revoked"
+        ))
+    );
+    let object = root
+        .get_object()
+        .bucket(&bucket)
+        .key("locked.txt")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(object.body.collect().await.unwrap().into_bytes().as_ref(), b"kept");
+    gateway.stop().await;
+}
+
+const POOL: &str = "/apis/pgvs3.io/v1alpha1/namespaces/team/gatewaypools/objects";
+
+/// The catalog timeout of the cleanups cut short below (the forced drop's bound is ten of them).
+const SHORT_TIMEOUT: Duration = Duration::from_secs(2);
+
+async fn access_keys_named(sql: &tokio_postgres::Client, key_id: &str) -> i64 {
+    sql.query_one(
+        "SELECT count(*) FROM pgvs3.access_keys WHERE access_key = $1",
+        &[&key_id],
+    )
+    .await
+    .unwrap()
+    .get("count")
+}
+
+/// A Delete Bucket, provisioned, then deleted with its pool (a namespace's deletion, so the
+/// cleanup gives up on a catalog that does not answer) by an operator with a short catalog
+/// timeout whose connections go through a [`Stall`] at `marker`.
+struct StalledCleanup {
+    gateway: common::TestGateway,
+    fake: FakeApi,
+    key_id: String,
+    /// What the cleanup failed with: the catalog, through the proxy, did not answer.
+    why: String,
+}
+
+async fn stalled_cleanup(marker: &'static str) -> StalledCleanup {
+    let gateway = common::TestGateway::start().await;
+    let (ctx, fake) = setup(
+        &gateway.database_url,
+        json!({"gatewayPoolRef": "objects", "deletionPolicy": "Delete"}),
+    );
+    provision(&ctx, &fake).await;
+    let key_id = secret_text(&fake, "AWS_ACCESS_KEY_ID");
+    let stall = Stall::start(&gateway.database_url, marker).await;
+    fake.insert_primary_pool(&stall.url, HARNESS_MASTER_KEY);
+    fake.update(POOL, |p| {
+        p["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z")
+    });
+    let ctx = Arc::new(
+        Context::new(ctx.client.clone(), Metrics::default())
+            .with_catalog_timeout(SHORT_TIMEOUT)
+            .with_cleanup_grace(Duration::ZERO),
+    );
+    delete(&ctx, &fake).await;
+    assert!(stall.stalled(), "the cleanup sent {marker}");
+    let (host, port, database, user) = crate::control_plane::database_parts(&stall.url);
+    let why = format!(
+        "catalog at {host}:{port}/{database} as {user}: the database did not answer within {:?}",
+        SHORT_TIMEOUT * 10
+    );
+    StalledCleanup {
+        gateway,
+        fake,
+        key_id,
+        why,
+    }
+}
+
+/// The catalog stops answering after the cleanup's forced drop, as it revokes the key: the drop,
+/// the revocation and the role's deletion are one transaction, so the bucket is still there,
+/// with its objects and its key, exactly as the Event says.
+#[tokio::test]
+async fn a_cleanup_cut_short_before_its_commit_leaves_everything_as_its_event_says() {
+    let stalled = stalled_cleanup("pgvs3.delete_access_key").await;
+    let sql = stalled.gateway.sql().await;
+    assert_eq!(
+        bucket_row(&sql, &photos()).await,
+        Some(Some(stalled.key_id.clone())),
+        "the drop is undone with the rest"
+    );
+    assert_eq!(access_keys_named(&sql, &stalled.key_id).await, 1);
+    assert_eq!(
+        stalled.fake.event_note("CleanupSkipped").as_deref(),
+        Some(
+            format!(
+                "catalog not reachable ({}); bucket {} left in place, its access key {} still active: Secret \
+                 photos-credentials kept",
+                stalled.why,
+                photos(),
+                stalled.key_id
+            )
+            .as_str()
+        )
+    );
+    let secret = stalled.fake.get(SECRET).expect("the credentials Secret is kept");
+    assert!(secret["metadata"]["annotations"]["pgvs3.io/key-not-revoked"].is_string());
+    stalled.gateway.stop().await;
+}
+
+/// The catalog stops answering once the cleanup's COMMIT is sent: nobody can know whether it
+/// took effect, and the Event says both what it did and what is left if it did not. (Here it did
+/// not: the COMMIT never reached the server.)
+#[tokio::test]
+async fn a_cleanup_whose_commit_is_not_answered_says_it_is_unconfirmed() {
+    let stalled = stalled_cleanup("COMMIT").await;
+    let sql = stalled.gateway.sql().await;
+    assert_eq!(bucket_row(&sql, &photos()).await, Some(Some(stalled.key_id.clone())));
+    assert_eq!(
+        stalled.fake.event_note("CleanupUnconfirmed").as_deref(),
+        Some(
+            format!(
+                "catalog did not answer the cleanup's COMMIT ({}): either it took effect (bucket {bucket} and its \
+                 objects were dropped; its access key was revoked), or nothing changed: bucket {bucket} left in \
+                 place, its access key {} still active: Secret photos-credentials kept",
+                stalled.why,
+                stalled.key_id,
+                bucket = photos(),
+            )
+            .as_str()
+        )
+    );
+    assert!(stalled.fake.get(SECRET).is_some(), "the key may still work");
+    stalled.gateway.stop().await;
+}
+
+/// The revocation, after the drop, waits for a row another session holds until the server's
+/// lock_timeout: the cleanup fails having dropped nothing, says so, and its retry does it all.
+#[tokio::test]
+async fn a_cleanup_refused_half_way_drops_nothing_and_its_retry_does_it_all() {
+    let gateway = common::TestGateway::start().await;
+    let (ctx, fake) = setup(
+        &gateway.database_url,
+        json!({"gatewayPoolRef": "objects", "deletionPolicy": "Delete"}),
+    );
+    provision(&ctx, &fake).await;
+    let key_id = secret_text(&fake, "AWS_ACCESS_KEY_ID");
+    let holder = gateway.sql().await;
+    holder.batch_execute("BEGIN").await.unwrap();
+    holder
+        .execute(
+            "SELECT 1 FROM pgvs3.access_keys WHERE access_key = $1 FOR UPDATE",
+            &[&key_id],
+        )
+        .await
+        .unwrap();
+    let short = Arc::new(Context::new(ctx.client.clone(), Metrics::default()).with_catalog_timeout(SHORT_TIMEOUT));
+    fake.update(BUCKET, |b| {
+        b["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z")
+    });
+    reconcile(&short, &fake).await.unwrap_err();
+    let sql = gateway.sql().await;
+    assert_eq!(bucket_row(&sql, &photos()).await, Some(Some(key_id.clone())));
+    assert_eq!(access_keys_named(&sql, &key_id).await, 1);
+    assert_eq!(condition(&fake, "Ready"), ("False".into(), "CleanupFailed".into()));
+    let message = fake.get(BUCKET).unwrap()["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .unwrap()["message"]
+        .clone();
+    assert_eq!(
+        message,
+        "catalog: ERROR: canceling statement due to lock timeout (SQLSTATE 55P03)"
+    );
+
+    holder.batch_execute("ROLLBACK").await.unwrap();
+    delete(&short, &fake).await;
+    assert_eq!(bucket_row(&sql, &photos()).await, None);
+    assert_eq!(access_keys_named(&sql, &key_id).await, 0);
+    assert_eq!(
+        fake.event_note("Cleanup").as_deref(),
+        Some(
+            format!(
+                "bucket {} and its objects were dropped; its access key was revoked",
+                photos()
+            )
+            .as_str()
+        )
     );
     gateway.stop().await;
 }

@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use aws_sdk_s3::primitives::ByteStream;
@@ -81,6 +82,7 @@ impl ControlPlane {
         let config = kube_config(&kubeconfig).await;
         let server = config.cluster_url.to_string().trim_end_matches('/').to_string();
         let admin = Client::try_from(config).unwrap();
+        PLANES.lock().unwrap().push(kubeconfig.clone());
         let plane = ControlPlane {
             run_dir,
             kubeconfig,
@@ -123,7 +125,7 @@ impl ControlPlane {
             self.kubectl(&[
                 "wait",
                 "--for=condition=Established",
-                "--timeout=60s",
+                &format!("--timeout={}s", wait().as_secs()),
                 &format!("crd/{name}"),
             ]);
         }
@@ -144,7 +146,7 @@ impl ControlPlane {
         self.kubectl(&[
             "wait",
             "--for=condition=Established",
-            "--timeout=60s",
+            &format!("--timeout={}s", wait().as_secs()),
             "crd/servicemonitors.monitoring.coreos.com",
         ]);
     }
@@ -269,7 +271,7 @@ impl ControlPlane {
         std::fs::write(self.run_dir.join("apiserver.pid"), child.id().to_string()).unwrap();
         // Reaped by stop-apiserver.sh's kill; the handle itself is not needed.
         std::mem::forget(child);
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+        let deadline = tokio::time::Instant::now() + wait();
         loop {
             let ready = self
                 .admin
@@ -280,7 +282,8 @@ impl ControlPlane {
             }
             assert!(
                 tokio::time::Instant::now() < deadline,
-                "the API server is ready again within 90s"
+                "the API server is ready again within {:?}",
+                wait()
             );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
@@ -295,6 +298,10 @@ impl Drop for ControlPlane {
     /// Stops it; its directory (etcd's data, the logs, the audit log: ~65 MB) is kept only
     /// when the test failed, to be read.
     fn drop(&mut self) {
+        PLANES
+            .lock()
+            .unwrap()
+            .retain(|kubeconfig| *kubeconfig != self.kubeconfig);
         let _ = Command::new(self.assets.join("stop-apiserver.sh"))
             .arg(&self.run_dir)
             .stdout(Stdio::null())
@@ -471,11 +478,12 @@ impl Gateway {
             process: spawn(&mut command, run_dir.join(format!("gateway-{name}.log"))),
             s3_port,
         };
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        let deadline = tokio::time::Instant::now() + wait();
         while tokio::net::TcpStream::connect(("127.0.0.1", s3_port)).await.is_err() {
             assert!(
                 tokio::time::Instant::now() < deadline,
-                "gateway listens within 60s: {}",
+                "gateway listens within {:?}: {}",
+                wait(),
                 gateway.process.log_text()
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -504,7 +512,29 @@ impl Gateway {
 pub const ROOT_ACCESS_KEY: &str = "PGVS3TESTROOTKEY0001";
 pub const ROOT_SECRET_KEY: &str = "test-root-secret-key-0123456789";
 
-/// Polls `check` every 100 ms until it yields a value, for at most `limit`.
+/// How long the tier waits for what the operator or the cluster does: `PGVS3_TIER_WAIT` seconds,
+/// 180 by default. A reconcile takes well under a second on a quiet machine, but the tier runs
+/// on two cores shared with builds: at load average 25-28 the minute it used to allow was not
+/// always enough (session 31: 2 runs of 4 failed; at load 10 they passed).
+pub fn wait() -> Duration {
+    static WAIT: OnceLock<Duration> = OnceLock::new();
+    *WAIT.get_or_init(|| {
+        let seconds = std::env::var("PGVS3_TIER_WAIT").map_or(180, |value| {
+            value
+                .parse()
+                .unwrap_or_else(|_| panic!("PGVS3_TIER_WAIT={value:?} is not a number of seconds"))
+        });
+        Duration::from_secs(seconds)
+    })
+}
+
+/// How long one scenario may take in all: a few of its waits.
+pub fn scenario_bound() -> Duration {
+    wait() * 4
+}
+
+/// Polls `check` every 100 ms until it yields a value, for at most `limit`; a wait that fails
+/// says what the control planes held then ([`observed`]).
 pub async fn eventually<T, F, Fut>(limit: Duration, what: &str, mut check: F) -> T
 where
     F: FnMut() -> Fut,
@@ -515,9 +545,48 @@ where
         if let Some(value) = check().await {
             return value;
         }
-        assert!(tokio::time::Instant::now() < deadline, "{what} within {limit:?}");
+        if tokio::time::Instant::now() >= deadline {
+            panic!("{what} within {limit:?}; last seen:\n{}", observed());
+        }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// The kubeconfigs of this process's running control planes, for [`observed`].
+static PLANES: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// What every running control plane holds now: each pgvs3 resource's conditions and the latest
+/// Events (the operator's say why it waits or fails).
+fn observed() -> String {
+    let planes = PLANES.lock().unwrap().clone();
+    let mut text = String::new();
+    for kubeconfig in planes {
+        let kubectl = |args: &[&str]| match Command::new("kubectl")
+            .env("KUBECONFIG", &kubeconfig)
+            .arg("--request-timeout=10s")
+            .args(args)
+            .output()
+        {
+            Ok(output) => format!(
+                "{}{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            ),
+            Err(err) => format!("kubectl: {err}\n"),
+        };
+        let conditions = "jsonpath={range .items[*]}{.kind} {.metadata.namespace}/{.metadata.name} generation \
+                          {.metadata.generation} deletionTimestamp={.metadata.deletionTimestamp}\
+                          {range .status.conditions[*]}\n    {.type}={.status} {.reason}: {.message}{end}\n{end}";
+        let events = kubectl(&["get", "events", "-A", "--sort-by=.metadata.creationTimestamp"]);
+        let latest: Vec<&str> = events.lines().collect();
+        text.push_str(&format!(
+            "--- control plane {}\n{}--- its latest Events\n{}\n",
+            kubeconfig.display(),
+            kubectl(&["get", "pgvs3", "-A", "-o", conditions]),
+            latest[latest.len().saturating_sub(40)..].join("\n")
+        ));
+    }
+    text
 }
 
 pub fn secret_text(secret: &Secret, key: &str) -> String {
@@ -595,7 +664,7 @@ pub async fn served_pool(plane: &ControlPlane, client: &Client, ns: &str) -> (St
     primary_pool(client, ns, "objects", &url).await;
     gateways_ready(client, ns, "objects").await;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
-    let master = eventually(Duration::from_secs(60), "the pool's master key Secret", || async {
+    let master = eventually(wait(), "the pool's master key Secret", || async {
         secrets.get_opt("objects-pgvs3-master-key").await.unwrap()
     })
     .await;
@@ -610,7 +679,7 @@ pub async fn gateways_ready(client: &Client, ns: &str, pool: &str) {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let pools: Api<GatewayPool> = Api::namespaced(client.clone(), ns);
     let selector = ListParams::default().labels(&format!("app.kubernetes.io/instance={pool}"));
-    eventually(Duration::from_secs(90), "the pool Ready, its pods reported Ready", || async {
+    eventually(wait(), "the pool Ready, its pods reported Ready", || async {
         let ready = json!({"status": {"phase": "Running", "conditions": [{
             "type": "Ready", "status": "True",
             "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().round(k8s_openapi::jiff::Unit::Second).unwrap().to_string(),

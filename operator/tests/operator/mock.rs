@@ -370,6 +370,16 @@ impl FakeApi {
             .collect()
     }
 
+    /// The note of the last Event with `reason`.
+    pub fn event_note(&self, reason: &str) -> Option<String> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r.path.contains("/events") && (r.method == Method::POST || r.method == Method::PATCH))
+            .filter(|r| r.body["reason"] == reason)
+            .filter_map(|r| r.body["note"].as_str().map(str::to_string))
+            .next_back()
+    }
+
     /// The next `times` requests with this method to a path ending in `suffix` fail with `code`.
     pub fn fail(&self, method: Method, suffix: &str, code: u16, times: u32) {
         self.state.lock().unwrap().faults.push(Fault {
@@ -532,6 +542,10 @@ impl FakeApi {
     /// and a master key Secret holding `master_key`.
     pub fn insert_primary_pool(&self, database_url: &str, master_key: &str) {
         let config: tokio_postgres::Config = database_url.parse().unwrap();
+        // The Unix socket trusts; TCP (through a proxy) authenticates.
+        let password = config.get_password().map_or("unused-with-trust-auth".to_string(), |p| {
+            String::from_utf8_lossy(p).into_owned()
+        });
         let host = match &config.get_hosts()[0] {
             tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
             tokio_postgres::config::Host::Tcp(host) => host.clone(),
@@ -550,7 +564,7 @@ impl FakeApi {
         }));
         self.insert(json!({
             "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "login", "namespace": "team"},
-            "data": {"username": b64(config.get_user().unwrap()), "password": b64("unused-with-trust-auth")},
+            "data": {"username": b64(config.get_user().unwrap()), "password": b64(&password)},
         }));
         self.insert(json!({
             "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "master", "namespace": "team"},

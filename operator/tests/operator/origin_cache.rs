@@ -8,6 +8,7 @@ use pgvs3_testkit as common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::catalog_timeout::Stall;
 use aws_sdk_s3::primitives::ByteStream;
 use common::{ROOT_ACCESS_KEY, ROOT_SECRET_KEY, TestGateway};
 use kube::runtime::controller::Action;
@@ -284,6 +285,46 @@ async fn deleting_after_the_pool_went_revokes_the_cache_key() {
             .fake
             .events()
             .contains(&("Warning".to_string(), "CleanupPartial".to_string()))
+    );
+    setup.stop().await;
+}
+
+/// The catalog stops answering after the cleanup's drop, as it revokes the cache's key, while
+/// the namespace goes: the drop and the revocation are one transaction, so the cache bucket and
+/// its key are still there, as the Event says.
+#[tokio::test]
+async fn a_cleanup_cut_short_before_its_commit_leaves_everything_as_its_event_says() {
+    let setup = Setup::start(json!({})).await;
+    setup.reconcile().await.unwrap();
+    assert_eq!(setup.fake.condition(CACHE, "Ready").0, "True");
+    let (key_id, _) = cache_credentials(&setup.fake);
+    let stall = Stall::start(&setup.cache.database_url, "pgvs3.delete_access_key").await;
+    setup.fake.insert_primary_pool(&stall.url, HARNESS_MASTER_KEY);
+    setup
+        .fake
+        .update("/apis/pgvs3.io/v1alpha1/namespaces/team/gatewaypools/objects", |p| {
+            p["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z")
+        });
+    let timeout = Duration::from_secs(2);
+    let ctx = Arc::new(
+        Context::new(setup.ctx.client.clone(), Metrics::default())
+            .with_catalog_timeout(timeout)
+            .with_cleanup_grace(Duration::ZERO),
+    );
+    mark_deleted(&setup.fake);
+    reconcile(&ctx, &setup.fake).await.unwrap();
+    assert!(setup.fake.get(CACHE).is_none(), "finalizer removed, object gone");
+    assert!(stall.stalled(), "the cleanup revoked the key");
+    assert!(setup.bucket_exists().await, "the drop is undone with the revocation");
+    assert_eq!(setup.access_keys_named(&key_id).await, 1);
+    let (host, port, database, user) = crate::control_plane::database_parts(&stall.url);
+    assert_eq!(
+        setup.fake.event_note("CleanupSkipped"),
+        Some(format!(
+            "catalog not reachable (catalog at {host}:{port}/{database} as {user}: the database did not answer \
+             within {:?}); cache bucket {CACHE_BUCKET} left in place, its access key {key_id} still active",
+            timeout * 10
+        ))
     );
     setup.stop().await;
 }
