@@ -623,7 +623,7 @@ impl Queue {
         };
         let (extended, worker) = tokio::join!(extend, record);
         // Claims extended by a heartbeat whose worker was refused stay extended: they are the
-        // tenant's own jobs, held by a worker already known to hold them.
+        // tenant's own jobs, claimed under that worker id (a fetch registers no worker).
         let worker = worker
             .map_err(EngineError::sql)?
             .transpose()
