@@ -1119,6 +1119,8 @@ DECLARE
     job_type text;
     job_id text;
     queue_name text;
+    owner_tenant text;
+    job_tenant text;
 BEGIN
     IF coalesce(current_setting('pgvs3.events', true), '') = 'off' THEN
         RETURN;
@@ -1126,6 +1128,14 @@ BEGIN
     SELECT name, owner, notifications INTO b FROM pgvs3.buckets WHERE id = bucket;
     IF b.notifications IS NULL THEN
         RETURN;
+    END IF;
+    -- Jobs belong to the OJS tenant of the bucket's owner (layout v62): the owning access key's
+    -- id, `default` for the root key's buckets. A root key's rule may name another tenant
+    -- (`arn:pgvs3:ojs::<tenant>:<queue>`); any other owner's jobs go to its own tenant whatever
+    -- the rule says (put_bucket_notifications refuses another, and a rule put before the
+    -- bucket changed hands, or before v62, is resolved here, at delivery).
+    IF b.owner IS NOT NULL THEN
+        SELECT access_key INTO owner_tenant FROM pgvs3.access_keys WHERE access_key = b.owner AND NOT is_root;
     END IF;
     IF current_setting('pgvs3.event_source', true) = 'lifecycle' THEN
         event_name := replace(event_name, 'ObjectRemoved:', 'LifecycleExpiration:');
@@ -1138,7 +1148,6 @@ BEGIN
         CONTINUE WHEN NOT EXISTS (
             SELECT 1 FROM jsonb_array_elements_text(rule -> 'events') e
              WHERE e = 's3:' || event_name OR (right(e, 2) = ':*' AND starts_with('s3:' || event_name, left(e, -1))));
-        queue_name := rule ->> 'queue';
         job_id := pgvs3.uuid_v7();
         job_type := CASE split_part(event_name, ':', 1)
                         WHEN 'ObjectCreated' THEN 's3.object.created'
@@ -1167,12 +1176,20 @@ BEGIN
             PERFORM pgvs3.publish_object_event(rule ->> 'channel', record);
             CONTINUE;
         END IF;
-        INSERT INTO ojs.jobs (id, queue, type, state, priority, max_attempts, envelope, run_at, visibility_ms)
+        -- The job is not held to the queue's depth bound (ext-backpressure): the write it
+        -- records has happened, and refusing the job would lose its event or fail the write.
+        -- It counts against its tenant's bound like any waiting job, so a tenant's own uploads
+        -- can fill its share of a queue (its producers then get 429), never another tenant's.
+        queue_name := rule ->> 'queue';
+        job_tenant := coalesce(owner_tenant, rule ->> 'tenant', 'default');
+        INSERT INTO ojs.jobs (id, queue, type, state, priority, max_attempts, envelope, run_at, visibility_ms, tenant)
         VALUES (job_id, queue_name, job_type, 'available', 0, 3,
                 jsonb_build_object('specversion', '1.0', 'id', job_id, 'type', job_type, 'queue', queue_name,
                                    'args', jsonb_build_array(record),
-                                   'meta', jsonb_build_object('source', 's3', 'bucket', b.name, 'event', event_name)),
-                now(), 1800000);
+                                   'meta', jsonb_build_object('source', 's3', 'bucket', b.name, 'event', event_name)
+                                           || CASE WHEN job_tenant = 'default' THEN '{}'::jsonb
+                                                   ELSE jsonb_build_object('tenant_id', job_tenant) END),
+                now(), 1800000, job_tenant);
         INSERT INTO ojs.events (id, type, queue, job_id, data)
         VALUES (gen_random_uuid()::text, 'job.enqueued', queue_name, job_id,
                 jsonb_build_object('job_id', job_id, 'job_type', job_type, 'queue', queue_name, 'priority', 0));
@@ -1592,6 +1609,7 @@ CREATE FUNCTION pgvs3.put_bucket_notifications(bucket text, rules jsonb) RETURNS
     AS $_$
 DECLARE
     b pgvs3.buckets;
+    owner_tenant text;
     rule jsonb;
     stored jsonb := CASE WHEN coalesce(jsonb_array_length(rules), 0) = 0 THEN NULL
                          ELSE jsonb_build_object('rules', rules) END;
@@ -1600,6 +1618,7 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'bucket % does not exist', bucket USING ERRCODE = 'no_data_found';
     END IF;
+    SELECT access_key INTO owner_tenant FROM pgvs3.access_keys WHERE access_key = b.owner AND NOT is_root;
     FOR rule IN SELECT value FROM jsonb_array_elements(coalesce(rules, '[]')) LOOP
         IF coalesce(rule->>'webhook', '') <> '' THEN
             PERFORM 1 FROM pgvs3.webhook_targets WHERE name = rule->>'webhook' FOR KEY SHARE;
@@ -1617,9 +1636,17 @@ BEGIN
                                 '(a channel is 1 to 256 bytes without control characters)', rule->>'channel'
                     USING ERRCODE = 'invalid_parameter_value', HINT = 'UnknownDestination';
             END IF;
-        ELSIF NOT coalesce(rule->>'queue', '') ~ '^[a-z0-9][a-z0-9.-]{0,254}$' THEN
-            RAISE EXCEPTION 'Unable to validate the following destination configurations: arn:pgvs3:ojs:::% '
-                            '(not an OJS queue name)', rule->>'queue'
+        ELSIF NOT coalesce(rule->>'queue', '') ~ '^[a-z0-9][a-z0-9.-]{0,254}$'
+              OR NOT coalesce(rule->>'tenant', 'default') ~ '^[!-~]{1,128}$' THEN
+            RAISE EXCEPTION 'Unable to validate the following destination configurations: arn:pgvs3:ojs::%:% '
+                            '(not an OJS queue name, or not an OJS tenant)', coalesce(rule->>'tenant', ''), rule->>'queue'
+                USING ERRCODE = 'invalid_parameter_value', HINT = 'UnknownDestination';
+        ELSIF rule ? 'tenant' AND owner_tenant IS NOT NULL AND rule->>'tenant' <> owner_tenant THEN
+            -- A bucket's jobs are its owner's tenant's (functions/objects.sql): only the root
+            -- key's buckets may send them to another tenant's queues.
+            RAISE EXCEPTION 'Unable to validate the following destination configurations: arn:pgvs3:ojs::%:% '
+                            '(the events of a bucket owned by access key % go to OJS tenant %)',
+                            rule->>'tenant', rule->>'queue', b.owner, owner_tenant
                 USING ERRCODE = 'invalid_parameter_value', HINT = 'UnknownDestination';
         END IF;
     END LOOP;
@@ -6016,6 +6043,16 @@ CREATE INDEX jobs_workflow ON ojs.jobs USING btree (workflow_id, workflow_step) 
 --
 
 CREATE INDEX workers_last_beat ON ojs.workers USING btree (last_beat);
+
+--
+-- Name: workers_tenant; Type: INDEX; Schema: ojs; Owner: -
+--
+
+CREATE INDEX workers_tenant ON ojs.workers USING btree ((
+CASE
+    WHEN (strpos(id, ' '::text) = 0) THEN 'default'::text
+    ELSE split_part(id, ' '::text, 1)
+END));
 
 --
 -- Name: workflows_finished; Type: INDEX; Schema: ojs; Owner: -

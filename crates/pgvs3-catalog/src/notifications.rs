@@ -26,6 +26,11 @@ pub struct NotificationRule {
     /// The OJS queue each event's job goes to (empty for a webhook target's rule).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub queue: String,
+    /// The OJS tenant whose queue that is, when the ARN names one (`arn:pgvs3:ojs::<tenant>:<queue>`);
+    /// empty: the bucket owner's. Only the root key's buckets may name another tenant's
+    /// (`pgvs3.put_bucket_notifications` checks it; the event trigger resolves it).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub tenant: String,
     /// The webhook target (`pgvs3.webhook_targets`) each event is delivered to, instead of a queue.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub webhook: String,
@@ -62,8 +67,8 @@ pub const MAX_RULES: usize = 100;
 /// its own terms (S3 error codes, a Bucket's status condition).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RuleError {
-    /// Not `arn:pgvs3:ojs:::<queue>`, `arn:pgvs3:webhook:::<target>` nor
-    /// `arn:pgvs3:pubsub:::<channel>`.
+    /// Not `arn:pgvs3:ojs:::<queue>` (or `arn:pgvs3:ojs::<tenant>:<queue>`),
+    /// `arn:pgvs3:webhook:::<target>` nor `arn:pgvs3:pubsub:::<channel>`.
     UnknownDestination(String),
     /// A rule without events.
     NoEvents,
@@ -81,8 +86,8 @@ impl fmt::Display for RuleError {
             RuleError::UnknownDestination(arn) => write!(
                 f,
                 "Unable to validate the following destination configurations: {arn} \
-                 (destinations are arn:pgvs3:ojs:::<queue>, arn:pgvs3:webhook:::<target> or \
-                 arn:pgvs3:pubsub:::<channel>)"
+                 (destinations are arn:pgvs3:ojs:::<queue>, arn:pgvs3:ojs::<tenant>:<queue>, \
+                 arn:pgvs3:webhook:::<target> or arn:pgvs3:pubsub:::<channel>)"
             ),
             RuleError::NoEvents => f.write_str("a notification configuration needs at least one event"),
             RuleError::UnsupportedEvent(name) => write!(f, "The event {name} is not raised by pgvs3"),
@@ -96,7 +101,9 @@ impl fmt::Display for RuleError {
 
 impl std::error::Error for RuleError {}
 
-const QUEUE_ARN: &str = "arn:pgvs3:ojs:::";
+/// An OJS queue's ARN up to its account field, which names the queue's tenant (empty: the bucket
+/// owner's).
+const QUEUE_ARN: &str = "arn:pgvs3:ojs::";
 const WEBHOOK_ARN: &str = "arn:pgvs3:webhook:::";
 const CHANNEL_ARN: &str = "arn:pgvs3:pubsub:::";
 
@@ -108,12 +115,17 @@ impl NotificationRule {
     /// A rule sending `events` under `prefix` and with `suffix` to the destination `arn`. The
     /// queue's name and the webhook target's registration are the database's to check.
     pub fn new(id: String, arn: &str, events: &[&str], prefix: String, suffix: String) -> Result<Self, RuleError> {
-        let (queue, webhook, channel) = if let Some(queue) = arn.strip_prefix(QUEUE_ARN) {
-            (queue, "", "")
+        // A queue name holds no ':' (the database checks its shape), a tenant may.
+        let (tenant, queue, webhook, channel) = if let Some((tenant, queue)) = arn
+            .strip_prefix(QUEUE_ARN)
+            .and_then(|rest| rest.rsplit_once(':'))
+            .filter(|(tenant, _)| tenant.is_empty() || valid_tenant(tenant))
+        {
+            (tenant, queue, "", "")
         } else if let Some(name) = arn.strip_prefix(WEBHOOK_ARN).filter(|name| valid_target_name(name)) {
-            ("", name, "")
+            ("", "", name, "")
         } else if let Some(channel) = arn.strip_prefix(CHANNEL_ARN).filter(|channel| valid_channel(channel)) {
-            ("", "", channel)
+            ("", "", "", channel)
         } else {
             return Err(RuleError::UnknownDestination(arn.to_owned()));
         };
@@ -129,6 +141,7 @@ impl NotificationRule {
         Ok(NotificationRule {
             id,
             queue: queue.to_owned(),
+            tenant: tenant.to_owned(),
             webhook: webhook.to_owned(),
             channel: channel.to_owned(),
             events: events.iter().map(|event| (*event).to_owned()).collect(),
@@ -144,7 +157,7 @@ impl NotificationRule {
         } else if !self.channel.is_empty() {
             format!("{CHANNEL_ARN}{}", self.channel)
         } else {
-            format!("{QUEUE_ARN}{}", self.queue)
+            format!("{QUEUE_ARN}{}:{}", self.tenant, self.queue)
         }
     }
 }
@@ -153,6 +166,11 @@ impl NotificationRule {
 /// channel is also written into XML answers and logs.
 fn valid_channel(channel: &str) -> bool {
     (1..=MAX_CHANNEL).contains(&channel.len()) && !channel.chars().any(char::is_control)
+}
+
+/// An OJS tenant as `X-OJS-Tenant` takes it: 1 to 128 printable ASCII characters, no spaces.
+fn valid_tenant(tenant: &str) -> bool {
+    (1..=128).contains(&tenant.len()) && tenant.bytes().all(|b| b.is_ascii_graphic())
 }
 
 /// A webhook target's name as `pgvs3.webhook_targets` accepts it.
@@ -210,6 +228,12 @@ mod tests {
         let queue = rule("arn:pgvs3:ojs:::uploads", &["s3:ObjectCreated:*"]).unwrap();
         assert_eq!((queue.queue.as_str(), queue.webhook.as_str()), ("uploads", ""));
         assert_eq!(queue.arn(), "arn:pgvs3:ojs:::uploads");
+        let tenants = rule("arn:pgvs3:ojs::acme:corp:uploads", &["s3:ObjectCreated:*"]).unwrap();
+        assert_eq!(
+            (tenants.tenant.as_str(), tenants.queue.as_str()),
+            ("acme:corp", "uploads")
+        );
+        assert_eq!(tenants.arn(), "arn:pgvs3:ojs::acme:corp:uploads");
         let hook = rule("arn:pgvs3:webhook:::audit", &["s3:ObjectRemoved:*"]).unwrap();
         assert_eq!((hook.queue.as_str(), hook.webhook.as_str()), ("", "audit"));
         assert_eq!(hook.arn(), "arn:pgvs3:webhook:::audit");
@@ -227,6 +251,8 @@ mod tests {
         for foreign in [
             "arn:aws:sqs:us-east-1:1:q",
             "arn:pgvs3:ojs:::",
+            "arn:pgvs3:ojs::acme",
+            "arn:pgvs3:ojs::a b:q",
             "arn:pgvs3:webhook:::a b",
             "arn:pgvs3:pubsub:::",
             "arn:pgvs3:pubsub:::a\nb",
@@ -270,6 +296,11 @@ mod tests {
         assert_eq!(
             stored,
             serde_json::json!({"id": "r", "queue": "q", "events": ["s3:ObjectCreated:*"]})
+        );
+        let stored = serde_json::to_value(rule("arn:pgvs3:ojs::acme:q", &["s3:ObjectCreated:*"]).unwrap()).unwrap();
+        assert_eq!(
+            stored,
+            serde_json::json!({"id": "r", "queue": "q", "tenant": "acme", "events": ["s3:ObjectCreated:*"]})
         );
     }
 }

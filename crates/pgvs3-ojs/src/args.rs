@@ -68,6 +68,14 @@ pub struct OjsArgs {
     /// --admission-wait, they get 429 `rate_limited` with Retry-After.
     #[arg(long, env = "PGVS3_OJS_MAX_WAITING", default_value_t = 0)]
     pub ojs_max_waiting: usize,
+
+    /// Workers one OJS tenant may have registered (a heartbeat registers its worker id); a new
+    /// worker beyond it is refused with 429 `rate_limited` until a silent one is removed (after
+    /// --ojs-job-retention without a heartbeat).
+    #[arg(long, env = "PGVS3_OJS_MAX_WORKERS_PER_TENANT",
+          default_value_t = crate::ojs::engine::DEFAULT_MAX_WORKERS_PER_TENANT,
+          value_parser = clap::value_parser!(i64).range(1..))]
+    pub ojs_max_workers_per_tenant: i64,
 }
 
 /// The root key as the OJS token: `<access-key>:<secret>`.

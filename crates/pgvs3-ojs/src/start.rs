@@ -33,7 +33,9 @@ pub async fn start(
         .await?;
     let mut started = Started::bound(&listeners.0, listeners.1.as_ref())?;
     let options = args.options(webhooks, token);
-    let queue = Queue::new(pool);
+    let queue = Queue::new(pool)
+        .with_max_workers_per_tenant(args.ojs_max_workers_per_tenant)
+        .with_replica(shared.lag.clone());
     started
         .background
         .push(spawn_cron_ticker(queue.clone(), options.max_args_bytes));

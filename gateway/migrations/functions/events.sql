@@ -115,7 +115,8 @@ $$;
 -- notifications module writes, [] or NULL: none); the one write path of S3's
 -- PutBucketNotificationConfiguration and of the operator's Bucket `notifications`. It checks
 -- what only the database knows: the bucket exists (NO_DATA_FOUND), each queue is an
--- OJS queue name and each webhook target is registered (INVALID_PARAMETER_VALUE, hint
+-- OJS queue name, a queue's tenant, when the rule names one, is the owner's (any, for the root
+-- key's buckets), and each webhook target is registered (INVALID_PARAMETER_VALUE, hint
 -- UnknownDestination; the target is locked until commit so it cannot be dropped in between).
 -- With rules, the namespace's event triggers exist when it returns, so the first write after
 -- it already raises its event (a cache bucket's, in s3w: its writes raise events there, see
@@ -125,6 +126,7 @@ CREATE OR REPLACE FUNCTION pgvs3.put_bucket_notifications(bucket text, rules jso
 LANGUAGE plpgsql AS $$
 DECLARE
     b pgvs3.buckets;
+    owner_tenant text;
     rule jsonb;
     stored jsonb := CASE WHEN coalesce(jsonb_array_length(rules), 0) = 0 THEN NULL
                          ELSE jsonb_build_object('rules', rules) END;
@@ -133,6 +135,7 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'bucket % does not exist', bucket USING ERRCODE = 'no_data_found';
     END IF;
+    SELECT access_key INTO owner_tenant FROM pgvs3.access_keys WHERE access_key = b.owner AND NOT is_root;
     FOR rule IN SELECT value FROM jsonb_array_elements(coalesce(rules, '[]')) LOOP
         IF coalesce(rule->>'webhook', '') <> '' THEN
             PERFORM 1 FROM pgvs3.webhook_targets WHERE name = rule->>'webhook' FOR KEY SHARE;
@@ -150,9 +153,17 @@ BEGIN
                                 '(a channel is 1 to 256 bytes without control characters)', rule->>'channel'
                     USING ERRCODE = 'invalid_parameter_value', HINT = 'UnknownDestination';
             END IF;
-        ELSIF NOT coalesce(rule->>'queue', '') ~ '^[a-z0-9][a-z0-9.-]{0,254}$' THEN
-            RAISE EXCEPTION 'Unable to validate the following destination configurations: arn:pgvs3:ojs:::% '
-                            '(not an OJS queue name)', rule->>'queue'
+        ELSIF NOT coalesce(rule->>'queue', '') ~ '^[a-z0-9][a-z0-9.-]{0,254}$'
+              OR NOT coalesce(rule->>'tenant', 'default') ~ '^[!-~]{1,128}$' THEN
+            RAISE EXCEPTION 'Unable to validate the following destination configurations: arn:pgvs3:ojs::%:% '
+                            '(not an OJS queue name, or not an OJS tenant)', coalesce(rule->>'tenant', ''), rule->>'queue'
+                USING ERRCODE = 'invalid_parameter_value', HINT = 'UnknownDestination';
+        ELSIF rule ? 'tenant' AND owner_tenant IS NOT NULL AND rule->>'tenant' <> owner_tenant THEN
+            -- A bucket's jobs are its owner's tenant's (functions/objects.sql): only the root
+            -- key's buckets may send them to another tenant's queues.
+            RAISE EXCEPTION 'Unable to validate the following destination configurations: arn:pgvs3:ojs::%:% '
+                            '(the events of a bucket owned by access key % go to OJS tenant %)',
+                            rule->>'tenant', rule->>'queue', b.owner, owner_tenant
                 USING ERRCODE = 'invalid_parameter_value', HINT = 'UnknownDestination';
         END IF;
     END LOOP;

@@ -279,6 +279,8 @@ DECLARE
     job_type text;
     job_id text;
     queue_name text;
+    owner_tenant text;
+    job_tenant text;
 BEGIN
     IF coalesce(current_setting('pgvs3.events', true), '') = 'off' THEN
         RETURN;
@@ -286,6 +288,14 @@ BEGIN
     SELECT name, owner, notifications INTO b FROM pgvs3.buckets WHERE id = bucket;
     IF b.notifications IS NULL THEN
         RETURN;
+    END IF;
+    -- Jobs belong to the OJS tenant of the bucket's owner (layout v62): the owning access key's
+    -- id, `default` for the root key's buckets. A root key's rule may name another tenant
+    -- (`arn:pgvs3:ojs::<tenant>:<queue>`); any other owner's jobs go to its own tenant whatever
+    -- the rule says (put_bucket_notifications refuses another, and a rule put before the
+    -- bucket changed hands, or before v62, is resolved here, at delivery).
+    IF b.owner IS NOT NULL THEN
+        SELECT access_key INTO owner_tenant FROM pgvs3.access_keys WHERE access_key = b.owner AND NOT is_root;
     END IF;
     IF current_setting('pgvs3.event_source', true) = 'lifecycle' THEN
         event_name := replace(event_name, 'ObjectRemoved:', 'LifecycleExpiration:');
@@ -298,7 +308,6 @@ BEGIN
         CONTINUE WHEN NOT EXISTS (
             SELECT 1 FROM jsonb_array_elements_text(rule -> 'events') e
              WHERE e = 's3:' || event_name OR (right(e, 2) = ':*' AND starts_with('s3:' || event_name, left(e, -1))));
-        queue_name := rule ->> 'queue';
         job_id := pgvs3.uuid_v7();
         job_type := CASE split_part(event_name, ':', 1)
                         WHEN 'ObjectCreated' THEN 's3.object.created'
@@ -327,12 +336,20 @@ BEGIN
             PERFORM pgvs3.publish_object_event(rule ->> 'channel', record);
             CONTINUE;
         END IF;
-        INSERT INTO ojs.jobs (id, queue, type, state, priority, max_attempts, envelope, run_at, visibility_ms)
+        -- The job is not held to the queue's depth bound (ext-backpressure): the write it
+        -- records has happened, and refusing the job would lose its event or fail the write.
+        -- It counts against its tenant's bound like any waiting job, so a tenant's own uploads
+        -- can fill its share of a queue (its producers then get 429), never another tenant's.
+        queue_name := rule ->> 'queue';
+        job_tenant := coalesce(owner_tenant, rule ->> 'tenant', 'default');
+        INSERT INTO ojs.jobs (id, queue, type, state, priority, max_attempts, envelope, run_at, visibility_ms, tenant)
         VALUES (job_id, queue_name, job_type, 'available', 0, 3,
                 jsonb_build_object('specversion', '1.0', 'id', job_id, 'type', job_type, 'queue', queue_name,
                                    'args', jsonb_build_array(record),
-                                   'meta', jsonb_build_object('source', 's3', 'bucket', b.name, 'event', event_name)),
-                now(), 1800000);
+                                   'meta', jsonb_build_object('source', 's3', 'bucket', b.name, 'event', event_name)
+                                           || CASE WHEN job_tenant = 'default' THEN '{}'::jsonb
+                                                   ELSE jsonb_build_object('tenant_id', job_tenant) END),
+                now(), 1800000, job_tenant);
         INSERT INTO ojs.events (id, type, queue, job_id, data)
         VALUES (gen_random_uuid()::text, 'job.enqueued', queue_name, job_id,
                 jsonb_build_object('job_id', job_id, 'job_type', job_type, 'queue', queue_name, 'priority', 0));

@@ -1,6 +1,7 @@
 //! The OJS endpoint in a fleet: admission control under a burst (a bounded number active, a
 //! bounded line waiting, then 429 `rate_limited` with Retry-After; probes never wait), and a
-//! standby gateway that stops serving reads while its replay lags too far behind.
+//! standby gateway that stops serving reads while its replay lags too far behind and sends no
+//! promotion.
 
 use pgvs3_testkit as common;
 
@@ -268,4 +269,37 @@ async fn health_answers_while_the_request_pool_is_taken() {
         assert_eq!(request.await.unwrap().0, 201);
     }
     gateway.stop().await;
+}
+
+/// A gateway bound to a hot standby runs no promotion of due and lapsed jobs: its statement
+/// could only be refused there. A fetch still sends its claim, which the standby refuses (503
+/// `read_only`), and that refusal in the standby's log shows that the log would show a
+/// promotion too. Fails before: the first fetch sent the promotion with its claim (only the
+/// gateway's warning for it had been silenced).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_standby_gateway_sends_no_promotion() {
+    let (primary, standby) = primary_and_standby("ojs-promote");
+    let writer = TestGateway::on(primary.url("postgres")).await;
+    let reader = TestGateway::on(standby.url("postgres")).await;
+    let (status, body) = Ojs::of(&reader)
+        .post("/ojs/v1/workers/fetch", json!({ "queues": ["q"], "worker_id": "w" }))
+        .await;
+    assert_eq!((status, &body["error"]["code"]), (503, &json!("read_only")), "{body}");
+    // PostgreSQL writes an error (and its statement) to its log before it answers the client.
+    let log = std::fs::read_to_string(
+        std::env::temp_dir()
+            .join(format!("pgvs3-test-{}-pair-ojs-promote", std::process::id()))
+            .join("standby/pg/log/postgres.log"),
+    )
+    .unwrap();
+    assert!(
+        log.contains("Expired but not yet moved to discarded by a promotion"),
+        "the claim was refused on the standby and logged: {log}"
+    );
+    assert!(
+        !log.contains("the claim lapsed before an ack, nack or heartbeat"),
+        "no promotion was sent: {log}"
+    );
+    reader.stop().await;
+    writer.stop().await;
 }

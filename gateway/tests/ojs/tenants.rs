@@ -1090,3 +1090,74 @@ async fn a_queue_depth_bound_holds_for_each_tenant_apart() {
     assert!(text.contains("tenant ="), "the tenant is an index condition: {text}");
     gateway.stop().await;
 }
+
+/// A tenant registers at most `--ojs-max-workers-per-tenant` workers: a heartbeat of one more
+/// worker id (or a directive naming one) is 429 `rate_limited` with the bound in its details,
+/// while the registered workers keep beating, other tenants register theirs, and a worker
+/// removed makes room. The count reads the tenant's range of the index `workers_tenant`. Fails
+/// before: any number of worker ids were registered (the flag did not exist).
+#[tokio::test]
+async fn a_tenants_registered_workers_are_bounded() {
+    let gateway = TestGateway::with_args(common::fresh_database().await, &["--ojs-max-workers-per-tenant", "3"]).await;
+    let ojs = Ojs::of(&gateway);
+    let acme = ojs.as_tenant("acme");
+    for worker in ["w1", "w2", "w3"] {
+        heartbeat(&acme, worker, None).await;
+    }
+    let (status, headers, refused) = acme
+        .exchange("POST", "/ojs/v1/workers/heartbeat", Some(json!({ "worker_id": "w4" })))
+        .await;
+    assert_eq!(
+        (status, &refused["error"]["code"], &refused["error"]["retryable"]),
+        (429, &json!("rate_limited"), &json!(true)),
+        "{refused}"
+    );
+    assert_eq!(
+        refused["error"]["details"],
+        json!({ "tenant_id": "acme", "max_workers": 3 })
+    );
+    assert_eq!(headers.get("retry-after").map(|v| v.to_str().unwrap()), Some("60"));
+    let (status, body) = acme.post("/ojs/v1/admin/workers/w5/quiet", json!({})).await;
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (429, &json!("rate_limited")),
+        "{body}"
+    );
+
+    // Registered workers keep beating (and take directives); other tenants are not held back.
+    assert_eq!(heartbeat(&acme, "w1", Some("quiet")).await["state"], "quiet");
+    let (status, body) = acme.post("/ojs/v1/admin/workers/w2/quiet", json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    for worker in ["w1", "w2", "w3"] {
+        heartbeat(&ojs.as_tenant("globex"), worker, None).await;
+    }
+    heartbeat(&ojs, "w4", None).await;
+
+    // A worker removed (as the maintenance pass removes a silent one) makes room.
+    let sql = gateway.sql().await;
+    sql.execute("DELETE FROM ojs.workers WHERE id = 'acme w3'", &[])
+        .await
+        .unwrap();
+    heartbeat(&acme, "w4", None).await;
+    let acme_rows: i64 = sql
+        .query_one("SELECT count(*) AS n FROM ojs.workers WHERE id LIKE 'acme %'", &[])
+        .await
+        .unwrap()
+        .get("n");
+    assert_eq!(acme_rows, 3);
+
+    sql.batch_execute("SET enable_seqscan = off; SET enable_bitmapscan = off")
+        .await
+        .unwrap();
+    let plan: Value = sql
+        .query_one(
+            "EXPLAIN (FORMAT JSON) SELECT 1 FROM ojs.workers WHERE ojs.key_tenant(id) = 'acme' LIMIT 3",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get("QUERY PLAN");
+    let text = plan.to_string();
+    assert!(text.contains("\"Index Name\":\"workers_tenant\""), "{text}");
+    gateway.stop().await;
+}

@@ -730,3 +730,117 @@ async fn the_worked_example_converts_each_uploaded_csv_to_parquet() {
     // The Parquet file is outside the rule's prefix: writing it raised no job.
     assert!(drain(&ojs, "csv-to-parquet").await.is_empty());
 }
+
+/// A rule naming the queue `queue` of OJS tenant `tenant` (`arn:pgvs3:ojs::<tenant>:<queue>`).
+fn tenant_queue_rule(tenant: &str, queue: &str) -> QueueConfiguration {
+    QueueConfiguration::builder()
+        .id("tenant")
+        .queue_arn(format!("arn:pgvs3:ojs::{tenant}:{queue}"))
+        .events(Event::from("s3:ObjectCreated:*"))
+        .build()
+        .unwrap()
+}
+
+/// A bucket's events are jobs of its owner's OJS tenant (the owning access key's id; `default`
+/// for the root key's): a non-root key's rule `arn:pgvs3:ojs:::billing` fills its own tenant's
+/// share of `billing`, whose depth bound its uploads may pass (the write and its event are never
+/// refused) while the root key's producer still enqueues there, and it may name no other tenant.
+/// Fails before: the key's three uploads were three `default` jobs, past the bound of 2, and the
+/// root key's producer got 429.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_bucket_owners_events_are_its_own_tenants_jobs_and_never_fill_anothers_queue() {
+    let gw = TestGateway::start().await;
+    let ojs = Ojs::of(&gw);
+    let catalog = gw.gateway.store.catalog();
+    catalog
+        .put_access_key(&pgvs3_gateway::store::NewAccessKey {
+            access_key: "ALICEKEY".into(),
+            secret: "ALICEKEY-secret".into(),
+            is_root: false,
+            read_only: false,
+            description: String::new(),
+        })
+        .await
+        .unwrap();
+    let alice = gw.client_for("ALICEKEY", "ALICEKEY-secret");
+    alice.create_bucket().bucket("alices").send().await.unwrap();
+    let (status, body) = ojs
+        .call(
+            "PUT",
+            "/ojs/v1/admin/queues/billing/config",
+            Some(serde_json::json!({ "backpressure": { "max_depth": 2 } })),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+
+    // Another tenant's queue cannot be named, `default`'s included; its own can.
+    for foreign in ["default", "BOBKEY"] {
+        let refused = try_configure(&alice, "alices", vec![tenant_queue_rule(foreign, "billing")])
+            .await
+            .unwrap_err();
+        assert_invalid_destination(&refused);
+    }
+    configure(&alice, "alices", vec![tenant_queue_rule("ALICEKEY", "billing")]).await;
+    configure(
+        &alice,
+        "alices",
+        vec![queue_rule("bills", "billing", &["s3:ObjectCreated:*"], "", "")],
+    )
+    .await;
+    let stored = alice
+        .get_bucket_notification_configuration()
+        .bucket("alices")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stored.queue_configurations()[0].queue_arn(), "arn:pgvs3:ojs:::billing");
+
+    // Three uploads past the bound of 2: each write succeeds and raises its job, in ALICEKEY's
+    // tenant; the root key's producer (tenant `default`) is not refused.
+    for n in 0..3 {
+        put_object(&alice, "alices", &format!("invoice-{n}"), b"due").await;
+    }
+    let job = serde_json::json!({ "type": "bill", "args": [], "options": { "queue": "billing" } });
+    let (status, body) = ojs.post("/ojs/v1/jobs", job.clone()).await;
+    assert_eq!(status, 201, "the root key's producer is not refused: {body}");
+    let tenant = ojs.as_tenant("ALICEKEY");
+    let (status, full) = tenant.post("/ojs/v1/jobs", job).await;
+    assert_eq!(
+        (status, full["error"]["code"].as_str()),
+        (429, Some("QUEUE_FULL")),
+        "ALICEKEY's events count against its own bound: {full}"
+    );
+    let roots = drain(&ojs, "billing").await;
+    assert_eq!(roots.len(), 1, "default's share holds its own job alone: {roots:?}");
+    assert_eq!(roots[0]["type"], "bill");
+    let alices = drain(&tenant, "billing").await;
+    let keys: Vec<&str> = alices.iter().map(|job| event(job).2).collect();
+    assert_eq!(keys, ["invoice-0", "invoice-1", "invoice-2"]);
+    assert!(
+        alices.iter().all(|job| job["meta"]["tenant_id"] == "ALICEKEY"),
+        "{alices:?}"
+    );
+
+    // The root key's buckets may send their events to any tenant.
+    gw.client.create_bucket().bucket("roots").send().await.unwrap();
+    configure(&gw.client, "roots", vec![tenant_queue_rule("globex", "feed")]).await;
+    put_object(&gw.client, "roots", "for-globex", b"x").await;
+    assert!(drain(&ojs, "feed").await.is_empty());
+    let globex = drain(&ojs.as_tenant("globex"), "feed").await;
+    assert_eq!(
+        globex.iter().map(|job| event(job).2).collect::<Vec<_>>(),
+        ["for-globex"]
+    );
+
+    // A rule put while the root key owned the bucket follows the bucket to its new owner: it
+    // is resolved at each event, not when it was put.
+    let sql = gw.sql().await;
+    sql.execute("UPDATE pgvs3.buckets SET owner = 'ALICEKEY' WHERE name = 'roots'", &[])
+        .await
+        .unwrap();
+    put_object(&gw.client, "roots", "now-alices", b"x").await;
+    assert!(drain(&ojs.as_tenant("globex"), "feed").await.is_empty());
+    let moved = drain(&tenant, "feed").await;
+    assert_eq!(moved.iter().map(|job| event(job).2).collect::<Vec<_>>(), ["now-alices"]);
+    gw.stop().await;
+}

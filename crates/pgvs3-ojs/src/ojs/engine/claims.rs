@@ -10,6 +10,7 @@ use super::envelope::RetryPolicy;
 use super::job::{Job, job_columns};
 use super::jobs::refusal;
 use super::{EngineError, Queue};
+use crate::replica_lag::ReplicaLag;
 
 /// Who claims: the queues in preference order, how many jobs, and for how long.
 pub struct FetchRequest {
@@ -373,16 +374,34 @@ WITH extended AS (
 )
 SELECT id, envelope #>> '{options,metadata,test_directive}' AS test_directive FROM extended";
 
-/// Records a heartbeat of worker $1 of tenant $4 and logs the worker events of ojs-events §3.4:
-/// `worker.started` at its first heartbeat, `worker.quiet` when it reports quiet (or drain),
-/// `worker.stopped` when it reports terminate, and `worker.heartbeat` every time. (The CTEs
-/// share one snapshot, so `previous` is the row before this heartbeat.)
-const RECORD_WORKER: &str = "
+/// Whether worker `$1` of tenant `$2` may have a row: it has one, or the tenant has fewer than
+/// `$3` (`--ojs-max-workers-per-tenant`). The count reads the tenant's range of the index
+/// `workers_tenant` and stops at the bound, and runs only for a worker not yet registered. Two
+/// first heartbeats of one tenant that run at once both see the count before either's row, so
+/// the bound may be passed by the registrations in flight at the moment it is reached (at most
+/// the gateways' pool connections), never further.
+macro_rules! worker_room {
+    () => {
+        "(EXISTS (SELECT 1 FROM ojs.workers WHERE id = ojs.tenant_key($2, $1))
+          OR (SELECT count(*) FROM (SELECT 1 FROM ojs.workers WHERE ojs.key_tenant(id) = $2 LIMIT $3) n) < $3)"
+    };
+}
+
+/// Records a heartbeat of worker $1 of tenant $2 (when [`worker_room!`] lets it be recorded: no
+/// row otherwise) and logs the worker events of ojs-events §3.4: `worker.started` at its first
+/// heartbeat, `worker.quiet` when it reports quiet (or drain), `worker.stopped` when it reports
+/// terminate, and `worker.heartbeat` every time. (The CTEs share one snapshot, so `previous` is
+/// the row before this heartbeat.)
+const RECORD_WORKER: &str = concat!(
+    "
 WITH previous AS (
-    SELECT state FROM ojs.workers WHERE id = ojs.tenant_key($4, $1)
+    SELECT state FROM ojs.workers WHERE id = ojs.tenant_key($2, $1)
 ), recorded AS (
-    INSERT INTO ojs.workers AS w (id, state, active_jobs) VALUES (ojs.tenant_key($4, $1), coalesce($2, 'running'), $3)
-    ON CONFLICT (id) DO UPDATE SET state = coalesce($2, w.state), active_jobs = coalesce($3, w.active_jobs), last_beat = now()
+    INSERT INTO ojs.workers AS w (id, state, active_jobs)
+    SELECT ojs.tenant_key($2, $1), coalesce($4::text, 'running'), $5::int WHERE ",
+    worker_room!(),
+    "
+    ON CONFLICT (id) DO UPDATE SET state = coalesce($4, w.state), active_jobs = coalesce($5, w.active_jobs), last_beat = now()
     RETURNING w.state, w.directive, w.active_jobs
 ), event AS (
     INSERT INTO ojs.events (id, type, data)
@@ -398,11 +417,27 @@ WITH previous AS (
                ('worker.heartbeat', true, '{}')) AS e(type, wanted, extra)
      WHERE e.wanted
 )
-SELECT state, directive FROM recorded";
+SELECT state, directive FROM recorded"
+);
+
+/// Sets the directive of worker $1 of tenant $2 (registering it, when [`worker_room!`] lets it
+/// be), for [`Queue::direct_worker`].
+const DIRECT_WORKER: &str = concat!(
+    "INSERT INTO ojs.workers AS w (id, state, directive)
+     SELECT ojs.tenant_key($2, $1), 'running', $4::text WHERE ",
+    worker_room!(),
+    "
+     ON CONFLICT (id) DO UPDATE SET directive = $4
+     RETURNING ojs.worker_json(w) AS worker"
+);
 
 impl Queue {
-    /// Whether this fetch should also promote: true at most once per [`PROMOTE_EVERY`].
+    /// Whether this fetch should also promote: true at most once per [`PROMOTE_EVERY`], never
+    /// on a hot standby.
     fn promotion_due(&self) -> bool {
+        if self.replica.as_ref().is_some_and(ReplicaLag::is_standby) {
+            return false;
+        }
         let now = self.started.elapsed().as_millis() as u64 + PROMOTE_EVERY.as_millis() as u64;
         let last = self.last_promote_ms.load(Ordering::Relaxed);
         // Another fetch may have stored a later `now` since this one read the clock.
@@ -438,8 +473,8 @@ impl Queue {
             // The claim has committed by now: its jobs are active and their attempts spent, so
             // they go to this worker whatever became of the promotion (which the next fetch
             // tries again).
-            // On a standby both fail alike and the claim's error answers the client: no warning
-            // on every fetch for what only a promotion changes.
+            // A read-only refusal is a standby the sampler has not seen yet (a failover's
+            // moment): not worth a warning.
             match promote {
                 Err(error) if error.code() != Some(&tokio_postgres::error::SqlState::READ_ONLY_SQL_TRANSACTION) => {
                     tracing::warn!(%error, "promoting due and lapsed OJS jobs failed");
@@ -573,12 +608,26 @@ impl Queue {
             };
             let statement = client.prepare_cached(RECORD_WORKER).await?;
             client
-                .query_one(&statement, &[&worker_id, &beat.state, &beat.active_jobs, &beat.tenant])
+                .query_opt(
+                    &statement,
+                    &[
+                        &worker_id,
+                        &beat.tenant,
+                        &self.max_workers_per_tenant,
+                        &beat.state,
+                        &beat.active_jobs,
+                    ],
+                )
                 .await
-                .map(Some)
+                .map(|row| Some(row.ok_or(())))
         };
         let (extended, worker) = tokio::join!(extend, record);
-        let worker = worker.map_err(EngineError::sql)?;
+        // Claims extended by a heartbeat whose worker was refused stay extended: they are the
+        // tenant's own jobs, claimed under that worker id (a fetch registers no worker).
+        let worker = worker
+            .map_err(EngineError::sql)?
+            .transpose()
+            .map_err(|()| EngineError::too_many_workers(beat.tenant, self.max_workers_per_tenant))?;
         let extended = extended.map_err(EngineError::sql)?;
         Ok(BeatReply {
             test_directive: extended.iter().find_map(|row| row.get("test_directive")),
@@ -598,14 +647,13 @@ impl Queue {
     ) -> Result<Value, EngineError> {
         let client = self.client().await?;
         let row = client
-            .query_one(
-                "INSERT INTO ojs.workers AS w (id, state, directive) VALUES (ojs.tenant_key($1, $2), 'running', $3)
-                 ON CONFLICT (id) DO UPDATE SET directive = $3
-                 RETURNING ojs.worker_json(w) AS worker",
-                &[&tenant, &worker_id, &directive],
+            .query_opt(
+                DIRECT_WORKER,
+                &[&worker_id, &tenant, &self.max_workers_per_tenant, &directive],
             )
             .await
-            .map_err(EngineError::sql)?;
+            .map_err(EngineError::sql)?
+            .ok_or_else(|| EngineError::too_many_workers(tenant, self.max_workers_per_tenant))?;
         Ok(row.get("worker"))
     }
 

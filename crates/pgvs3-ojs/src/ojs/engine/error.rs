@@ -25,6 +25,8 @@ pub enum ErrorKind {
         depth: i64,
         bound: i64,
     },
+    /// A tenant at its bound of registered workers refuses a new worker id.
+    TooManyWorkers,
     /// The database is a read-only standby.
     ReadOnly,
     /// The database cannot be reached or failed; worth a retry.
@@ -77,6 +79,18 @@ impl EngineError {
             format!("queue {queue:?} has reached its depth bound ({bound})"),
         )
         .with_details(json!({ "queue": queue, "depth": depth, "bound": bound, "strategy": "reject" }))
+    }
+
+    pub fn too_many_workers(tenant: &str, bound: i64) -> EngineError {
+        EngineError::new(
+            ErrorKind::TooManyWorkers,
+            format!(
+                "tenant {tenant:?} has {bound} workers registered, its bound (--ojs-max-workers-per-tenant): \
+                 a new worker id is taken once a worker silent for the job retention is removed; \
+                 registered workers keep sending heartbeats"
+            ),
+        )
+        .with_details(json!({ "tenant_id": tenant, "max_workers": bound }))
     }
 
     pub fn with_details(mut self, details: Value) -> EngineError {

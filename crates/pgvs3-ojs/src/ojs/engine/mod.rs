@@ -34,11 +34,16 @@ use std::time::Instant;
 
 use deadpool_postgres::Pool;
 
+use crate::replica_lag::ReplicaLag;
+
 pub use error::{EngineError, ErrorKind};
 
 /// The tenant of a request that names none, and of jobs no request enqueued (bucket
 /// notifications, cron).
 pub const DEFAULT_TENANT: &str = "default";
+
+/// How many workers one tenant may have registered (`--ojs-max-workers-per-tenant`'s default).
+pub const DEFAULT_MAX_WORKERS_PER_TENANT: i64 = 10_000;
 
 #[derive(Clone)]
 pub struct Queue {
@@ -49,6 +54,12 @@ pub struct Queue {
     started: Instant,
     /// The compiled schemas of the job types this gateway enqueues ([`schemas`]).
     schemas: Arc<schemas::Cache>,
+    /// How many workers a tenant may have registered ([`claims`]).
+    max_workers_per_tenant: i64,
+    /// Where the database stands in replication, when known: a gateway bound to a hot standby
+    /// runs no promotion (its statement could only fail), and runs it once the standby is
+    /// promoted.
+    replica: Option<ReplicaLag>,
 }
 
 impl Queue {
@@ -58,7 +69,21 @@ impl Queue {
             last_promote_ms: Arc::new(AtomicU64::new(0)),
             started: Instant::now(),
             schemas: Arc::default(),
+            max_workers_per_tenant: DEFAULT_MAX_WORKERS_PER_TENANT,
+            replica: None,
         }
+    }
+
+    /// This queue, told by `replica` whether its database is a hot standby.
+    pub fn with_replica(mut self, replica: ReplicaLag) -> Queue {
+        self.replica = Some(replica);
+        self
+    }
+
+    /// This queue with another bound on each tenant's registered workers.
+    pub fn with_max_workers_per_tenant(mut self, bound: i64) -> Queue {
+        self.max_workers_per_tenant = bound;
+        self
     }
 
     pub(crate) async fn client(&self) -> Result<deadpool_postgres::Client, EngineError> {

@@ -19,6 +19,9 @@ const QUEUE_FULL: &str = "QUEUE_FULL";
 /// What a refused producer is told to wait, in seconds: a full queue drains at its workers' pace.
 const QUEUE_FULL_RETRY_AFTER: &str = "5";
 
+/// What a worker refused by its tenant's worker bound is told to wait, in seconds.
+const TOO_MANY_WORKERS_RETRY_AFTER: &str = "60";
+
 /// What a client turned away by admission control is told to wait, in seconds.
 const OVERLOADED_RETRY_AFTER_SECONDS: i64 = 1;
 
@@ -191,6 +194,7 @@ impl From<EngineError> for OjsError {
             ErrorKind::Conflict => (StatusCode::CONFLICT, "conflict", "conflict"),
             ErrorKind::Duplicate => (StatusCode::CONFLICT, "duplicate", "conflict"),
             ErrorKind::QueueFull { .. } => (StatusCode::TOO_MANY_REQUESTS, QUEUE_FULL, "backpressure"),
+            ErrorKind::TooManyWorkers => (StatusCode::TOO_MANY_REQUESTS, "rate_limited", "rate_limited"),
             ErrorKind::ReadOnly => (StatusCode::SERVICE_UNAVAILABLE, "read_only", "read_only"),
             ErrorKind::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "backend_error", "backend_error"),
         };
@@ -205,6 +209,12 @@ impl From<EngineError> for OjsError {
                     ("x-ojs-queue-depth", depth.to_string()),
                     ("x-ojs-queue-bound", bound.to_string()),
                 ];
+            }
+            // Room comes when a silent worker is reaped (after the job retention, 24 h by
+            // default): a minute between tries costs nothing and finds it.
+            ErrorKind::TooManyWorkers => {
+                answer.retryable = true;
+                answer.headers = vec![("retry-after", TOO_MANY_WORKERS_RETRY_AFTER.to_string())];
             }
             // A standby is promoted, or the client's next connection lands on the primary: the
             // same write may well succeed later.

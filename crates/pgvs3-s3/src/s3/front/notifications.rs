@@ -1,5 +1,6 @@
 //! Bucket notifications on the wire: Put/GetBucketNotificationConfiguration. Queue
-//! configurations name an OJS queue of this database (`arn:pgvs3:ojs:::<queue>`) or, as MinIO
+//! configurations name an OJS queue of this database (`arn:pgvs3:ojs:::<queue>`, the bucket
+//! owner's tenant's, or `arn:pgvs3:ojs::<tenant>:<queue>`) or, as MinIO
 //! puts every target among its queues, a registered webhook target
 //! (`arn:pgvs3:webhook:::<name>`) or a RESP pub/sub channel (`arn:pgvs3:pubsub:::<channel>`);
 //! topics, Lambda functions and EventBridge have no counterpart here and are refused, never

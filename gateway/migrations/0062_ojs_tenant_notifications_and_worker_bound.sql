@@ -1,0 +1,15 @@
+-- Layout v62: bucket notifications and workers answer to OJS tenants.
+--
+-- * A bucket's notification jobs belong to the OJS tenant of its owner (the owning access key's
+--   id; `default` for the root key's buckets), in that tenant's queue of the name the rule gives
+--   (pgvs3.emit_object_event, functions/objects.sql). A rule may name a tenant
+--   (`arn:pgvs3:ojs::<tenant>:<queue>`, stored as the rule's `tenant`), which only the root
+--   key's buckets may make another's (pgvs3.put_bucket_notifications, functions/events.sql).
+--   Rules are not rewritten: those put before, which name no tenant, are resolved at each
+--   event, so a non-root key's bucket's events go to that key's tenant from this version on,
+--   and the jobs already enqueued into `default`'s queues stay `default`'s.
+-- * A heartbeat registers a worker only while its tenant has fewer than
+--   `--ojs-max-workers-per-tenant` (ojs/engine/claims.rs), counted in this index, whose
+--   expression is ojs.key_tenant(id) (functions/ojs.sql) written out, as PostgreSQL inlines it:
+--   the function is defined after the migrations run.
+CREATE INDEX workers_tenant ON ojs.workers ((CASE WHEN strpos(id, ' ') = 0 THEN 'default' ELSE split_part(id, ' ', 1) END));
