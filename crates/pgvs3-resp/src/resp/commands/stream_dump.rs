@@ -170,7 +170,7 @@ pub(super) fn write_call(key: &str, stream: &Stream) -> TypedCall {
     for group in &stream.groups {
         ints.extend(stored(group.last_delivered));
         ints.extend([
-            group.entries_read.and_then(|read| int(read)),
+            group.entries_read.and_then(int),
             int(group.consumers.len() as u64),
             int(group.pending.len() as u64),
         ]);
