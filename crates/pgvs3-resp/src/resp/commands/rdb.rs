@@ -1208,7 +1208,7 @@ mod tests {
                 let _ = restore(&sealed(flipped));
             }
         }
-        // A PEL entry no consumer owns; a length that is not the entries'.
+        // A PEL entry no consumer owns.
         let mut stream = sample_stream();
         stream.groups[0].consumers.truncate(1);
         stream.groups[0].pending.retain(|pending| pending.consumer == 0);
@@ -1216,7 +1216,7 @@ mod tests {
         let mut orphan = dump(&Value::Stream(Box::new(stream)));
         let body_len = orphan.len() - 10;
         orphan.truncate(body_len);
-        // (The last consumer's PEL count is the body's third-last byte group: rewrite it empty.)
+        // (The body ends with the consumer's PEL, a count of 1 and an ID of 16 bytes: emptied.)
         let at = body_len - 17;
         assert_eq!(orphan[at], 1);
         orphan[at] = 0;
