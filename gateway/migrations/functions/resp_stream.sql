@@ -188,7 +188,7 @@ CREATE OR REPLACE FUNCTION pgvs3.resp_stream(op text, b bigint, ks text[], strin
 LANGUAGE plpgsql AS $$
 DECLARE
     k text := ks[1];
-    write boolean := op IN ('xadd', 'xdel', 'xtrim', 'xsetid');
+    write boolean := op IN ('xadd', 'xdel', 'xtrim', 'xsetid', 'xrestore');
     s pgvs3.resp_stream;
     id record;
     flat record;
@@ -196,6 +196,8 @@ DECLARE
     found_entries pgvs3.resp_stream_entry[];
     j int;
     sizes bigint[];
+    p bigint;
+    a bigint;
     ids_ms bigint[] := '{}';
     ids_seq bigint[] := '{}';
     starts bigint[] := '{}';
@@ -241,11 +243,53 @@ BEGIN
           LEFT JOIN pgvs3.resp_stream r ON r.bucket_id = b AND r.key = q.name AND pgvs3.resp_type(b, q.name) IS NOT NULL;
         RETURN;
     END IF;
+    IF op = 'xrestore' THEN
+        -- RESTORE of a stream (layout v63, resp/commands/dump.rs) into `k`, which the gateway
+        -- emptied. ints: {last ID (ms, seq), greatest deleted ID (ms, seq), entries added,
+        -- nodes, entries, groups}, then per node {ID (ms, seq), last ID given (ms, seq), entries
+        -- given, entries held}, per entry {ID (ms, seq), number of fields and values}, per group
+        -- {last delivered ID (ms, seq), entries read (NULL: unknown), consumers, PEL size}, its
+        -- consumers' seen times, then per PEL entry {ID (ms, seq), delivery time, deliveries,
+        -- its consumer's place among the group's (from 1)}. args: the entries' fields and
+        -- values, then per group its name and its consumers' names. A consumer was last active
+        -- when it was last seen (Redis 7.0 keeps no active time).
+        PERFORM pgvs3.resp_touch(b, k, 'x');
+        INSERT INTO pgvs3.resp_stream (bucket_id, key, last_ms, last_seq, deleted_ms, deleted_seq, added, length)
+        VALUES (b, k, ints[1], ints[2], ints[3], ints[4], ints[5], ints[7]);
+        p := 9;
+        INSERT INTO pgvs3.resp_stream_node (bucket_id, key, ms, seq, last_ms, last_seq, given, live)
+        SELECT b, k, ints[p + 6 * i], ints[p + 6 * i + 1], ints[p + 6 * i + 2], ints[p + 6 * i + 3], ints[p + 6 * i + 4], ints[p + 6 * i + 5]
+          FROM generate_series(0, ints[6] - 1) i;
+        p := p + 6 * ints[6];
+        INSERT INTO pgvs3.resp_stream_entry (bucket_id, key, ms, seq, fields)
+        SELECT b, k, e.ms, e.seq, args[e.start + 1 : e.start + e.size]
+          FROM (SELECT ints[p + 3 * i] AS ms, ints[p + 3 * i + 1] AS seq, ints[p + 3 * i + 2] AS size,
+                       coalesce(sum(ints[p + 3 * i + 2]) OVER (ORDER BY i ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS start
+                  FROM generate_series(0, ints[7] - 1) i) e;
+        a := 1 + coalesce((SELECT sum(ints[p + 3 * i + 2]) FROM generate_series(0, ints[7] - 1) i), 0);
+        p := p + 3 * ints[7];
+        FOR j IN 1 .. ints[8] LOOP
+            INSERT INTO pgvs3.resp_stream_group (bucket_id, key, name, last_ms, last_seq, entries_read)
+            VALUES (b, k, args[a], ints[p], ints[p + 1], ints[p + 2]);
+            INSERT INTO pgvs3.resp_stream_consumer (bucket_id, key, grp, name, seen_ms, active_ms)
+            SELECT b, k, args[a], args[a + c], ints[p + 4 + c], ints[p + 4 + c]
+              FROM generate_series(1, ints[p + 3]) c;
+            INSERT INTO pgvs3.resp_stream_pending (bucket_id, key, grp, ms, seq, consumer, delivered_ms, deliveries)
+            SELECT b, k, args[a], ints[p + 5 + ints[p + 3] + 5 * i], ints[p + 6 + ints[p + 3] + 5 * i],
+                   args[a + ints[p + 9 + ints[p + 3] + 5 * i]],
+                   ints[p + 7 + ints[p + 3] + 5 * i], ints[p + 8 + ints[p + 3] + 5 * i]
+              FROM generate_series(0, ints[p + 4] - 1) i;
+            a := a + 1 + ints[p + 3];
+            p := p + 5 + ints[p + 3] + 5 * ints[p + 4];
+        END LOOP;
+        PERFORM pgvs3.resp_wake(b, k);
+        RETURN;
+    END IF;
     SELECT * INTO s FROM pgvs3.resp_stream r WHERE r.bucket_id = b AND r.key = k AND pgvs3.resp_type(b, k) IS NOT NULL;
     IF s.key IS NULL AND op <> 'xadd' THEN
         CASE op
         WHEN 'xrange', 'xrevrange' THEN items := '{}';
-        WHEN 'xinfo', 'xsetid' THEN err := 'no_such_key';
+        WHEN 'xinfo', 'xsetid', 'xdump' THEN err := 'no_such_key';
         ELSE n := 0;
         END CASE;
         RETURN;
@@ -396,11 +440,14 @@ BEGIN
                first_ms = pgvs3.resp_stream_min(), first_seq = pgvs3.resp_stream_min()
          WHERE r.bucket_id = b AND r.key = k;
         UPDATE pgvs3.resp_keys SET version = version + 1 WHERE bucket_id = b AND key = k;
-    WHEN 'xinfo' THEN
+    WHEN 'xinfo', 'xdump' THEN
         -- ints: {how many entries from the start (FULL; 0: all), or NULL for the first and
         -- last}. n: the length; items: {last ID, greatest deleted ID, first ID (0-0 when
         -- empty)} and the entries; scores: {entries added, groups, entries} and the entries'
-        -- lengths. FULL adds the groups (functions/resp_stream_group.sql).
+        -- lengths. FULL adds the groups (functions/resp_stream_group.sql). DUMP's read (layout
+        -- v63, resp/commands/dump.rs) is XINFO STREAM FULL's of everything (ints {0}) with the
+        -- nodes after: items each node's ID and last ID given, scores their number, then each
+        -- one's entries given.
         IF ints[1] IS NULL THEN
             entries := pgvs3.resp_stream_range(b, k, pgvs3.resp_stream_min(), pgvs3.resp_stream_min(),
                                                pgvs3.resp_stream_max(), pgvs3.resp_stream_max(), false, 1)
@@ -425,6 +472,17 @@ BEGIN
             SELECT * INTO flat FROM pgvs3.resp_stream_groups_full(s, nullif(ints[1], 0));
             items := items || flat.items;
             scores := scores || flat.scores;
+        END IF;
+        IF op = 'xdump' THEN
+            SELECT items || coalesce(array_agg(x.item ORDER BY x.ms, x.seq, x.o), '{}'),
+                   scores || (SELECT count(*)::float8 FROM pgvs3.resp_stream_node x WHERE x.bucket_id = b AND x.key = k)
+                          || coalesce((SELECT array_agg(x.given::float8 ORDER BY x.ms, x.seq) FROM pgvs3.resp_stream_node x
+                                        WHERE x.bucket_id = b AND x.key = k), '{}')
+              INTO items, scores
+              FROM (SELECT x.ms, x.seq, u.item, u.o FROM pgvs3.resp_stream_node x,
+                           unnest(ARRAY[pgvs3.resp_stream_id(x.ms, x.seq), pgvs3.resp_stream_id(x.last_ms, x.last_seq)])
+                               WITH ORDINALITY AS u(item, o)
+                     WHERE x.bucket_id = b AND x.key = k) x;
         END IF;
     END CASE;
 END $$;

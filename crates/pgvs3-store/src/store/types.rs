@@ -204,10 +204,12 @@ sql_ops! {
     StreamOp for Stream {
         Xadd = "xadd",
         Xdel = "xdel",
+        Xdump = "xdump",
         Xinfo = "xinfo",
         Xlast = "xlast",
         Xlen = "xlen",
         Xrange = "xrange",
+        Xrestore = "xrestore",
         Xread = "xread",
         Xrevrange = "xrevrange",
         Xsetid = "xsetid",

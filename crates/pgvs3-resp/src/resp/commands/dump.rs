@@ -9,6 +9,7 @@ use bytes::Bytes;
 
 use super::family::{self, FamilyError, word, words};
 use super::rdb::{self, Refused, Value};
+use super::stream_dump;
 use crate::resp::codec::Reply;
 use crate::resp::command::{key, not_an_integer, parse_integer, syntax_error};
 use crate::resp::keys::versioned_ttl;
@@ -109,10 +110,12 @@ async fn read(batch: &mut KvBatch, key: &str) -> Result<Option<Value>, FamilyErr
         KeyType::Zset => ("zrange", &["0", "-1", "WITHSCORES"]),
         KeyType::Hash => ("hgetall", &[]),
         KeyType::Stream => {
-            return Err(Reply::error(
-                "ERR DUMP of a stream is not supported by pgvs3 (see docs/resp-compatibility.md)",
-            )
-            .into());
+            let row = family::run_calls(batch, vec![stream_dump::read_call(key)], Some((MAX_DUMP_BYTES, "DUMP")))
+                .await?
+                .pop()
+                .unwrap_or_default();
+            let stream = stream_dump::read(row).ok_or_else(|| Reply::error("ERR DUMP could not read the stream"))?;
+            return Ok(Some(Value::Stream(Box::new(stream))));
         }
     };
     let command = words(command, key, rest.iter().map(|text| word(text)));
@@ -184,18 +187,23 @@ impl Restore {
                 batch.set(key, data, expires_at);
                 return Ok(Reply::OK);
             }
-            Value::List(elements) => words("rpush", key, elements),
-            Value::Set(members) => words("sadd", key, members),
-            Value::Hash(pairs) => words("hset", key, pairs.into_iter().flat_map(|(field, value)| [field, value])),
-            Value::Zset(members) => words(
+            Value::Stream(stream) => stream_dump::write_call(key, &stream),
+            Value::List(elements) => family::call(words("rpush", key, elements))?,
+            Value::Set(members) => family::call(words("sadd", key, members))?,
+            Value::Hash(pairs) => family::call(words(
+                "hset",
+                key,
+                pairs.into_iter().flat_map(|(field, value)| [field, value]),
+            ))?,
+            Value::Zset(members) => family::call(words(
                 "zadd",
                 key,
                 members
                     .into_iter()
                     .flat_map(|(member, score)| [word(&score.to_string()), member]),
-            ),
+            ))?,
         };
-        family::replace(batch, key, Some(write)).await?;
+        family::replace_with(batch, key, Some(write)).await?;
         if expires_at.is_some() {
             batch.set_expiry(key, expires_at);
         }

@@ -12,7 +12,7 @@ use super::hyperloglog::Pf;
 use super::sort::{Sort, Target};
 use crate::resp::codec::Reply;
 use crate::resp::typed::Typed;
-use crate::store::{KeyType, KvBatch, KvValue, StoreError, StoreResult, TypedRow};
+use crate::store::{KeyType, KvBatch, KvValue, StoreError, StoreResult, TypedCall, TypedRow};
 
 /// A command of these families, as the batch runs it (`KeyCommand::Family`).
 #[derive(Debug, Clone)]
@@ -92,6 +92,11 @@ fn typed(words: Vec<Bytes>) -> Result<Typed, FamilyError> {
     Ok(crate::resp::typed::parse(&name, &words)?.expect("a typed command"))
 }
 
+/// The call of a typed command's words.
+pub fn call(words: Vec<Bytes>) -> Result<TypedCall, FamilyError> {
+    Ok(typed(words)?.call)
+}
+
 /// `command key rest...` as a client's words.
 pub fn words(command: &str, key: &str, rest: impl IntoIterator<Item = Bytes>) -> Vec<Bytes> {
     [
@@ -117,9 +122,20 @@ pub async fn run(
 ) -> Result<Vec<TypedRow>, FamilyError> {
     let mut calls = Vec::with_capacity(commands.len());
     for command in commands {
-        let mut call = typed(command)?.call;
+        calls.push(call(command)?);
+    }
+    run_calls(batch, calls, limit).await
+}
+
+/// [`run`] of calls built already (those no client's words make: DUMP's and RESTORE's of a
+/// stream).
+pub async fn run_calls(
+    batch: &mut KvBatch,
+    mut calls: Vec<TypedCall>,
+    limit: Option<(i64, &str)>,
+) -> Result<Vec<TypedRow>, FamilyError> {
+    for call in &mut calls {
         call.reply_limit = limit.map(|(bytes, _)| bytes);
-        calls.push(call);
     }
     let refs: Vec<_> = calls.iter().collect();
     let rows = batch.typed(&refs, false).await?;
@@ -237,12 +253,17 @@ fn itself(target: &Target) -> Option<Bytes> {
 /// Makes `key` what `command` (RPUSH, ZADD: its words after the key) writes into it, whatever
 /// it held, without an expiry; deleted when `command` is `None` (nothing to store).
 pub async fn replace(batch: &mut KvBatch, key: &str, command: Option<Vec<Bytes>>) -> Result<(), FamilyError> {
+    replace_with(batch, key, command.map(call).transpose()?).await
+}
+
+/// [`replace`] with a call built already.
+pub async fn replace_with(batch: &mut KvBatch, key: &str, call: Option<TypedCall>) -> Result<(), FamilyError> {
     batch.delete(key);
-    let Some(command) = command else {
+    let Some(call) = call else {
         return Ok(());
     };
     // The delete goes out first (`typed` writes what is pending).
-    run(batch, vec![command], None).await?;
+    run_calls(batch, vec![call], None).await?;
     batch.reload(&[key.to_owned()]).await?;
     Ok(())
 }

@@ -22,6 +22,7 @@ pub(crate) mod server;
 pub(crate) mod set;
 pub(crate) mod sort;
 pub(crate) mod stream;
+mod stream_dump;
 pub(crate) mod stream_group;
 pub(crate) mod strings;
 pub(crate) mod tracking;

@@ -41,7 +41,7 @@ impl StreamId {
     }
 
     /// From the SQL's 16 bytes (both halves as stored, big-endian).
-    fn from_stored(bytes: &[u8]) -> Option<StreamId> {
+    pub(super) fn from_stored(bytes: &[u8]) -> Option<StreamId> {
         let (ms, seq) = bytes.split_at_checked(8)?;
         let half = |bytes: &[u8]| Some(stored_half(u64::from_be_bytes(bytes.try_into().ok()?)) as u64);
         Some(StreamId {
@@ -68,6 +68,19 @@ impl StreamId {
                 seq: u64::MAX,
             }),
         }
+    }
+}
+
+/// As a DUMP payload carries it (rdb.rs).
+impl From<super::rdb::Id> for StreamId {
+    fn from((ms, seq): super::rdb::Id) -> StreamId {
+        StreamId { ms, seq }
+    }
+}
+
+impl From<StreamId> for super::rdb::Id {
+    fn from(id: StreamId) -> super::rdb::Id {
+        (id.ms, id.seq)
     }
 }
 
