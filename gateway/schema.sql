@@ -4919,6 +4919,15 @@ ALTER TABLE pgvs3.outbox ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
 );
 
 --
+-- Name: resp_acl_deletions; Type: TABLE; Schema: pgvs3; Owner: -
+--
+
+CREATE TABLE pgvs3.resp_acl_deletions (
+    name text NOT NULL,
+    deletions bigint NOT NULL
+);
+
+--
 -- Name: resp_acl_users; Type: TABLE; Schema: pgvs3; Owner: -
 --
 
@@ -5717,6 +5726,13 @@ ALTER TABLE ONLY pgvs3.origins
 
 ALTER TABLE ONLY pgvs3.outbox
     ADD CONSTRAINT outbox_pkey PRIMARY KEY (id);
+
+--
+-- Name: resp_acl_deletions resp_acl_deletions_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.resp_acl_deletions
+    ADD CONSTRAINT resp_acl_deletions_pkey PRIMARY KEY (name);
 
 --
 -- Name: resp_acl_users resp_acl_users_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -

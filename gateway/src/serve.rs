@@ -12,6 +12,7 @@ use crate::config::{DatabaseArgs, ServeArgs, TlsListener};
 use crate::http_server::{self, ShutdownTrigger};
 use crate::master_key::{MasterKey, random_token};
 use crate::metrics::Metrics;
+use crate::pg::connections::{Dedicated, Liveness};
 use crate::pg::health::DatabaseHealth;
 use crate::pg::{Database, migrate};
 use crate::replica_lag::ReplicaLag;
@@ -71,7 +72,7 @@ impl RunningGateway {
             shared,
             args.tls.resp_plaintext_addr,
             tls.resp.clone(),
-            (core.database.config.clone(), core.database.connections.clone()),
+            core.dedicated(args),
         )
         .await?;
         let (ojs_token, token_follower) = ojs_token(args, &core.store).await?;
@@ -198,6 +199,19 @@ impl Core {
         })
     }
 
+    /// How the LISTEN connections (the catalog's, RESP's) reach the database and make sure it
+    /// still answers them: by the health probe's interval and timeout.
+    fn dedicated(&self, args: &ServeArgs) -> Dedicated {
+        Dedicated {
+            config: self.database.config.clone(),
+            connections: self.database.connections.clone(),
+            liveness: Liveness {
+                every: args.supervision.pg_probe_interval,
+                timeout: args.supervision.pg_probe_timeout,
+            },
+        }
+    }
+
     /// /healthz, /readyz and /metrics.
     fn admin_service(&self, args: &ServeArgs) -> AdminService {
         AdminService::new(
@@ -223,7 +237,7 @@ impl Core {
                 .spawn_probe(database.config.clone(), args.supervision.pg_probe_interval),
             catalog.spawn_refresher(args.catalog_poll),
             // On a standby it waits for a promotion.
-            catalog.spawn_listener(database.config.clone(), database.connections.clone()),
+            catalog.spawn_listener(self.dedicated(args)),
             crate::cache::spawn_uploader(self.cache.clone(), pool.clone()),
             self.lag
                 .spawn_sampler(pool.clone(), metrics.clone(), Duration::from_millis(500)),

@@ -79,12 +79,14 @@ impl DatabaseArgs {
 /// How the gateway notices a database fault and restarts an embedded server (`pgvs3 serve`).
 #[derive(Debug, Clone, Args)]
 pub struct SupervisionArgs {
-    /// How often a dedicated connection checks that PostgreSQL answers.
+    /// How often a dedicated connection checks that PostgreSQL answers, and each LISTEN
+    /// connection (the catalog's, RESP's) makes a round trip.
     #[arg(long, env = "PGVS3_PG_PROBE_INTERVAL", default_value = "1s", value_parser = parse_duration)]
     pub pg_probe_interval: Duration,
 
     /// A check unanswered this long counts as an outage: /readyz turns 503 and every
-    /// connection is dropped, so no request keeps waiting on a dead one.
+    /// connection is dropped, so no request keeps waiting on a dead one. A LISTEN connection's
+    /// round trip unanswered this long has that connection re-opened (it went silent alone).
     #[arg(long, env = "PGVS3_PG_PROBE_TIMEOUT", default_value = "3s", value_parser = parse_duration)]
     pub pg_probe_timeout: Duration,
 

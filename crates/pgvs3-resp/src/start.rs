@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use pgvs3_base::feature::{Listen, Shared, Started};
-use pgvs3_pg::pg::connections::Connections;
+use pgvs3_pg::pg::connections::Dedicated;
 use pgvs3_store::bucket::Buckets;
 
 use crate::args::RespArgs;
@@ -18,7 +18,7 @@ pub async fn start(
     shared: &Shared,
     plaintext: Option<std::net::SocketAddr>,
     tls: Option<tokio_rustls::TlsAcceptor>,
-    database: (tokio_postgres::Config, Connections),
+    database: Dedicated,
 ) -> anyhow::Result<Option<Started>> {
     let Some(addr) = args.resp_addr.0 else {
         return Ok(None);

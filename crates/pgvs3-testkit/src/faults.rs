@@ -1,11 +1,16 @@
 //! Database faults on demand: a TCP proxy in front of PostgreSQL that can switch its target
 //! (a failover behind one address) or stop forwarding without closing anything (a network cut),
-//! a gateway on its own embedded PostgreSQL, and the probes the fault tests poll.
+//! one that silences one kind of connection alone, a gateway on its own embedded PostgreSQL, and
+//! the probes the fault tests poll.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
@@ -80,6 +85,119 @@ async fn relay(mut client: TcpStream, mut routes: watch::Receiver<Route>) {
 /// Keeps the sockets open and unread until the proxy goes away.
 async fn hold(mut routes: watch::Receiver<Route>, _sockets: (TcpStream, Option<TcpStream>)) {
     while routes.changed().await.is_ok() {}
+}
+
+/// A TCP proxy on 127.0.0.1 to one server that silences, without closing anything, the
+/// connections open now whose client sent `marker` (a statement only one kind of a gateway's
+/// connections sends, such as its LISTEN), and no other: as a firewall or NAT that lost one
+/// connection's state drops its packets alone (keepalives are still answered, by the proxy's
+/// kernel). Connections opened later pass, so that a gateway can open its connection again.
+pub struct Silencer {
+    pub addr: SocketAddr,
+    /// How many times [`Silencer::silence`] was called.
+    silenced: watch::Sender<i64>,
+    /// Connections whose client sent the marker.
+    marked: Arc<AtomicUsize>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl Silencer {
+    pub async fn start(target: SocketAddr, marker: &'static [u8]) -> Silencer {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (silenced, _) = watch::channel(0);
+        let marked = Arc::new(AtomicUsize::new(0));
+        let (cuts, counted) = (silenced.clone(), Arc::clone(&marked));
+        let accept = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = TcpStream::connect(target).await else {
+                    continue;
+                };
+                // The cut count when the marker went through; -1: not sent.
+                let seen = Arc::new(AtomicI64::new(-1));
+                let (client_read, client_write) = client.into_split();
+                let (server_read, server_write) = server.into_split();
+                let up = Pump {
+                    marker: Some((marker, Arc::clone(&counted))),
+                    seen: Arc::clone(&seen),
+                    cuts: cuts.subscribe(),
+                };
+                let down = Pump {
+                    marker: None,
+                    seen,
+                    cuts: cuts.subscribe(),
+                };
+                tokio::spawn(up.run(client_read, server_write));
+                tokio::spawn(down.run(server_read, client_write));
+            }
+        });
+        Silencer {
+            addr,
+            silenced,
+            marked,
+            accept,
+        }
+    }
+
+    /// Silences the marked connections open now.
+    pub fn silence(&self) {
+        self.silenced.send_modify(|cuts| *cuts += 1);
+    }
+
+    /// How many connections sent the marker so far.
+    pub fn marked(&self) -> usize {
+        self.marked.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Silencer {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+/// One direction of a [`Silencer`]'s connection.
+struct Pump {
+    /// What marks the connection, looked for in this direction, and the count of marked ones.
+    marker: Option<(&'static [u8], Arc<AtomicUsize>)>,
+    seen: Arc<AtomicI64>,
+    cuts: watch::Receiver<i64>,
+}
+
+impl Pump {
+    async fn run(mut self, mut from: OwnedReadHalf, mut to: OwnedWriteHalf) {
+        let mut buffer = vec![0; 64 * 1024];
+        // What was read lately, for a marker split between two reads.
+        let mut recent: Vec<u8> = Vec::new();
+        loop {
+            let read = match from.read(&mut buffer).await {
+                Ok(0) | Err(_) => break,
+                Ok(read) => read,
+            };
+            if let Some((marker, marked)) = &self.marker
+                && self.seen.load(Ordering::SeqCst) < 0
+            {
+                recent.extend_from_slice(&buffer[..read]);
+                if recent.windows(marker.len()).any(|window| window == *marker) {
+                    self.seen.store(*self.cuts.borrow(), Ordering::SeqCst);
+                    marked.fetch_add(1, Ordering::SeqCst);
+                }
+                recent.drain(..recent.len().saturating_sub(marker.len()));
+            }
+            let seen = self.seen.load(Ordering::SeqCst);
+            if seen >= 0 && *self.cuts.borrow() > seen {
+                // This and all that follows goes nowhere; both sockets stay open (this half's
+                // and the other's) until the proxy goes away.
+                let _sockets = (from, to);
+                while self.cuts.changed().await.is_ok() {}
+                return;
+            }
+            if to.write_all(&buffer[..read]).await.is_err() {
+                break;
+            }
+        }
+        let _ = to.shutdown().await;
+    }
 }
 
 /// The TCP address of a test cluster and its superuser password (TCP connections authenticate;

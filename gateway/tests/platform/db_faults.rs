@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_s3::primitives::ByteStream;
 use common::faults::{
-    Proxy, Route, ScratchDir, admin_get, embedded_gateway, kill9, pair_dir, password_of, postmaster_pid, tcp_url,
+    Proxy, Route, ScratchDir, Silencer, admin_get, embedded_gateway, kill9, pair_dir, password_of, postmaster_pid,
+    tcp_url,
 };
 use common::ojs::Ojs;
 use common::resp::{RawResp, Value};
@@ -445,6 +446,96 @@ async fn network_cut_fails_requests_fast_and_everything_recovers() {
     assert_listen_works(&gateway, &other, "doomed").await;
     gateway.stop().await;
     other.stop().await;
+}
+
+/// Waits until `info` (a connection to a gateway) counts `blocked` blocked clients.
+async fn wait_blocked(info: &mut RawResp, blocked: usize) {
+    let counted = format!("blocked_clients:{blocked}\r");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !matches!(info.command(&["INFO", "clients"]).await, Value::Bulk(text) if String::from_utf8_lossy(&text).contains(&counted))
+    {
+        assert!(Instant::now() < deadline, "the client did not block");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A gateway's LISTEN connections gone silent alone (their packets dropped, as by a firewall
+/// that lost their state; the health probe's connection and the pool's work on, so nothing
+/// else notices) are given up once a round trip on them goes unanswered, and opened again,
+/// and what a missed notification requires is done: a client blocked here is woken by a push
+/// made on another gateway meanwhile (before, it waited for its 45-75 s fallback), a tracking
+/// client is told to drop its cache (an invalidation may have been missed), an ACL change made
+/// on the other gateway applies here with no catalog poll, and the new connection delivers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_listen_connection_is_given_up_and_opened_again() {
+    let (port, password, database) = shared_cluster_tcp().await;
+    let proxy = Silencer::start(([127, 0, 0, 1], port).into(), b"LISTEN pgvs3_").await;
+    let probe = ["--pg-probe-interval", "250ms", "--pg-probe-timeout", "1s"];
+    let mut args = vec!["--catalog-poll", "1h", "--resp-addr", "127.0.0.1:0"];
+    let here = TestGateway::with_args(
+        tcp_url(proxy.addr.port(), &password, &database),
+        &[&args[..], &probe[..]].concat(),
+    )
+    .await;
+    args.extend(probe);
+    let there = TestGateway::with_args(tcp_url(port, &password, &database), &args).await;
+    let mut info = RawResp::connect(here.resp_addr()).await;
+    let mut other = RawResp::connect(there.resp_addr()).await;
+    // Both LISTEN connections (the catalog's, RESP's) went through the proxy.
+    eventually(Duration::from_secs(10), "the LISTEN connections open", || async {
+        (proxy.marked() == 2).then_some(())
+    })
+    .await;
+    let mut tracker = RawResp::connect(here.resp_addr()).await;
+    assert!(matches!(tracker.command(&["HELLO", "3"]).await, Value::Map(_)));
+    assert_eq!(
+        tracker.command(&["CLIENT", "TRACKING", "ON"]).await,
+        Value::Simple("OK".into())
+    );
+    assert_eq!(tracker.command(&["GET", "k"]).await, Value::Nil);
+    let mut blocked = RawResp::connect(here.resp_addr()).await;
+    blocked.send(&common::resp::encode(&[b"BLPOP", b"q", b"0"])).await;
+    wait_blocked(&mut info, 1).await;
+
+    proxy.silence();
+    assert_eq!(other.command(&["LPUSH", "q", "x"]).await, Value::Int(1));
+    assert_eq!(other.command(&["SET", "k", "v"]).await, Value::Simple("OK".into()));
+    assert_eq!(
+        other.command(&["ACL", "SETUSER", "default", "-decr"]).await,
+        Value::Simple("OK".into())
+    );
+    // Within RawResp's 30 s for a reply: less than the blocked client's fallback.
+    assert_eq!(
+        blocked.reply().await,
+        Some(Value::Array(vec![Value::bulk("q"), Value::bulk("x")]))
+    );
+    assert_eq!(
+        tracker.reply().await,
+        Some(Value::Push(vec![Value::bulk("invalidate"), Value::Nil]))
+    );
+    let denied = Value::Error("NOPERM this user has no permissions to run the 'decr' command".into());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while info.command(&["DECR", "n"]).await != denied {
+        assert!(Instant::now() < deadline, "the ACL change did not apply here");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eventually(
+        Duration::from_secs(10),
+        "both LISTEN connections open again",
+        || async { (proxy.marked() == 4).then_some(()) },
+    )
+    .await;
+
+    // The new connection tells of pushes (the fallback is a minute away).
+    blocked.send(&common::resp::encode(&[b"BLPOP", b"q", b"0"])).await;
+    wait_blocked(&mut info, 1).await;
+    assert_eq!(other.command(&["LPUSH", "q", "y"]).await, Value::Int(1));
+    assert_eq!(
+        blocked.reply().await,
+        Some(Value::Array(vec![Value::bulk("q"), Value::bulk("y")]))
+    );
+    here.stop().await;
+    there.stop().await;
 }
 
 /// The standby has replayed everything the primary wrote so far.

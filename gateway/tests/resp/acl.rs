@@ -689,6 +689,98 @@ async fn deluser_closes_the_user_s_connections_and_rules_apply_per_command() {
     assert_eq!(again.command(&["INCR", "n"]).await, Value::Int(1));
 }
 
+/// Sends BLPOP `list` 0 and GET k as one pipeline on `client`, and waits until `info` (a
+/// connection to the same gateway) counts `blocked` blocked clients. The connection looked at
+/// its user before the BLPOP; it looks again only before the GET.
+async fn block_then_get(client: &mut RawResp, list: &str, info: &mut RawResp, blocked: usize) {
+    let mut pipeline = common::resp::encode(&[b"BLPOP", list.as_bytes(), b"0"]);
+    pipeline.extend_from_slice(&common::resp::encode(&[b"GET", b"k"]));
+    client.send(&pipeline).await;
+    let counted = format!("blocked_clients:{blocked}\r");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !matches!(info.command(&["INFO", "clients"]).await, Value::Bulk(info) if String::from_utf8_lossy(&info).contains(&counted))
+    {
+        assert!(Instant::now() < deadline, "the BLPOP did not block");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The BLPOP of [`block_then_get`] is served; then the connection closes instead of the GET.
+async fn served_then_closed(client: &mut RawResp, list: &str, who: &str) {
+    assert_eq!(
+        client.reply().await,
+        Some(Value::Array(vec![Value::bulk(list), Value::bulk("x")]))
+    );
+    assert_eq!(client.reply().await, None, "{who}: the deleted user's GET was answered");
+}
+
+/// A user deleted between two looks of a connection (while a BLPOP of its runs: it looks
+/// before each command, on this gateway and on another) closes it, whatever ACL SETUSER did
+/// around the deletion: a user given rules and deleted, and a user deleted and given its rules
+/// again, are no longer the user the connection signed in as, as in Redis, where the user
+/// made again is a new user. Before, a connection compared whether rules were stored: it took
+/// the first for a user never narrowed and the second for the same narrowed user, and went on.
+#[tokio::test]
+async fn a_user_deleted_between_two_looks_of_a_connection_is_gone_for_it() {
+    let url = common::fresh_database().await;
+    let args = ["--resp-addr", "127.0.0.1:0"];
+    let first = TestGateway::with_args(url.clone(), &args).await;
+    let second = TestGateway::with_args(url, &args).await;
+    add_keys(&first).await;
+    give(OPS.0, &[&first, &second]).await;
+    let mut admin = RawResp::connect(first.resp_addr()).await;
+    let mut info = RawResp::connect(second.resp_addr()).await;
+    // The second gateway reloads its catalog when told here, not on its own: what it reads
+    // comes after both changes.
+    let catalog = second.gateway.store.catalog();
+
+    // Signed in while no rule narrowed the user; given rules, then deleted.
+    let mut here = signed_in(first.resp_addr(), OPS).await;
+    let mut there = signed_in(second.resp_addr(), OPS).await;
+    block_then_get(&mut here, "q1", &mut admin, 1).await;
+    block_then_get(&mut there, "q2", &mut info, 1).await;
+    assert_eq!(admin.command(&["ACL", "SETUSER", OPS.0, "-incr"]).await, ok());
+    assert_eq!(admin.command(&["ACL", "DELUSER", OPS.0]).await, Value::Int(1));
+    catalog.reload_now().await.unwrap();
+    assert_eq!(admin.command(&["RPUSH", "q1", "x"]).await, Value::Int(1));
+    served_then_closed(&mut here, "q1", "given rules and deleted, here").await;
+    assert_eq!(admin.command(&["RPUSH", "q2", "x"]).await, Value::Int(1));
+    served_then_closed(&mut there, "q2", "given rules and deleted, on another gateway").await;
+
+    // Signed in under rules; deleted, then given the same rules again.
+    assert_eq!(admin.command(&["ACL", "SETUSER", OPS.0, "-incr"]).await, ok());
+    catalog.reload_now().await.unwrap();
+    let mut here = signed_in(first.resp_addr(), OPS).await;
+    let mut there = signed_in(second.resp_addr(), OPS).await;
+    block_then_get(&mut here, "q3", &mut admin, 1).await;
+    block_then_get(&mut there, "q4", &mut info, 1).await;
+    assert_eq!(admin.command(&["ACL", "DELUSER", OPS.0]).await, Value::Int(1));
+    assert_eq!(admin.command(&["ACL", "SETUSER", OPS.0, "-incr"]).await, ok());
+    catalog.reload_now().await.unwrap();
+    assert_eq!(admin.command(&["RPUSH", "q3", "x"]).await, Value::Int(1));
+    served_then_closed(&mut here, "q3", "deleted and made again, here").await;
+    assert_eq!(admin.command(&["RPUSH", "q4", "x"]).await, Value::Int(1));
+    served_then_closed(&mut there, "q4", "deleted and made again, on another gateway").await;
+
+    // A change that deletes nothing keeps the connections, under the new rules; a new AUTH
+    // is the user made again.
+    let mut again = signed_in(second.resp_addr(), OPS).await;
+    assert_eq!(again.command(&["INCR", "n"]).await, Value::Error(NOPERM_COMMAND.into()));
+    block_then_get(&mut again, "q5", &mut info, 1).await;
+    assert_eq!(admin.command(&["ACL", "SETUSER", OPS.0, "+incr", "-get"]).await, ok());
+    catalog.reload_now().await.unwrap();
+    assert_eq!(admin.command(&["RPUSH", "q5", "x"]).await, Value::Int(1));
+    assert_eq!(
+        again.reply().await,
+        Some(Value::Array(vec![Value::bulk("q5"), Value::bulk("x")]))
+    );
+    assert_eq!(
+        again.reply().await.unwrap().error(),
+        "NOPERM this user has no permissions to run the 'get' command"
+    );
+    assert_eq!(again.command(&["INCR", "n"]).await, Value::Int(1));
+}
+
 /// redis-py's ACL calls.
 #[tokio::test]
 async fn redis_py_acl_calls() {

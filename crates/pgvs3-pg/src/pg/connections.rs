@@ -115,6 +115,65 @@ impl Connections {
     }
 }
 
+/// What a dedicated connection outside the pool (a LISTEN connection) needs: how to reach the
+/// server, the registry its driver joins (so that an outage severs it too), and how it makes
+/// sure that its server still answers.
+#[derive(Clone)]
+pub struct Dedicated {
+    pub config: tokio_postgres::Config,
+    pub connections: Connections,
+    pub liveness: Liveness,
+}
+
+/// How a connection that mostly waits (a LISTEN connection) makes sure that its server still
+/// answers: a round trip every `every`, one unanswered for `timeout` ending it. Keepalives and
+/// `TCP_USER_TIMEOUT` notice neither a backend that is stopped or stuck (its host's kernel
+/// acknowledges for it) nor, for half a minute, a path that drops this connection's packets
+/// alone (a firewall or NAT that lost its state); the health probe notices neither while its
+/// own connection works. Meanwhile notifications would go unheard: blocked clients wait for
+/// their fallback, other gateways' changes stay unknown.
+#[derive(Debug, Clone, Copy)]
+pub struct Liveness {
+    pub every: Duration,
+    pub timeout: Duration,
+}
+
+/// [`Liveness::timeout`] is counted in this many steps.
+const LIVENESS_STEPS: u32 = 10;
+
+impl Liveness {
+    /// Returns, with why, once a round trip on `client` failed or went unanswered.
+    pub async fn lost(&self, client: &Client) -> anyhow::Error {
+        let mut ticker = tokio::time::interval(self.every);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticker.tick().await;
+            if let Err(err) = self.answered(client.simple_query("SELECT 1")).await {
+                return err;
+            }
+        }
+    }
+
+    /// Waits for `round_trip` for `timeout`, counted in steps that each count once however
+    /// long the runtime took to come back to them: a runtime that stalled (a handler computing
+    /// for seconds in a debug build) is not taken for a server that did not answer.
+    async fn answered<T>(
+        &self,
+        round_trip: impl Future<Output = Result<T, tokio_postgres::Error>>,
+    ) -> anyhow::Result<()> {
+        let step = self.timeout / LIVENESS_STEPS;
+        futures::pin_mut!(round_trip);
+        for _ in 0..LIVENESS_STEPS {
+            if let Ok(answer) = tokio::time::timeout(step, &mut round_trip).await {
+                return answer
+                    .map(drop)
+                    .map_err(|err| anyhow::Error::new(err).context("round trip failed"));
+            }
+        }
+        anyhow::bail!("no answer within {:?}", self.timeout)
+    }
+}
+
 /// Deregisters a driver when its task ends, however it ends (finished, failed or aborted).
 struct Forget {
     id: u64,
@@ -160,6 +219,32 @@ impl Connect for Connections {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A round trip answered while the runtime was held past the whole timeout (one task
+    /// computing without yielding) is answered; one never answered is lost.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_stalled_runtime_is_not_taken_for_a_silent_server() {
+        let liveness = Liveness {
+            every: Duration::from_secs(1),
+            timeout: Duration::from_millis(200),
+        };
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            // Runs once the wait has begun, on the runtime's one thread.
+            std::thread::sleep(Duration::from_millis(500));
+            // The answer comes from another task's turn, as a connection's driver hands it on.
+            tokio::task::yield_now().await;
+            let _ = answer.send(());
+        });
+        let round_trip = async {
+            answered.await.expect("sent");
+            Ok::<(), tokio_postgres::Error>(())
+        };
+        liveness.answered(round_trip).await.expect("answered after the stall");
+        let never = std::future::pending::<Result<(), tokio_postgres::Error>>();
+        let lost = liveness.answered(never).await.expect_err("never answered");
+        assert_eq!(lost.to_string(), "no answer within 200ms");
+    }
 
     #[tokio::test]
     async fn severing_ends_every_tracked_driver_and_forgets_it() {

@@ -7,8 +7,10 @@
 //! The rules are kept in PostgreSQL (`pgvs3.resp_acl_users`), so they survive restarts and hold
 //! for the whole fleet: a change moves the catalog version, every gateway learns of it by the
 //! catalog's NOTIFY, and each connection compares that version before each command it runs,
-//! reading its user's rules again when it moved (see `Connection::refresh_user`); a user whose
-//! rules ACL DELUSER dropped has its connections closed, as Redis closes a deleted user's.
+//! reading its user's rules again when it moved (see `Connection::refresh_user`). ACL DELUSER
+//! counts each user's deletions (`pgvs3.resp_acl_deletions`); a connection remembers the count
+//! when it signs in and is closed once it moved, as Redis closes a deleted user's connections,
+//! even when the user got rules again, or got rules and lost them, between two of its looks.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, LazyLock, Mutex, RwLock};
@@ -571,7 +573,16 @@ pub(crate) struct Acl {
 struct Users {
     /// The catalog version read before these rules were.
     version: i64,
-    users: HashMap<String, Arc<User>>,
+    users: HashMap<String, Stored>,
+}
+
+/// A user as this gateway last read it.
+#[derive(Clone, Default)]
+pub(crate) struct Stored {
+    /// `None`: no rule narrows the user (never given any, or ACL DELUSER deleted them).
+    pub(crate) rules: Option<Arc<User>>,
+    /// How many times ACL DELUSER deleted the user.
+    pub(crate) deletions: i64,
 }
 
 impl Default for Acl {
@@ -592,14 +603,14 @@ impl Acl {
     /// [`User::full`]. Read again from the database when the catalog version moved.
     pub(crate) async fn user(&self, catalog: &Catalog, name: &str) -> Result<(Arc<User>, i64), StoreError> {
         let (stored, version) = self.stored(catalog, name).await?;
-        Ok((stored.unwrap_or_else(unnarrowed), version))
+        Ok((stored.rules.unwrap_or_else(unnarrowed), version))
     }
 
-    /// `name`'s stored rules (`None`: no rule narrowed it, or ACL DELUSER dropped them) and the
-    /// catalog version they are current for: a connection tells a deleted user by it.
-    pub(crate) async fn stored(&self, catalog: &Catalog, name: &str) -> Result<(Option<Arc<User>>, i64), StoreError> {
+    /// `name`'s stored rules and deletions, and the catalog version they are current for: a
+    /// connection tells by them that the user it signed in as was deleted.
+    pub(crate) async fn stored(&self, catalog: &Catalog, name: &str) -> Result<(Stored, i64), StoreError> {
         let users = self.current(catalog).await?;
-        Ok((users.users.get(name).cloned(), users.version))
+        Ok((users.users.get(name).cloned().unwrap_or_default(), users.version))
     }
 
     async fn current(&self, catalog: &Catalog) -> Result<Arc<Users>, StoreError> {
@@ -617,17 +628,23 @@ impl Acl {
         let rows = catalog.resp_acl_users().await?;
         let users = rows
             .into_iter()
-            .map(|(name, rules)| {
-                let user = User::parse(&rules).unwrap_or_else(|err| {
-                    // Fails closed: a user whose rules do not read may do nothing.
-                    tracing::warn!(
-                        user = name,
-                        error = err,
-                        "RESP ACL rules that do not parse; the user may run nothing"
-                    );
-                    User::blank()
+            .map(|row| {
+                let rules = row.rules.map(|rules| {
+                    Arc::new(User::parse(&rules).unwrap_or_else(|err| {
+                        // Fails closed: a user whose rules do not read may do nothing.
+                        tracing::warn!(
+                            user = row.name,
+                            error = err,
+                            "RESP ACL rules that do not parse; the user may run nothing"
+                        );
+                        User::blank()
+                    }))
                 });
-                (name, Arc::new(user))
+                let stored = Stored {
+                    rules,
+                    deletions: row.deletions,
+                };
+                (row.name, stored)
             })
             .collect();
         let users = Arc::new(Users { version, users });

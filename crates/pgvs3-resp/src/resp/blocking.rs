@@ -19,7 +19,11 @@
 //! after [`LISTENING_RECHECK`] (with jitter, so that thousands of blocked clients do not
 //! come back in one burst): idle blocked clients cost the database next to nothing. Losing
 //! the connection wakes every blocked client (each then tries at the short interval), and so
-//! does opening one again, since notifications in between told nobody.
+//! does opening one again, since notifications in between told nobody. A connection whose
+//! server stopped answering (a stopped backend, a path that drops its packets) counts as lost
+//! once a round trip on it goes unanswered (`--pg-probe-interval`, `--pg-probe-timeout`): it
+//! would otherwise leave blocked clients to their fallback, and this gateway deaf to the
+//! others, until TCP gave up.
 //!
 //! While it waits, a blocked client costs a registration here and its connection's task: no
 //! admission slot and no database connection (it takes both again for each attempt), so
@@ -39,7 +43,7 @@ use super::command::{KeyCommand, Spec, parse_float};
 use super::connection::{BUSY, Connection, store_error};
 use super::pubsub::PubSub;
 use super::typed::Typed;
-use crate::pg::connections::{Connections, session_settings};
+use crate::pg::connections::{Dedicated, session_settings};
 use crate::store::{Access, Family, KeyType, ListOp, StreamOp, TypedRow};
 
 /// How long to wait before opening a lost LISTEN connection again.
@@ -179,13 +183,13 @@ impl Wakeups {
     /// Starts the gateway's LISTEN connection (given a database to listen on), re-opened
     /// whenever it is lost. A standby cannot LISTEN, but refuses blocking commands (writes)
     /// anyway.
-    pub fn start(database: Option<(tokio_postgres::Config, Connections)>, pubsub: Arc<PubSub>) -> Arc<Wakeups> {
+    pub fn start(database: Option<Dedicated>, pubsub: Arc<PubSub>) -> Arc<Wakeups> {
         let wakeups = Arc::new(Wakeups::default());
-        if let Some((config, connections)) = database {
+        if let Some(database) = database {
             let wakeups = Arc::clone(&wakeups);
             tokio::spawn(async move {
                 loop {
-                    if let Err(err) = listen(&config, &connections, &wakeups, &pubsub).await {
+                    if let Err(err) = listen(&database, &wakeups, &pubsub).await {
                         tracing::warn!(error = %format!("{err:#}"), "RESP LISTEN connection lost; reconnecting");
                     }
                     pubsub.set_client(None);
@@ -267,15 +271,10 @@ impl Wakeups {
     }
 }
 
-async fn listen(
-    config: &tokio_postgres::Config,
-    connections: &Connections,
-    wakeups: &Arc<Wakeups>,
-    pubsub: &PubSub,
-) -> anyhow::Result<()> {
+async fn listen(database: &Dedicated, wakeups: &Arc<Wakeups>, pubsub: &PubSub) -> anyhow::Result<()> {
     let (client, mut connection) = tokio::time::timeout(
         LISTEN_CONNECT_TIMEOUT,
-        session_settings(config).connect(connections.tls()),
+        session_settings(&database.config).connect(database.connections.tls()),
     )
     .await
     .map_err(|_| anyhow::anyhow!("no connection within {LISTEN_CONNECT_TIMEOUT:?}"))??;
@@ -283,7 +282,7 @@ async fn listen(
     // Unbounded: the driver must never wait, or the reads of large messages on this same
     // connection would never complete. Payloads are small (under 8,000 bytes).
     let (published, payloads) = tokio::sync::mpsc::unbounded_channel();
-    let driver = connections.spawn(async move {
+    let driver = database.connections.spawn(async move {
         let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
         while let Some(message) = messages.next().await {
             let tokio_postgres::AsyncMessage::Notification(notification) = message? else {
@@ -297,35 +296,46 @@ async fn listen(
         }
         anyhow::Ok(())
     });
+    let stop_driver = driver.abort_handle();
     let client = Arc::new(client);
-    if client
-        .query_one("SELECT pg_is_in_recovery() AS standby", &[])
-        .await?
-        .get::<_, bool>("standby")
-    {
-        anyhow::bail!("a standby cannot LISTEN");
-    }
-    client.batch_execute("LISTEN pgvs3_resp; LISTEN pgvs3_pubsub").await?;
-    // Elements added while no connection listened told nobody. Listening first: a client
-    // woken here waits long for the next notification.
-    wakeups.listening.store(true, Ordering::Release);
-    wakeups.wake_all();
-    pubsub.set_client(Some(Arc::clone(&client)));
-    // The keyspaces' tracking marks named the lost connection's backend: marked again.
-    let remark = async {
-        if let Err(err) = pubsub.mark_tracked(true).await {
-            tracing::warn!(error = ?err, "CLIENT TRACKING: keyspaces not marked tracked again");
+    let session = async {
+        if client
+            .query_one("SELECT pg_is_in_recovery() AS standby", &[])
+            .await?
+            .get::<_, bool>("standby")
+        {
+            anyhow::bail!("a standby cannot LISTEN");
         }
+        client.batch_execute("LISTEN pgvs3_resp; LISTEN pgvs3_pubsub").await?;
+        // Elements added while no connection listened told nobody. Listening first: a client
+        // woken here waits long for the next notification.
+        wakeups.listening.store(true, Ordering::Release);
+        wakeups.wake_all();
+        pubsub.set_client(Some(Arc::clone(&client)));
+        // The keyspaces' tracking marks named the lost connection's backend: marked again.
+        let remark = async {
+            if let Err(err) = pubsub.mark_tracked(true).await {
+                tracing::warn!(error = ?err, "CLIENT TRACKING: keyspaces not marked tracked again");
+            }
+        };
+        let dispatch = async {
+            remark.await;
+            pubsub.dispatch(&client, payloads).await
+        };
+        tokio::select! {
+            ended = driver => ended??,
+            () = dispatch => {}
+        }
+        Ok(())
     };
-    let dispatch = async {
-        remark.await;
-        pubsub.dispatch(&client, payloads).await
+    let ended = tokio::select! {
+        ended = session => ended,
+        silent = database.liveness.lost(&client) => Err(silent),
     };
-    tokio::select! {
-        ended = driver => ended??,
-        () = dispatch => {}
-    }
-    Ok(())
+    // A server that stopped answering would hold the connection open until TCP gave up, and
+    // the statements waiting on it (a tracking mark, a large message's read) with it.
+    stop_driver.abort();
+    ended
 }
 
 /// What a blocked client does when an attempt after its first answers an error.

@@ -65,10 +65,10 @@ pub struct Connection {
     pub(crate) username: String,
     pub(crate) user: Arc<super::acl::User>,
     pub(crate) acl_version: i64,
-    /// Whether the user had stored rules when they were last read: rules dropped since (ACL
-    /// DELUSER, here or on another gateway) close the connection, as Redis closes a deleted
-    /// user's connections.
-    pub(crate) acl_stored: bool,
+    /// How many times ACL DELUSER had deleted the user when the connection signed in: one more
+    /// since (here or on another gateway, whatever SETUSER did before or after) closes the
+    /// connection, as Redis closes a deleted user's connections. (`default` cannot be deleted.)
+    pub(crate) acl_deletions: i64,
     /// The admission slot of the batch running now; a blocked client gives it back while it
     /// waits.
     pub(crate) admitted: Option<crate::admission::Admitted>,
@@ -147,7 +147,7 @@ impl Connection {
             username: "default".into(),
             user: super::acl::unnarrowed(),
             acl_version: i64::MIN,
-            acl_stored: false,
+            acl_deletions: 0,
             admitted: None,
             db: 0,
             resp3: false,
@@ -501,9 +501,10 @@ impl Connection {
 
     /// Reads the user's rules again after the catalog version moved (an ACL change here or on
     /// another gateway, or a key's), and its key: false when the key is gone or disabled, or
-    /// the user's rules were dropped (ACL DELUSER: Redis closes a deleted user's connections;
-    /// here the user would otherwise go on with all its key may do). A database that does not
-    /// answer keeps the rules known, to be read again next time.
+    /// the user was deleted since the connection signed in (ACL DELUSER: Redis closes a deleted
+    /// user's connections; here the user would otherwise go on with all its key may do, or with
+    /// the rules of the user made again under its name). A database that does not answer keeps
+    /// the rules known, to be read again next time.
     async fn refresh_user(&mut self) -> bool {
         let catalog = self.server.buckets.catalog();
         if self.username != "default" {
@@ -514,10 +515,9 @@ impl Connection {
             }
         }
         match self.server.acl.stored(catalog, &self.username).await {
-            Ok((None, _)) if self.acl_stored => false,
+            Ok((stored, _)) if stored.deletions != self.acl_deletions => false,
             Ok((stored, version)) => {
-                self.acl_stored = stored.is_some();
-                self.user = stored.unwrap_or_else(super::acl::unnarrowed);
+                self.user = stored.rules.unwrap_or_else(super::acl::unnarrowed);
                 self.acl_version = version;
                 true
             }

@@ -171,7 +171,7 @@ impl RespServer {
         addr: std::net::SocketAddr,
         replica: ReplicaLag,
         buffers: crate::admission::BufferBudget,
-        database: Option<(tokio_postgres::Config, crate::pg::connections::Connections)>,
+        database: Option<crate::pg::connections::Dedicated>,
     ) -> anyhow::Result<Arc<RespServer>> {
         let root_key = buckets
             .catalog()

@@ -16,7 +16,7 @@ use super::origins::{ORIGIN_COLUMNS, Origin, origin_from_row};
 use super::{Principal, StoreError, StoreResult};
 use crate::access::acl::{Acl, Ownership};
 use crate::master_key::MasterKey;
-use crate::pg::connections::{Connections, session_settings};
+use crate::pg::connections::{Dedicated, session_settings};
 
 /// Pause between attempts to (re)open the LISTEN connection, and between role checks on a
 /// standby.
@@ -368,19 +368,16 @@ impl Catalog {
     /// deleted key or bucket stops working within milliseconds instead of at the next poll.
     /// Standbys cannot LISTEN; they rely on polling, and this starts listening once promoted.
     /// A lost connection (the database restarted, failed over, or the health probe severed it)
-    /// is re-opened until the task is aborted.
-    pub fn spawn_listener(
-        self: &Arc<Self>,
-        config: tokio_postgres::Config,
-        connections: Connections,
-    ) -> tokio::task::JoinHandle<()> {
+    /// is re-opened until the task is aborted, and so is one whose server stopped answering
+    /// (`database.liveness`): it would hear no change until TCP gave up.
+    pub fn spawn_listener(self: &Arc<Self>, database: Dedicated) -> tokio::task::JoinHandle<()> {
         let catalog = Arc::clone(self);
         tokio::spawn(async move {
             // Whether the connection was lost and not yet re-opened: the loss is logged once,
             // not once per attempt while the database is away.
             let mut lost = false;
             loop {
-                if let Err(err) = catalog.listen(&config, &connections, &mut lost).await {
+                if let Err(err) = catalog.listen(&database, &mut lost).await {
                     let error = format!("{err:#}");
                     if lost {
                         tracing::debug!(error, "catalog LISTEN connection: still reconnecting");
@@ -395,20 +392,18 @@ impl Catalog {
         })
     }
 
-    async fn listen(
-        &self,
-        config: &tokio_postgres::Config,
-        connections: &Connections,
-        lost: &mut bool,
-    ) -> anyhow::Result<()> {
+    async fn listen(&self, database: &Dedicated, lost: &mut bool) -> anyhow::Result<()> {
         use futures::StreamExt;
+        let config = &database.config;
         let connect_timeout = config.get_connect_timeout().copied().unwrap_or(LISTEN_CONNECT_TIMEOUT);
-        let (client, mut connection) =
-            tokio::time::timeout(connect_timeout, session_settings(config).connect(connections.tls()))
-                .await
-                .map_err(|_| anyhow::anyhow!("no connection within {connect_timeout:?}"))??;
+        let (client, mut connection) = tokio::time::timeout(
+            connect_timeout,
+            session_settings(config).connect(database.connections.tls()),
+        )
+        .await
+        .map_err(|_| anyhow::anyhow!("no connection within {connect_timeout:?}"))??;
         let (notify, mut notified) = tokio::sync::mpsc::channel::<()>(1);
-        let driver = connections.spawn(async move {
+        let driver = database.connections.spawn(async move {
             let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
             while let Some(message) = messages.next().await {
                 if let tokio_postgres::AsyncMessage::Notification(_) = message? {
@@ -418,25 +413,36 @@ impl Catalog {
             }
             anyhow::Ok(())
         });
-        // A standby refuses LISTEN; this session may LISTEN once its server is promoted.
-        while client
-            .query_one("SELECT pg_is_in_recovery() AS in_recovery", &[])
-            .await?
-            .get::<_, bool>("in_recovery")
-        {
-            tokio::time::sleep(LISTEN_RETRY).await;
-        }
-        client.batch_execute("LISTEN pgvs3_catalog").await?;
-        if std::mem::take(lost) {
-            tracing::info!("catalog LISTEN connection re-established");
-        }
-        // Changes made before LISTEN took effect would otherwise wait for the next poll.
-        self.refresh().await?;
-        while notified.recv().await.is_some() {
+        let stop_driver = driver.abort_handle();
+        let session = async {
+            // A standby refuses LISTEN; this session may LISTEN once its server is promoted.
+            while client
+                .query_one("SELECT pg_is_in_recovery() AS in_recovery", &[])
+                .await?
+                .get::<_, bool>("in_recovery")
+            {
+                tokio::time::sleep(LISTEN_RETRY).await;
+            }
+            client.batch_execute("LISTEN pgvs3_catalog").await?;
+            if std::mem::take(lost) {
+                tracing::info!("catalog LISTEN connection re-established");
+            }
+            // Changes made before LISTEN took effect (or, on a connection opened again, while
+            // none listened) would otherwise wait for the next poll.
             self.refresh().await?;
-        }
-        driver.await??;
-        Ok(())
+            while notified.recv().await.is_some() {
+                self.refresh().await?;
+            }
+            driver.await??;
+            anyhow::Ok(())
+        };
+        let ended = tokio::select! {
+            ended = session => ended,
+            silent = database.liveness.lost(&client) => Err(silent),
+        };
+        // A server that stopped answering would hold the connection open until TCP gave up.
+        stop_driver.abort();
+        ended
     }
 
     /// Looks up a bucket: from the cache, else from the database (a bucket created through

@@ -1,17 +1,41 @@
-//! RESP ACL rules (`pgvs3.resp_acl_users`, migration 0039): one row per user that ACL SETUSER
-//! narrowed, its rules as text. Every change moves the catalog version (the table's trigger), so
-//! the gateways of the fleet know to read the rules again.
+//! RESP ACL rules (`pgvs3.resp_acl_users`, migration 0042): one row per user that ACL SETUSER
+//! narrowed, its rules as text; and how many times ACL DELUSER deleted each user
+//! (`pgvs3.resp_acl_deletions`, migration 0062). Every change moves the catalog version (the
+//! rules table's trigger), so the gateways of the fleet know to read the rules again.
 
 use super::{StoreError, StoreResult};
 
+/// One user as the database has it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RespAclUser {
+    pub name: String,
+    /// `None`: no rule narrows the user (never given any, or ACL DELUSER deleted them).
+    pub rules: Option<String>,
+    /// How many times ACL DELUSER deleted the user: a connection signed in before a deletion
+    /// is closed, whatever rules the user has now.
+    pub deletions: i64,
+}
+
 impl super::Catalog {
-    /// Every user's rules, by name.
-    pub async fn resp_acl_users(&self) -> StoreResult<Vec<(String, String)>> {
+    /// Every user with rules or deletions, by name.
+    pub async fn resp_acl_users(&self) -> StoreResult<Vec<RespAclUser>> {
         let client = self.pool().get().await?;
         let rows = client
-            .query("SELECT name, rules FROM pgvs3.resp_acl_users ORDER BY name", &[])
+            .query(
+                "SELECT name, u.rules, coalesce(d.deletions, 0) AS deletions
+                   FROM pgvs3.resp_acl_users u FULL JOIN pgvs3.resp_acl_deletions d USING (name)
+                  ORDER BY name",
+                &[],
+            )
             .await?;
-        Ok(rows.iter().map(|row| (row.get("name"), row.get("rules"))).collect())
+        Ok(rows
+            .iter()
+            .map(|row| RespAclUser {
+                name: row.get("name"),
+                rules: row.get("rules"),
+                deletions: row.get("deletions"),
+            })
+            .collect())
     }
 
     /// Stores a user's rules, unless that would make more than `max_users` rows; false then.
@@ -47,11 +71,18 @@ impl super::Catalog {
         Ok(exists)
     }
 
-    /// Drops users' rules (their keys keep their own rights); how many there were.
+    /// Drops users' rules (their keys keep their own rights) and counts each one's deletion;
+    /// how many had rules.
     pub async fn delete_resp_acl_users(&self, names: &[String]) -> StoreResult<u64> {
         let client = self.pool().get().await?;
         let deleted = client
-            .execute("DELETE FROM pgvs3.resp_acl_users WHERE name = ANY ($1)", &[&names])
+            .execute(
+                "WITH deleted AS (DELETE FROM pgvs3.resp_acl_users WHERE name = ANY ($1) RETURNING name)
+                 INSERT INTO pgvs3.resp_acl_deletions (name, deletions)
+                 SELECT name, 1 FROM deleted
+                 ON CONFLICT (name) DO UPDATE SET deletions = pgvs3.resp_acl_deletions.deletions + 1",
+                &[&names],
+            )
             .await?;
         drop(client);
         self.reload_now()

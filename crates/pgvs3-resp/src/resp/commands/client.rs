@@ -53,7 +53,7 @@ impl Connection {
                 self.unauthenticated_since = Instant::now();
                 self.username = "default".into();
                 self.acl_version = i64::MIN;
-                self.acl_stored = false;
+                self.acl_deletions = 0;
                 self.set_client(|info| info.user = "default".into());
                 self.set_client(|info| info.name.clear());
                 Reply::Simple("RESET")
@@ -126,24 +126,24 @@ impl Connection {
                     .stored(self.server.buckets.catalog(), &username)
                     .await
                     .map_err(store_error)?;
-                let acl_stored = stored.is_some();
-                let rules = stored.unwrap_or_else(crate::resp::acl::unnarrowed);
+                let deletions = stored.deletions;
+                let rules = stored.rules.unwrap_or_else(crate::resp::acl::unnarrowed);
                 match rules.enabled {
                     true => self
                         .keeps_subscriptions(&rules)
-                        .map(|()| (principal, rules, version, acl_stored)),
+                        .map(|()| (principal, rules, version, deletions)),
                     false => Err(Reply::error(WRONGPASS)),
                 }
             }
             Err(reply) => Err(reply),
         };
         match signed_in {
-            Ok((principal, rules, version, acl_stored)) => {
+            Ok((principal, rules, version, deletions)) => {
                 let tenant = self.channel_namespace();
                 self.principal = Some(principal);
                 self.user = rules;
                 self.acl_version = version;
-                self.acl_stored = acl_stored;
+                self.acl_deletions = deletions;
                 self.set_client(|info| info.user.clone_from(&username));
                 self.username = username;
                 self.signed_in(tenant).await;
