@@ -319,6 +319,71 @@ async fn a_download_whose_client_stops_reading_is_cut_and_frees_its_database_con
     gw.stop().await;
 }
 
+/// Review of session 31: an HTTP/2 client that opens downloads and never grants their streams
+/// flow-control window (no WINDOW_UPDATE, while it answers PINGs) left the gateway no socket
+/// write pending, so the send-stall bound never fired and each stream held its database
+/// connection and its place in the download share for ever. Three such streams fill the
+/// share of a pool of 4; the connection is cut after the idle timeout, everything they held
+/// comes back, and another download proceeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_download_granted_no_window_is_cut_and_frees_what_it_held() {
+    let gw = TestGateway::with_args(
+        common::fresh_database().await,
+        &["--http-idle-timeout", "2s", "--pool-size", "4"],
+    )
+    .await;
+    let (path, size) = large_object(&gw).await;
+    let sql = gw.sql().await;
+    let s3 = gw.gateway.s3_addr;
+    let (mut sender, connection) = hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+        .initial_stream_window_size(0)
+        .handshake(hyper_util::rt::TokioIo::new(TcpStream::connect(s3).await.unwrap()))
+        .await
+        .unwrap();
+    let connection = tokio::spawn(connection);
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let request = http::Request::get(format!("http://{s3}{path}"))
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .unwrap();
+        let response = sender.send_request(request).await.expect("the response head");
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.version(), http::Version::HTTP_2);
+        // Its body never read: the client's window for the stream stays 0.
+        held.push(response);
+    }
+    eventually(Duration::from_secs(30), "the three downloads to stall", || async {
+        (sessions_held_by_clients(&sql).await == 3).then_some(())
+    })
+    .await;
+    // The responses still held, the client answering PINGs: only the gateway can end it.
+    eventually(Duration::from_secs(60), "the stalled streams to be cut", || async {
+        (sessions_held_by_clients(&sql).await == 0).then_some(())
+    })
+    .await;
+    tokio::time::timeout(Duration::from_secs(30), connection)
+        .await
+        .expect("the server ended the connection")
+        .unwrap()
+        .expect_err("cut, not closed with GOAWAY");
+    eventually(Duration::from_secs(10), "its connection slot back", || async {
+        (gw.metric("pgvs3_http_connections{server=\"s3\"}").await == Some(0.0)).then_some(())
+    })
+    .await;
+    // The download share is whole again: a client that reads gets the whole object.
+    let whole = gw
+        .client
+        .get_object()
+        .bucket("downloads")
+        .key("large")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(whole.body.collect().await.unwrap().into_bytes().len(), size);
+    drop(held);
+    gw.stop().await;
+}
+
 /// Downloads hold their database connections within the stream share (the pool less a quarter),
 /// as uploads do: however many clients read slowly, other requests (RESP, small S3 requests)
 /// still find a connection.
