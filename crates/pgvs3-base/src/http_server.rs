@@ -493,9 +493,9 @@ impl Drop for OpenStream {
     }
 }
 
-/// The HTTP/2 responses of one connection that hyper holds a chunk of until the client grants
-/// flow-control window, by the moment each began to wait. hyper does not poll a response's
-/// body while its last chunk waits for window, so a client that never sends WINDOW_UPDATE
+/// The HTTP/2 responses of one connection that hyper holds a piece ([`HTTP2_PIECE`]) of until
+/// the client grants flow-control window, by the moment each began to wait. hyper does not poll a response's
+/// body while its last piece waits for window, so a client that never sends WINDOW_UPDATE
 /// stalls the body (and the database connection, download share and buffers behind it) with
 /// no socket write pending: [`SendStall`] never sees it. hyper offers no way to reset one
 /// stream from outside its body, so the connection is cut, as an HTTP/1.1 one is.
@@ -540,13 +540,13 @@ impl Unsent {
 struct UnsentStream {
     unsent: Unsent,
     id: u64,
-    /// Whether hyper holds a chunk of it: its last frame was data, and its body not polled
+    /// Whether hyper holds a piece ([`HTTP2_PIECE`]) of it: its last frame was data, and its body not polled
     /// since.
     waiting: bool,
 }
 
 impl UnsentStream {
-    /// hyper took a chunk and will not ask for the next before the client's window lets it
+    /// hyper took a piece and will not ask for the next before the client's window lets it
     /// send this one.
     fn wait(&mut self) {
         let id = self.id;
@@ -556,7 +556,7 @@ impl UnsentStream {
         self.waiting = true;
     }
 
-    /// hyper asks for the next chunk (or the body ended): the client took the last.
+    /// hyper asks for the next piece (or the body ended): the client took the last.
     fn taken(&mut self) {
         if self.waiting {
             let id = self.id;
@@ -574,54 +574,88 @@ impl Drop for UnsentStream {
     }
 }
 
+/// The most of a response's data hyper is handed at once over HTTP/2: [`Unsent`] times each
+/// piece's wait for window, so a client must grant this much (h2's default frame size) per
+/// idle timeout, not a whole chunk of the body (up to 256 KiB), to count as reading.
+const HTTP2_PIECE: usize = 16 << 10;
+
 pin_project_lite::pin_project! {
     /// A response's body, its request counted open until the body ends (or is dropped), and
-    /// over HTTP/2 its chunks' wait for the client's window watched.
+    /// over HTTP/2 its data handed to hyper in pieces whose wait for the client's window is
+    /// watched.
     struct Tracked<B> {
         #[pin]
         inner: B,
         open: Option<OpenStream>,
         unsent: Option<UnsentStream>,
+        // HTTP/2: what is left of the body's last chunk, handed on before it is polled again.
+        rest: Bytes,
     }
 }
 
 impl<B: http_body::Body> http_body::Body for Tracked<B> {
-    type Data = B::Data;
+    type Data = Bytes;
     type Error = B::Error;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<B::Data>, B::Error>>> {
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, B::Error>>> {
         let this = self.project();
-        if let Some(unsent) = this.unsent.as_mut() {
-            unsent.taken();
-        }
-        let polled = this.inner.poll_frame(cx);
-        match &polled {
-            Poll::Ready(None | Some(Err(_))) => {
+        let Some(unsent) = this.unsent.as_mut() else {
+            let polled = std::task::ready!(this.inner.poll_frame(cx));
+            if let None | Some(Err(_)) = &polled {
                 this.open.take();
             }
-            // Data with bytes waits for window; empty data and trailers do not.
-            Poll::Ready(Some(Ok(frame))) => {
-                if let (Some(unsent), Some(data)) = (this.unsent.as_mut(), frame.data_ref())
-                    && bytes::Buf::has_remaining(data)
-                {
-                    unsent.wait();
+            return Poll::Ready(polled.map(|frame| frame.map(|frame| frame.map_data(into_bytes))));
+        };
+        // hyper asks for more: it has sent what it held, or is about to.
+        unsent.taken();
+        if this.rest.is_empty() {
+            match std::task::ready!(this.inner.poll_frame(cx)) {
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) => *this.rest = into_bytes(data),
+                    // Trailers need no window.
+                    Err(frame) => return Poll::Ready(Some(Ok(frame.map_data(into_bytes)))),
+                },
+                Some(Err(err)) => {
+                    this.open.take();
+                    return Poll::Ready(Some(Err(err)));
+                }
+                None => {
+                    this.open.take();
+                    return Poll::Ready(None);
                 }
             }
-            Poll::Pending => {}
         }
-        polled
+        let piece = this.rest.split_to(this.rest.len().min(HTTP2_PIECE));
+        // Empty data needs no window.
+        if !piece.is_empty() {
+            unsent.wait();
+        }
+        Poll::Ready(Some(Ok(http_body::Frame::data(piece))))
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.rest.is_empty() && self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
+        let inner = self.inner.size_hint();
+        let rest = self.rest.len() as u64;
+        let mut hint = http_body::SizeHint::new();
+        hint.set_lower(inner.lower() + rest);
+        if let Some(upper) = inner.upper() {
+            hint.set_upper(upper + rest);
+        }
+        hint
     }
+}
+
+/// A chunk as `Bytes`, which a chunk already is (the S3, OJS and admin bodies): then nothing is
+/// copied.
+fn into_bytes(mut data: impl bytes::Buf) -> Bytes {
+    data.copy_to_bytes(data.remaining())
 }
 
 /// The per-connection service: marks the first request, counts it open, and gives it its
@@ -712,7 +746,14 @@ where
                 .insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
         }
         let (open, unsent) = (this.open.take(), this.unsent.take());
-        Poll::Ready(answer.map(|response| response.map(|inner| Tracked { inner, open, unsent })))
+        Poll::Ready(answer.map(|response| {
+            response.map(|inner| Tracked {
+                inner,
+                open,
+                unsent,
+                rest: Bytes::new(),
+            })
+        }))
     }
 }
 

@@ -384,6 +384,54 @@ async fn an_http2_download_granted_no_window_is_cut_and_frees_what_it_held() {
     gw.stop().await;
 }
 
+/// The other side of the HTTP/2 bound: a client that grants window as it reads, slowly (8 KiB
+/// at a time, 16 KiB every 300 ms: a 256 KiB chunk of the body takes it about 5 s, past the
+/// 3 s idle timeout), makes progress within each idle timeout and gets the whole object. The
+/// bound times a piece of 16 KiB, not a chunk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_download_read_slowly_within_the_bound_is_not_cut() {
+    use http_body_util::BodyExt;
+    const SIZE: usize = 1 << 20;
+    const WINDOW: u32 = 16 << 10;
+    let gw = TestGateway::with_args(common::fresh_database().await, &["--http-idle-timeout", "3s"]).await;
+    gw.client.create_bucket().bucket("downloads").send().await.unwrap();
+    let object = common::noise(SIZE, 11);
+    common::s3::put_object(&gw.client, "downloads", "slow", object.clone()).await;
+    let signer = common::raw::Signer {
+        access_key: common::ROOT_ACCESS_KEY.into(),
+        secret_key: common::ROOT_SECRET_KEY.into(),
+        host: gw.gateway.s3_addr.to_string(),
+    };
+    let path = signer.presign("GET", "/downloads/slow", "3600", std::time::SystemTime::now());
+    let s3 = gw.gateway.s3_addr;
+    let (mut sender, connection) = hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+        .initial_stream_window_size(WINDOW)
+        .initial_connection_window_size(WINDOW)
+        .handshake(hyper_util::rt::TokioIo::new(TcpStream::connect(s3).await.unwrap()))
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let request = http::Request::get(format!("http://{s3}{path}"))
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .unwrap();
+    let response = sender.send_request(request).await.expect("the response head");
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.version(), http::Version::HTTP_2);
+    let mut body = response.into_body();
+    let mut read = Vec::with_capacity(SIZE);
+    // Each frame read releases its window; h2 grants it back once half the window is free.
+    while let Some(frame) = body.frame().await {
+        let frame = frame.unwrap_or_else(|err| panic!("cut after {} bytes: {err}", read.len()));
+        if let Ok(data) = frame.into_data() {
+            tokio::time::sleep(Duration::from_millis(300) * data.len() as u32 / WINDOW).await;
+            read.extend_from_slice(&data);
+        }
+    }
+    assert_eq!(read.len(), SIZE);
+    assert!(read == object, "the object as stored");
+    gw.stop().await;
+}
+
 /// Downloads hold their database connections within the stream share (the pool less a quarter),
 /// as uploads do: however many clients read slowly, other requests (RESP, small S3 requests)
 /// still find a connection.
