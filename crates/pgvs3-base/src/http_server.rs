@@ -1,6 +1,7 @@
 //! The accept loop every HTTP front shares: a cap on open connections, overall and per client
 //! address, deadlines for a client's first request, its idle keep-alive (HTTP/1.1 and HTTP/2
-//! alike) and its request bodies, TCP_NODELAY on each socket,
+//! alike), its request bodies and its reading of responses (HTTP/1.1 and HTTP/2 alike),
+//! TCP_NODELAY on each socket,
 //! HTTP/1.1 keep-alive and HTTP/2 (by preface, or ALPN under TLS), TLS when the listener has a
 //! certificate, and a graceful drain of in-flight requests on shutdown.
 //!
@@ -71,7 +72,8 @@ pub struct HttpLimits {
     /// next request head within it (hyper's header-read timer covers the idle wait and the head
     /// alike); HTTP/2 is sent GOAWAY ([`Streams`]), and this is also its PING interval, which
     /// finds dead peers. A connection whose client accepts no response bytes for this long is
-    /// cut ([`SendStall`]).
+    /// cut ([`SendStall`]), and so is an HTTP/2 connection one of whose responses the client
+    /// grants no flow-control window for this long ([`Unsent`]).
     pub idle_timeout: Duration,
     /// A request body that delivers no byte for this long fails (S3: 400 RequestTimeout).
     pub body_idle_timeout: Duration,
@@ -230,11 +232,13 @@ impl<S: Clone> Serving<S> {
     fn connection(&self, peer: std::net::SocketAddr, watcher: Watcher, shutdown: Shutdown) -> Connection<S> {
         let first_request = Arc::new(Notify::new());
         let streams = Streams::default();
+        let unsent = Unsent::default();
         Connection {
             service: Requests {
                 inner: self.service.clone(),
                 first_request: Arc::clone(&first_request),
                 streams: streams.clone(),
+                unsent: unsent.clone(),
                 body_idle_timeout: self.limits.body_idle_timeout,
                 peer: Peer {
                     addr: peer,
@@ -245,6 +249,7 @@ impl<S: Clone> Serving<S> {
             watcher,
             shutdown,
             streams,
+            unsent,
             idle_timeout: self.limits.idle_timeout,
             first_request,
             deadline: Deadline::now() + self.limits.first_request_timeout,
@@ -264,6 +269,8 @@ struct Connection<S> {
     shutdown: Shutdown,
     /// The requests open on it, and how long it may have none.
     streams: Streams,
+    /// Its HTTP/2 responses waiting for the client's window, cut after the idle timeout.
+    unsent: Unsent,
     idle_timeout: Duration,
     first_request: Arc<Notify>,
     deadline: Deadline,
@@ -318,6 +325,12 @@ where
                 () = &mut first_request => {
                     self.timed_out.inc();
                     tracing::debug!(%peer, "closed a connection that sent no request in time");
+                    return;
+                }
+                // Dropping the connection ends each of its streams (h2 fails them all), and
+                // their bodies drop with them: what a download held is released at once.
+                () = self.unsent.stalled(self.idle_timeout) => {
+                    tracing::debug!(%peer, "cut an HTTP/2 connection whose client took no response bytes for the idle timeout");
                     return;
                 }
                 () = shutdown.wait(), if !closing => {}
@@ -480,38 +493,169 @@ impl Drop for OpenStream {
     }
 }
 
+/// The HTTP/2 responses of one connection that hyper holds a piece ([`HTTP2_PIECE`]) of until
+/// the client grants flow-control window, by the moment each began to wait. hyper does not poll a response's
+/// body while its last piece waits for window, so a client that never sends WINDOW_UPDATE
+/// stalls the body (and the database connection, download share and buffers behind it) with
+/// no socket write pending: [`SendStall`] never sees it. hyper offers no way to reset one
+/// stream from outside its body, so the connection is cut, as an HTTP/1.1 one is.
+#[derive(Clone, Default)]
+struct Unsent(Arc<UnsentInner>);
+
+#[derive(Default)]
+struct UnsentInner {
+    waiting: watch::Sender<HashMap<u64, Deadline>>,
+    next_id: std::sync::atomic::AtomicU64,
+}
+
+impl Unsent {
+    /// A stream's place in the map: an id no other response of the connection has.
+    fn stream(&self) -> UnsentStream {
+        UnsentStream {
+            unsent: self.clone(),
+            id: self.0.next_id.fetch_add(1, Ordering::Relaxed),
+            waiting: false,
+        }
+    }
+
+    /// Completes once a response has waited for the client's window for `limit`.
+    async fn stalled(&self, limit: Duration) {
+        let mut changes = self.0.waiting.subscribe();
+        loop {
+            let oldest = changes.borrow_and_update().values().min().copied();
+            match oldest {
+                None => {
+                    let _ = changes.changed().await;
+                }
+                Some(since) => tokio::select! {
+                    _ = changes.changed() => {}
+                    () = tokio::time::sleep_until(since + limit) => return,
+                },
+            }
+        }
+    }
+}
+
+/// One HTTP/2 response's entry in [`Unsent`].
+struct UnsentStream {
+    unsent: Unsent,
+    id: u64,
+    /// Whether hyper holds a piece ([`HTTP2_PIECE`]) of it: its last frame was data, and its body not polled
+    /// since.
+    waiting: bool,
+}
+
+impl UnsentStream {
+    /// hyper took a piece and will not ask for the next before the client's window lets it
+    /// send this one.
+    fn wait(&mut self) {
+        let id = self.id;
+        self.unsent.0.waiting.send_modify(|waiting| {
+            waiting.insert(id, Deadline::now());
+        });
+        self.waiting = true;
+    }
+
+    /// hyper asks for the next piece (or the body ended): the client took the last.
+    fn taken(&mut self) {
+        if self.waiting {
+            let id = self.id;
+            self.unsent.0.waiting.send_modify(|waiting| {
+                waiting.remove(&id);
+            });
+            self.waiting = false;
+        }
+    }
+}
+
+impl Drop for UnsentStream {
+    fn drop(&mut self) {
+        self.taken();
+    }
+}
+
+/// The most of a response's data hyper is handed at once over HTTP/2: [`Unsent`] times each
+/// piece's wait for window, so a client must grant this much (h2's default frame size) per
+/// idle timeout, not a whole chunk of the body (up to 256 KiB), to count as reading.
+const HTTP2_PIECE: usize = 16 << 10;
+
 pin_project_lite::pin_project! {
-    /// A response's body, its request counted open until the body ends (or is dropped).
+    /// A response's body, its request counted open until the body ends (or is dropped), and
+    /// over HTTP/2 its data handed to hyper in pieces whose wait for the client's window is
+    /// watched.
     struct Tracked<B> {
         #[pin]
         inner: B,
         open: Option<OpenStream>,
+        unsent: Option<UnsentStream>,
+        // HTTP/2: what is left of the body's last chunk, handed on before it is polled again.
+        rest: Bytes,
     }
 }
 
 impl<B: http_body::Body> http_body::Body for Tracked<B> {
-    type Data = B::Data;
+    type Data = Bytes;
     type Error = B::Error;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<B::Data>, B::Error>>> {
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, B::Error>>> {
         let this = self.project();
-        let polled = this.inner.poll_frame(cx);
-        if let Poll::Ready(None | Some(Err(_))) = &polled {
-            this.open.take();
+        let Some(unsent) = this.unsent.as_mut() else {
+            let polled = std::task::ready!(this.inner.poll_frame(cx));
+            if let None | Some(Err(_)) = &polled {
+                this.open.take();
+            }
+            return Poll::Ready(polled.map(|frame| frame.map(|frame| frame.map_data(into_bytes))));
+        };
+        // hyper asks for more: it has sent what it held, or is about to.
+        unsent.taken();
+        if this.rest.is_empty() {
+            match std::task::ready!(this.inner.poll_frame(cx)) {
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) => *this.rest = into_bytes(data),
+                    // Trailers need no window.
+                    Err(frame) => return Poll::Ready(Some(Ok(frame.map_data(into_bytes)))),
+                },
+                Some(Err(err)) => {
+                    this.open.take();
+                    return Poll::Ready(Some(Err(err)));
+                }
+                None => {
+                    this.open.take();
+                    return Poll::Ready(None);
+                }
+            }
         }
-        polled
+        let piece = this.rest.split_to(this.rest.len().min(HTTP2_PIECE));
+        // Empty data needs no window.
+        if !piece.is_empty() {
+            unsent.wait();
+        }
+        Poll::Ready(Some(Ok(http_body::Frame::data(piece))))
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.rest.is_empty() && self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
+        let inner = self.inner.size_hint();
+        let rest = self.rest.len() as u64;
+        let mut hint = http_body::SizeHint::new();
+        hint.set_lower(inner.lower() + rest);
+        if let Some(upper) = inner.upper() {
+            hint.set_upper(upper + rest);
+        }
+        hint
     }
+}
+
+/// A chunk as `Bytes`, which a chunk already is (the S3, OJS and admin bodies): then nothing is
+/// copied.
+fn into_bytes(mut data: impl bytes::Buf) -> Bytes {
+    data.copy_to_bytes(data.remaining())
 }
 
 /// The per-connection service: marks the first request, counts it open, and gives it its
@@ -521,6 +665,7 @@ struct Requests<S> {
     inner: S,
     first_request: Arc<Notify>,
     streams: Streams,
+    unsent: Unsent,
     body_idle_timeout: Duration,
     peer: Peer,
 }
@@ -545,7 +690,9 @@ where
         self.first_request.notify_one();
         let open = self.streams.open();
         let idle = self.body_idle_timeout;
-        let leftover = if request.version() == http::Version::HTTP_2 {
+        let http2 = request.version() == http::Version::HTTP_2;
+        let unsent = http2.then(|| self.unsent.stream());
+        let leftover = if http2 {
             Leftover::Drained
         } else if http_body::Body::is_end_stream(request.body()) || expects_continue(request.headers()) {
             // A client waiting for `100 Continue` has sent no body: reading one would ask it
@@ -564,6 +711,7 @@ where
             inner: self.inner.call(request),
             close,
             open: Some(open),
+            unsent,
         }
     }
 }
@@ -577,6 +725,7 @@ pin_project_lite::pin_project! {
         inner: F,
         close: Option<Arc<AtomicBool>>,
         open: Option<OpenStream>,
+        unsent: Option<UnsentStream>,
     }
 }
 
@@ -596,8 +745,15 @@ where
                 .headers_mut()
                 .insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
         }
-        let open = this.open.take();
-        Poll::Ready(answer.map(|response| response.map(|inner| Tracked { inner, open })))
+        let (open, unsent) = (this.open.take(), this.unsent.take());
+        Poll::Ready(answer.map(|response| {
+            response.map(|inner| Tracked {
+                inner,
+                open,
+                unsent,
+                rest: Bytes::new(),
+            })
+        }))
     }
 }
 

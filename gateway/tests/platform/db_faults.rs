@@ -655,3 +655,65 @@ async fn readiness_answers_while_every_pool_connection_is_busy() {
     drop(held);
     gateway.stop().await;
 }
+
+/// Review of session 31: one S3 request (no SDK retry) while PostgreSQL answered nothing was
+/// seen to take 15–20 s to get its 503, where this guide promised the pool wait (10 s) plus a
+/// connect (5 s) at most. Measured here, the database frozen behind a black hole (packets go
+/// nowhere, nothing is closed) and the gateway at its default timeouts: the first request, on
+/// a pooled connection, ends when the probe severs it (3.7 s); a lone request after it in the
+/// connect timeout (5.0 s); a burst larger than the pool (48 on 32) has its last requests wait
+/// for a slot, then connect: 15.0 s at most, the documented bound. Each answer is S3's 503, and
+/// once the database answers again the gateway is ready by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_database_fails_each_request_within_the_documented_bound_at_the_defaults() {
+    // --pg-pool-wait-timeout plus --pg-connect-timeout at their defaults, and a margin for a
+    // loaded machine: no request may take longer than this.
+    const BOUND: Duration = Duration::from_secs(15 + 15);
+    let (port, password, database) = shared_cluster_tcp().await;
+    let target = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let proxy = Proxy::start(Route::To(target)).await;
+    let gateway = TestGateway::with_args(tcp_url(proxy.addr.port(), &password, &database), &[]).await;
+    put_objects(&gateway, "kept").await;
+    proxy.set(Route::Blackhole);
+    let client = single_try(&gateway);
+    let unavailable = |outcome: Result<(), (Option<u16>, Option<String>)>, took: Duration| {
+        let (status, code) = outcome.expect_err("a request while the database is frozen fails");
+        assert_eq!(status, Some(503), "{code:?} after {took:?}");
+        assert!(
+            matches!(code.as_deref(), Some("ServiceUnavailable" | "SlowDown")),
+            "{code:?} after {took:?}"
+        );
+        assert!(took < BOUND, "a 503 after {took:?}");
+    };
+    let get = |key: &'static str| {
+        let client = client.clone();
+        async move {
+            let started = Instant::now();
+            let outcome = tokio::time::timeout(BOUND, client.get_object().bucket("kept").key(key).send())
+                .await
+                .expect("a GET during the freeze ends");
+            let outcome = outcome.map(|_| ()).map_err(|err| {
+                use aws_sdk_s3::error::ProvideErrorMetadata;
+                (
+                    err.raw_response().map(|r| r.status().as_u16()),
+                    err.code().map(str::to_owned),
+                )
+            });
+            (outcome, started.elapsed())
+        }
+    };
+    // On a pooled connection, then twice on connections the pool has to open through the
+    // freeze.
+    for _ in 0..3 {
+        let (outcome, took) = get("k0").await;
+        unavailable(outcome, took);
+    }
+    // More at once than the pool has connections: the last wait for a slot first.
+    for (outcome, took) in futures::future::join_all((0..48).map(|_| get("k1"))).await {
+        unavailable(outcome, took);
+    }
+    proxy.set(Route::To(target));
+    wait_ready(&gateway, Duration::from_secs(60), "ready after the freeze").await;
+    assert_objects(&gateway, "kept").await;
+    gateway.stop().await;
+}

@@ -319,6 +319,119 @@ async fn a_download_whose_client_stops_reading_is_cut_and_frees_its_database_con
     gw.stop().await;
 }
 
+/// Review of session 31: an HTTP/2 client that opens downloads and never grants their streams
+/// flow-control window (no WINDOW_UPDATE, while it answers PINGs) left the gateway no socket
+/// write pending, so the send-stall bound never fired and each stream held its database
+/// connection and its place in the download share for ever. Three such streams fill the
+/// share of a pool of 4; the connection is cut after the idle timeout, everything they held
+/// comes back, and another download proceeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_download_granted_no_window_is_cut_and_frees_what_it_held() {
+    let gw = TestGateway::with_args(
+        common::fresh_database().await,
+        &["--http-idle-timeout", "2s", "--pool-size", "4"],
+    )
+    .await;
+    let (path, size) = large_object(&gw).await;
+    let sql = gw.sql().await;
+    let s3 = gw.gateway.s3_addr;
+    let (mut sender, connection) = hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+        .initial_stream_window_size(0)
+        .handshake(hyper_util::rt::TokioIo::new(TcpStream::connect(s3).await.unwrap()))
+        .await
+        .unwrap();
+    let connection = tokio::spawn(connection);
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let request = http::Request::get(format!("http://{s3}{path}"))
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .unwrap();
+        let response = sender.send_request(request).await.expect("the response head");
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.version(), http::Version::HTTP_2);
+        // Its body never read: the client's window for the stream stays 0.
+        held.push(response);
+    }
+    eventually(Duration::from_secs(30), "the three downloads to stall", || async {
+        (sessions_held_by_clients(&sql).await == 3).then_some(())
+    })
+    .await;
+    // The responses still held, the client answering PINGs: only the gateway can end it.
+    eventually(Duration::from_secs(60), "the stalled streams to be cut", || async {
+        (sessions_held_by_clients(&sql).await == 0).then_some(())
+    })
+    .await;
+    tokio::time::timeout(Duration::from_secs(30), connection)
+        .await
+        .expect("the server ended the connection")
+        .unwrap()
+        .expect_err("cut, not closed with GOAWAY");
+    eventually(Duration::from_secs(10), "its connection slot back", || async {
+        (gw.metric("pgvs3_http_connections{server=\"s3\"}").await == Some(0.0)).then_some(())
+    })
+    .await;
+    // The download share is whole again: a client that reads gets the whole object.
+    let whole = gw
+        .client
+        .get_object()
+        .bucket("downloads")
+        .key("large")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(whole.body.collect().await.unwrap().into_bytes().len(), size);
+    drop(held);
+    gw.stop().await;
+}
+
+/// The other side of the HTTP/2 bound: a client that grants window as it reads, slowly (8 KiB
+/// at a time, 16 KiB every 300 ms: a 256 KiB chunk of the body takes it about 5 s, past the
+/// 3 s idle timeout), makes progress within each idle timeout and gets the whole object. The
+/// bound times a piece of 16 KiB, not a chunk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_download_read_slowly_within_the_bound_is_not_cut() {
+    use http_body_util::BodyExt;
+    const SIZE: usize = 1 << 20;
+    const WINDOW: u32 = 16 << 10;
+    let gw = TestGateway::with_args(common::fresh_database().await, &["--http-idle-timeout", "3s"]).await;
+    gw.client.create_bucket().bucket("downloads").send().await.unwrap();
+    let object = common::noise(SIZE, 11);
+    common::s3::put_object(&gw.client, "downloads", "slow", object.clone()).await;
+    let signer = common::raw::Signer {
+        access_key: common::ROOT_ACCESS_KEY.into(),
+        secret_key: common::ROOT_SECRET_KEY.into(),
+        host: gw.gateway.s3_addr.to_string(),
+    };
+    let path = signer.presign("GET", "/downloads/slow", "3600", std::time::SystemTime::now());
+    let s3 = gw.gateway.s3_addr;
+    let (mut sender, connection) = hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+        .initial_stream_window_size(WINDOW)
+        .initial_connection_window_size(WINDOW)
+        .handshake(hyper_util::rt::TokioIo::new(TcpStream::connect(s3).await.unwrap()))
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let request = http::Request::get(format!("http://{s3}{path}"))
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .unwrap();
+    let response = sender.send_request(request).await.expect("the response head");
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.version(), http::Version::HTTP_2);
+    let mut body = response.into_body();
+    let mut read = Vec::with_capacity(SIZE);
+    // Each frame read releases its window; h2 grants it back once half the window is free.
+    while let Some(frame) = body.frame().await {
+        let frame = frame.unwrap_or_else(|err| panic!("cut after {} bytes: {err}", read.len()));
+        if let Ok(data) = frame.into_data() {
+            tokio::time::sleep(Duration::from_millis(300) * data.len() as u32 / WINDOW).await;
+            read.extend_from_slice(&data);
+        }
+    }
+    assert_eq!(read.len(), SIZE);
+    assert!(read == object, "the object as stored");
+    gw.stop().await;
+}
+
 /// Downloads hold their database connections within the stream share (the pool less a quarter),
 /// as uploads do: however many clients read slowly, other requests (RESP, small S3 requests)
 /// still find a connection.

@@ -216,3 +216,63 @@ async fn an_unknown_encoding_type_is_refused() {
     assert_eq!(listed.contents().len(), 1);
     gw.stop().await;
 }
+
+/// Review of session 31: AWS names the missing key in a `NoSuchKey` and the missing bucket in a
+/// `NoSuchBucket` (`<Key>`, `<BucketName>`, after the message); ours named neither.
+#[tokio::test]
+async fn missing_keys_and_buckets_are_named_in_their_errors() {
+    let gw = TestGateway::with_sample_object().await;
+    let signer = common::raw::Signer {
+        access_key: ROOT_ACCESS_KEY.into(),
+        secret_key: common::ROOT_SECRET_KEY.into(),
+        host: gw.gateway.s3_addr.to_string(),
+    };
+    let get = |path: &'static str| {
+        let headers = signer.sign(
+            "GET",
+            path,
+            &[],
+            &common::raw::sha256_hex(b""),
+            std::time::SystemTime::now(),
+        );
+        let addr = gw.gateway.s3_addr;
+        async move { common::raw::send(addr, "GET", path, &headers, b"").await }
+    };
+    let missing = get("/bkt/not%20here").await;
+    assert_eq!(
+        (missing.status, missing.code()),
+        (404, Some("NoSuchKey")),
+        "{}",
+        missing.body
+    );
+    assert!(
+        missing.body.contains("</Message><Key>not here</Key><RequestId>"),
+        "{}",
+        missing.body
+    );
+    for path in ["/nobucket/k", "/nobucket"] {
+        let missing = get(path).await;
+        assert_eq!(
+            (missing.status, missing.code()),
+            (404, Some("NoSuchBucket")),
+            "{path}: {}",
+            missing.body
+        );
+        assert!(
+            missing.body.contains("<BucketName>nobucket</BucketName>"),
+            "{path}: {}",
+            missing.body
+        );
+    }
+    // The SDK reads the same answers.
+    let err = gw
+        .client
+        .get_object()
+        .bucket("bkt")
+        .key("gone")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("NoSuchKey"));
+    gw.stop().await;
+}

@@ -103,7 +103,40 @@ async fn expired_and_tampered_presigned_urls_are_refused() {
         "{}",
         answer.body
     );
-    assert!(answer.body.contains("expired"), "{}", answer.body);
+    // As AWS words it: when the URL ran out, and the server's clock (review of session 31).
+    let uri: http::Uri = get.uri().parse().unwrap();
+    let query = uri.query().unwrap();
+    let stamp = query.split('&').find_map(|p| p.strip_prefix("X-Amz-Date=")).unwrap();
+    assert!(
+        answer
+            .body
+            .contains("<Message>Request has expired</Message><X-Amz-Expires>60</X-Amz-Expires><Expires>"),
+        "{}",
+        answer.body
+    );
+    let element = |name: &str| {
+        let start = answer.body.find(&format!("<{name}>")).unwrap() + name.len() + 2;
+        let end = answer.body[start..].find('<').unwrap() + start;
+        answer.body[start..end].to_owned()
+    };
+    // 60 s after the signing time, in ISO 8601.
+    let expires = element("Expires");
+    let compact = expires.replace(['-', ':'], "");
+    assert_eq!(compact.len(), 16, "{expires}");
+    let signed_secs = |text: &str| -> u64 {
+        let n = |range: std::ops::Range<usize>| text[range].parse::<u64>().unwrap();
+        n(9..11) * 3600 + n(11..13) * 60 + n(13..15)
+    };
+    assert_eq!(
+        (signed_secs(&compact) + 86_400 - signed_secs(stamp)) % 86_400,
+        60,
+        "{stamp} + 60 s is {expires}"
+    );
+    let server_time = element("ServerTime");
+    assert!(
+        server_time.ends_with('Z') && server_time > expires,
+        "{server_time} after {expires}"
+    );
 
     let put = s3
         .put_object()

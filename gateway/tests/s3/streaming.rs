@@ -380,3 +380,87 @@ async fn a_chunk_larger_than_the_bound_is_refused_at_its_size_line() {
     assert!(stored.is_err(), "nothing stored");
     gw.stop().await;
 }
+
+/// Review of session 31: a signed aws-chunked upload (STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER)
+/// whose trailer signature does not match was answered 400 IncompleteBody; S3 answers 403
+/// SignatureDoesNotMatch. The same body with the right trailer signature is stored, so the
+/// encoding here is the one s3s verifies.
+#[tokio::test]
+async fn a_chunked_upload_with_a_bad_trailer_signature_is_a_signature_mismatch() {
+    use hmac::{KeyInit, Mac};
+    let hmac = |key: &[u8], data: &str| {
+        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(key).unwrap();
+        mac.update(data.as_bytes());
+        mac.finalize().into_bytes().to_vec()
+    };
+    let gw = TestGateway::start().await;
+    gw.client.create_bucket().bucket("stream").send().await.unwrap();
+    let data = noise(1000, 3);
+    let crc = b64(Crc32::checksum(&data).as_ref());
+    let signer = Signer {
+        access_key: ROOT_ACCESS_KEY.into(),
+        secret_key: ROOT_SECRET_KEY.into(),
+        host: gw.gateway.s3_addr.to_string(),
+    };
+    let now = SystemTime::now();
+    let stamp = common::raw::amz_date(now);
+    let scope = format!("{}/us-east-1/s3/aws4_request", &stamp[..8]);
+    let mut key = hmac(format!("AWS4{ROOT_SECRET_KEY}").as_bytes(), &stamp[..8]);
+    for part in ["us-east-1", "s3", "aws4_request"] {
+        key = hmac(&key, part);
+    }
+    let sign = |to_sign: String| hex::encode(hmac(&key, &to_sign));
+    let empty = common::raw::sha256_hex(b"");
+    let chunk_signature = |previous: &str, chunk: &[u8]| {
+        sign(format!(
+            "AWS4-HMAC-SHA256-PAYLOAD\n{stamp}\n{scope}\n{previous}\n{empty}\n{}",
+            common::raw::sha256_hex(chunk)
+        ))
+    };
+    for (name, forged, expected) in [
+        ("good", false, (200, None)),
+        ("bad", true, (403, Some("SignatureDoesNotMatch"))),
+    ] {
+        let path = format!("/stream/trailer-{name}");
+        let extra = [
+            ("content-encoding", "aws-chunked".to_owned()),
+            ("x-amz-decoded-content-length", data.len().to_string()),
+            ("x-amz-trailer", "x-amz-checksum-crc32".to_owned()),
+        ];
+        let mut headers = signer.sign("PUT", &path, &extra, "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER", now);
+        let seed = headers
+            .iter()
+            .find_map(|(name, value)| (name == "authorization").then(|| value.rsplit_once("Signature=").unwrap().1))
+            .unwrap()
+            .to_owned();
+        let first = chunk_signature(&seed, &data);
+        let last = chunk_signature(&first, b"");
+        let trailer = format!("x-amz-checksum-crc32:{crc}\n");
+        let mut trailer_signature = sign(format!(
+            "AWS4-HMAC-SHA256-TRAILER\n{stamp}\n{scope}\n{last}\n{}",
+            common::raw::sha256_hex(trailer.as_bytes())
+        ));
+        if forged {
+            trailer_signature = chunk_signature(&last, b"not the trailer");
+        }
+        let mut body = format!("{:x};chunk-signature={first}\r\n", data.len()).into_bytes();
+        body.extend_from_slice(&data);
+        body.extend_from_slice(
+            format!(
+                "\r\n0;chunk-signature={last}\r\nx-amz-checksum-crc32:{crc}\r\nx-amz-trailer-signature:{trailer_signature}\r\n\r\n"
+            )
+            .as_bytes(),
+        );
+        headers.push(("content-length".into(), body.len().to_string()));
+        let response = common::raw::send(gw.gateway.s3_addr, "PUT", &path, &headers, &body).await;
+        assert_eq!(
+            (response.status, response.code()),
+            expected,
+            "{name}: {}",
+            response.body
+        );
+    }
+    let stored = gw.client.head_object().bucket("stream").key("trailer-bad").send().await;
+    assert!(stored.is_err(), "a refused upload leaves no object");
+    gw.stop().await;
+}

@@ -38,6 +38,8 @@ pub struct RequestFacts(Arc<Facts>);
 struct Facts {
     operation: OnceLock<&'static str>,
     bucket: OnceLock<String>,
+    /// The object key s3s routed the request to (error bodies name it).
+    key: OnceLock<String>,
     /// The request's admission slot, taken in [`SignedOnly::check`] and moved into the
     /// response body so it is held until the last byte is sent.
     admitted: Mutex<Option<Admitted>>,
@@ -68,6 +70,10 @@ impl RequestFacts {
 
     pub fn bucket(&self) -> Option<&str> {
         self.0.bucket.get().map(String::as_str)
+    }
+
+    pub fn key(&self) -> Option<&str> {
+        self.0.key.get().map(String::as_str)
     }
 
     /// The request's access log record, if its bucket logs.
@@ -117,6 +123,9 @@ impl S3Access for SignedOnly {
         let _ = facts.0.operation.set(name);
         if let Some(bucket) = bucket {
             let _ = facts.0.bucket.set(bucket);
+        }
+        if let Some(key) = cx.s3_path().get_object_key() {
+            let _ = facts.0.key.set(key.to_owned());
         }
         // The signing key and the bucket, looked up once here for the access check and the
         // front (`front::RequestContext`).

@@ -257,12 +257,20 @@ pub const PAYLOAD_SHA256_MISMATCH: &str =
 pub const MALFORMED_TRAILER: &str =
     "The request contained trailing data that was not well-formed or did not conform to our published schema.";
 
+/// Marks an aws-chunked body whose chunk or trailer signature does not match, so the S3 error
+/// mapping can give it S3's own answer (403 SignatureDoesNotMatch, not a short body).
+pub const CHUNK_SIGNATURE_MISMATCH: &str =
+    "The request signature we calculated does not match the signature you provided. Check your key and signing method.";
+
 /// An error from the request body stream, as the store sees it. s3s reports a body whose
-/// SHA-256 differs from the signed `x-amz-content-sha256` only through its error text.
+/// SHA-256 differs from the signed `x-amz-content-sha256`, and a chunk or trailer whose
+/// signature does not match, only through its error text.
 pub fn body_error(err: &(dyn std::error::Error + Send + Sync + 'static)) -> StoreError {
     let text = err.to_string();
     if text.contains("Sha256Mismatch") {
         StoreError::BadDigest(PAYLOAD_SHA256_MISMATCH.into())
+    } else if text.contains("AwsChunkedStreamError: SignatureMismatch") {
+        StoreError::BadDigest(CHUNK_SIGNATURE_MISMATCH.into())
     } else if crate::request_body::BodyError::is_idle_timeout(err) {
         StoreError::BodyTimeout(super::errors::REQUEST_TIMEOUT.into())
     } else {

@@ -2,7 +2,9 @@
 //! itself (signature checks, path parsing) without a `<Message>`, which clients print as
 //! "Unknown", or with wording of its own; and an `S3Error` has no room for the elements AWS adds
 //! to a 416 `InvalidRange` (`ActualObjectSize`, `RangeRequested`: aws-c-s3, under every CRT
-//! client, recognises an empty object only by `ActualObjectSize` 0).
+//! client, recognises an empty object only by `ActualObjectSize` 0), to a `NoSuchKey`
+//! (`Key`), a `NoSuchBucket` (`BucketName`) or an expired presigned URL's `AccessDenied`
+//! (`X-Amz-Expires`, `Expires`, `ServerTime`).
 
 use http::{HeaderMap, HeaderValue, Response};
 
@@ -10,21 +12,71 @@ use http::{HeaderMap, HeaderValue, Response};
 /// [`complete`] on the error's headers (an `S3Error` has no other room); never sent.
 pub const ACTUAL_OBJECT_SIZE: &str = "x-pgvs3-actual-object-size";
 
-/// What of the request an error body may need: the range it asked for.
+/// What of the request an error body may need: the range it asked for, the bucket and key it
+/// named, a presigned URL's validity.
+#[derive(Default)]
 pub struct Asked {
     range: Option<String>,
+    bucket: Option<String>,
+    /// The object key, unless the request copies: S3's `NoSuchKey` of a copy may be its
+    /// source's, which is not named here.
+    key: Option<String>,
+    copy: bool,
+    presigned: Option<Presigned>,
+}
+
+/// A presigned URL's `X-Amz-Expires` as sent, and the moment it ran out.
+struct Presigned {
+    expires: String,
+    until: time::OffsetDateTime,
 }
 
 impl Asked {
-    /// The range a request names: GetObject's `Range`, UploadPartCopy's copy source range.
-    pub fn of(headers: &HeaderMap) -> Asked {
+    /// What a request's head says: GetObject's `Range` (or UploadPartCopy's copy source
+    /// range), a presigned URL's `X-Amz-Date` and `X-Amz-Expires`.
+    pub fn of(uri: &http::Uri, headers: &HeaderMap) -> Asked {
         let range = headers
             .get(http::header::RANGE)
             .or_else(|| headers.get("x-amz-copy-source-range"))
             .and_then(|value| value.to_str().ok())
             .map(str::to_owned);
-        Asked { range }
+        Asked {
+            range,
+            presigned: presigned(uri),
+            copy: headers.contains_key("x-amz-copy-source"),
+            ..Asked::default()
+        }
     }
+
+    /// The bucket and key s3s routed the request to.
+    pub fn named(&mut self, bucket: Option<&str>, key: Option<&str>) {
+        self.bucket = bucket.map(str::to_owned);
+        self.key = key.filter(|_| !self.copy).map(str::to_owned);
+    }
+}
+
+/// A presigned URL's validity, when its query has both parameters in their SigV4 form.
+fn presigned(uri: &http::Uri) -> Option<Presigned> {
+    let query = uri.query().filter(|query| query.contains("X-Amz-Expires"))?;
+    let param = |name: &str| {
+        form_urlencoded::parse(query.as_bytes())
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.into_owned())
+    };
+    let expires = param("X-Amz-Expires")?;
+    let seconds: i64 = expires.parse().ok()?;
+    let format = time::format_description::parse_borrowed::<2>("[year][month][day]T[hour][minute][second]Z").ok()?;
+    let signed = time::PrimitiveDateTime::parse(&param("X-Amz-Date")?, &format).ok()?;
+    let until = signed.assume_utc().checked_add(time::Duration::seconds(seconds))?;
+    Some(Presigned { expires, until })
+}
+
+/// A time as S3 writes it in error bodies: `2016-01-07T19:48:20Z`.
+fn iso8601(at: time::OffsetDateTime) -> String {
+    time::format_description::parse_borrowed::<2>("[year]-[month]-[day]T[hour]:[minute]:[second]Z")
+        .ok()
+        .and_then(|format| at.to_offset(time::UtcOffset::UTC).format(&format).ok())
+        .unwrap_or_default()
 }
 
 /// AWS's message for an error code, where s3s gives none or its own (AWS's error code list).
@@ -106,6 +158,30 @@ fn completed(text: &str, actual_size: Option<&HeaderValue>, asked: &Asked) -> Op
             Some(_) => {}
         }
     }
+    // AWS's elements naming what was missing or expired, after the message.
+    let named = match code {
+        "NoSuchKey" => asked.key.as_deref().map(|key| format!("<Key>{}</Key>", escape(key))),
+        "NoSuchBucket" => asked
+            .bucket
+            .as_deref()
+            .map(|bucket| format!("<BucketName>{}</BucketName>", escape(bucket))),
+        "AccessDenied" if text.contains("<Message>Request has expired</Message>") => {
+            asked.presigned.as_ref().map(|presigned| {
+                format!(
+                    "<X-Amz-Expires>{}</X-Amz-Expires><Expires>{}</Expires><ServerTime>{}</ServerTime>",
+                    escape(&presigned.expires),
+                    iso8601(presigned.until),
+                    iso8601(time::OffsetDateTime::now_utc())
+                )
+            })
+        }
+        _ => None,
+    };
+    if let Some(named) = named {
+        let after = text.find("</Message>").map_or(code_end, |at| at + "</Message>".len());
+        text.insert_str(after, &named);
+        changed = true;
+    }
     if code == "InvalidRange"
         && let Some(size) = actual_size.and_then(|size| size.to_str().ok())
         && let Some(end) = text.rfind("</Error>")
@@ -133,7 +209,53 @@ mod tests {
     fn asked(range: Option<&str>) -> Asked {
         Asked {
             range: range.map(str::to_owned),
+            ..Asked::default()
         }
+    }
+
+    #[test]
+    fn missing_keys_and_buckets_are_named() {
+        let mut named = Asked::of(&"/b/k".parse().unwrap(), &HeaderMap::new());
+        named.named(Some("b"), Some("a<b"));
+        let body = "<Error><Code>NoSuchKey</Code><Message>m</Message><RequestId>r</RequestId></Error>";
+        assert_eq!(
+            completed(body, None, &named).as_deref(),
+            Some("<Error><Code>NoSuchKey</Code><Message>m</Message><Key>a&lt;b</Key><RequestId>r</RequestId></Error>")
+        );
+        let body = "<Error><Code>NoSuchBucket</Code><Message>m</Message></Error>";
+        assert_eq!(
+            completed(body, None, &named).as_deref(),
+            Some("<Error><Code>NoSuchBucket</Code><Message>m</Message><BucketName>b</BucketName></Error>")
+        );
+        // A copy's missing key may be its source: not named.
+        let mut headers = HeaderMap::new();
+        headers.insert("x-amz-copy-source", HeaderValue::from_static("/b/src"));
+        let mut copy = Asked::of(&"/b/k".parse().unwrap(), &headers);
+        copy.named(Some("b"), Some("k"));
+        let body = "<Error><Code>NoSuchKey</Code><Message>m</Message></Error>";
+        assert_eq!(completed(body, None, &copy), None);
+    }
+
+    #[test]
+    fn an_expired_presigned_url_says_when_it_expired() {
+        let uri =
+            "/b/k?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Date=20160107T184820Z&X-Amz-Expires=3600&X-Amz-Signature=0"
+                .parse()
+                .unwrap();
+        let asked = Asked::of(&uri, &HeaderMap::new());
+        let body =
+            "<Error><Code>AccessDenied</Code><Message>Request has expired</Message><RequestId>r</RequestId></Error>";
+        let text = completed(body, None, &asked).unwrap();
+        let prefix = "<Error><Code>AccessDenied</Code><Message>Request has expired</Message>\
+                      <X-Amz-Expires>3600</X-Amz-Expires><Expires>2016-01-07T19:48:20Z</Expires><ServerTime>";
+        assert!(text.starts_with(prefix), "{text}");
+        assert!(
+            text.ends_with("Z</ServerTime><RequestId>r</RequestId></Error>"),
+            "{text}"
+        );
+        // Any other AccessDenied is left alone.
+        let body = "<Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>";
+        assert_eq!(completed(body, None, &asked), None);
     }
 
     #[test]

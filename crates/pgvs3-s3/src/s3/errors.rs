@@ -2,7 +2,7 @@
 
 use s3s::{S3Error, S3ErrorCode};
 
-use super::checksum::{MALFORMED_TRAILER, PAYLOAD_SHA256_MISMATCH};
+use super::checksum::{CHUNK_SIGNATURE_MISMATCH, MALFORMED_TRAILER, PAYLOAD_SHA256_MISMATCH};
 use crate::store::StoreError;
 
 /// S3's message for a request body that stalled (400 RequestTimeout).
@@ -54,6 +54,7 @@ fn code_of(err: &StoreError, request_id: Option<&RequestId>) -> (S3ErrorCode, St
         StoreError::BadDigest(msg) if msg == PAYLOAD_SHA256_MISMATCH => {
             S3ErrorCode::Custom("XAmzContentSHA256Mismatch".into())
         }
+        StoreError::BadDigest(msg) if msg == CHUNK_SIGNATURE_MISMATCH => S3ErrorCode::SignatureDoesNotMatch,
         StoreError::BadDigest(msg) if msg == MALFORMED_TRAILER => S3ErrorCode::Custom("MalformedTrailerError".into()),
         StoreError::BadDigest(_) => S3ErrorCode::BadDigest,
         StoreError::IncompleteBody { .. } | StoreError::Body(_) => S3ErrorCode::IncompleteBody,

@@ -192,7 +192,7 @@ impl Endpoint {
         let origin = request.headers().get(http::header::ORIGIN).cloned();
         let cors_bucket = origin.as_ref().and_then(|_| self.bucket_of(&request));
         let signed_sts = sts::Sts::signed_call(&request) && self.host_bucket(&request).is_none();
-        let asked = error_body::Asked::of(request.headers());
+        let mut asked = error_body::Asked::of(request.uri(), request.headers());
         let outcome = self.route(request, facts, cors_bucket.as_deref(), &request_id).await;
         let mut response = match outcome {
             Ok(response) if facts.operation() == Some("GetObjectAttributes") => unquote_attributes_etag(response),
@@ -204,6 +204,7 @@ impl Endpoint {
                 response
             }
         };
+        asked.named(facts.bucket(), facts.key());
         response = error_body::complete(response, &asked);
         if signed_sts {
             response = self.sts.in_sts_terms(response, &request_id).await;
