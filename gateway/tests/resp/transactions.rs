@@ -195,3 +195,62 @@ async fn random_transactions_answer_as_redis_does() {
         }
     }
 }
+
+/// A Lua loop that runs until 50 ms have passed by TIME: past a TTL set just before it.
+const BUSY: &str = "local t = redis.call('TIME') local start = t[1] * 1000000 + t[2] \
+                    repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] - start > 50000";
+
+/// A script judges every key at one instant, as Redis 7.0 freezes its clock for a script: a
+/// hash whose TTL the script set and ran past is still there for all its calls (it expires
+/// after). Before, typed calls read the clock afresh: HGET found nothing, HSET made a new hash
+/// without the TTL, which never expired. Compared live (PTTL aside: Redis 7.0 counts it by the
+/// running clock, pgvs3 by the script's).
+#[tokio::test]
+async fn a_script_judges_expiry_at_one_instant() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let redis = LiveRedis::start().await;
+    let mut ours = RawResp::connect(gateway.resp_addr()).await;
+    let mut theirs = redis.connect().await;
+    let script = format!(
+        "redis.call('HSET', KEYS[1], 'f', 'v') redis.call('PEXPIRE', KEYS[1], '20') {BUSY} \
+         return {{redis.call('TYPE', KEYS[1])['ok'], redis.call('EXISTS', KEYS[1]), \
+                  redis.call('HGET', KEYS[1], 'f'), redis.call('HLEN', KEYS[1]), \
+                  redis.call('HSET', KEYS[1], 'g', '1'), redis.call('HLEN', KEYS[1]), \
+                  redis.call('SADD', 'other', 'm'), redis.call('SCARD', 'other')}}"
+    );
+    same_bytes(&mut ours, &mut theirs, &[b"EVAL", script.as_bytes(), b"1", b"sh"]).await;
+    // The TTL the script set stays: the hash is not made again without it.
+    let Value::Int(ttl) = ours.command(&["PTTL", "sh"]).await else {
+        panic!("PTTL answers an integer");
+    };
+    assert!(ttl <= 20, "{ttl}");
+}
+
+/// MULTI/EXEC judges every key at one instant too, keyspace-wide commands included: a TTL
+/// that passes while EXEC runs (here a script's busy loop) does not expire the key for the
+/// commands after it. Compared live.
+#[tokio::test]
+async fn a_transaction_judges_expiry_at_one_instant() {
+    let gateway = TestGateway::with_resp(&["--resp-flushdb"]).await;
+    let redis = LiveRedis::start().await;
+    let mut ours = RawResp::connect(gateway.resp_addr()).await;
+    let mut theirs = redis.connect().await;
+    for server in [&mut ours, &mut theirs] {
+        server.command(&["HSET", "h", "f", "v"]).await;
+        server.command(&["MULTI"]).await;
+        server.command(&["PEXPIRE", "h", "1"]).await;
+        server.command(&["EVAL", BUSY, "0"]).await;
+        for command in [
+            &["TYPE", "h"][..],
+            &["HGET", "h", "f"],
+            &["HLEN", "h"],
+            &["KEYS", "*"],
+            &["DBSIZE"],
+            &["RANDOMKEY"],
+            &["EXISTS", "h"],
+        ] {
+            server.command(command).await;
+        }
+    }
+    same_lines(&mut ours, &mut theirs, &["EXEC"]).await;
+}
