@@ -254,3 +254,27 @@ async fn a_transaction_judges_expiry_at_one_instant() {
     }
     same_lines(&mut ours, &mut theirs, &["EXEC"]).await;
 }
+
+/// As Redis's SETBIT, which signals a key modified only when it changed it: a SETBIT that
+/// leaves the bit as it was (and the string as long) does not fail a WATCHing EXEC; one that
+/// changes it does. Compared live.
+#[tokio::test]
+async fn an_unchanged_setbit_does_not_fail_a_watching_exec() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let redis = LiveRedis::start().await;
+    let mut ours = RawResp::connect(gateway.resp_addr()).await;
+    let mut theirs = redis.connect().await;
+    let mut our_other = RawResp::connect(gateway.resp_addr()).await;
+    let mut their_other = redis.connect().await;
+    // Unchanged; changed; a 0 past the end, which grows the string.
+    for setbit in ["SETBIT b 7 1", "SETBIT b 6 1", "SETBIT b 100 0"] {
+        same_lines(
+            &mut ours,
+            &mut theirs,
+            &["DEL b", "SETBIT b 7 1", "WATCH b", "MULTI", "SET x 1"],
+        )
+        .await;
+        same_lines(&mut our_other, &mut their_other, &[setbit]).await;
+        same_lines(&mut ours, &mut theirs, &["EXEC"]).await;
+    }
+}

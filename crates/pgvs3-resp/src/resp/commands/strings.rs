@@ -305,9 +305,15 @@ impl StringCommand {
             IncrBy(key, by) => incr_by(batch, key, *by).await?,
             IncrByFloat(key, by) => incr_by_float(batch, key, *by).await?,
             SetBit { key, offset, bit } => {
-                let old = batch.value(key).await?.unwrap_or_default();
+                let old = batch.value(key).await?;
+                let existed = old.is_some();
+                let old = old.unwrap_or_default();
                 let (value, was) = bits::set(&old, *offset, *bit);
-                keep_ttl_set(batch, key, value, StringForm::Raw);
+                // As Redis's setbitCommand: a bit set to what it was, in a string it does not
+                // grow, writes nothing, so a WATCHing EXEC does not fail on it.
+                if !existed || value.len() != old.len() || was != *bit {
+                    keep_ttl_set(batch, key, value, StringForm::Raw);
+                }
                 Reply::Integer(was as i64)
             }
             GetBit { key, offset } => {
