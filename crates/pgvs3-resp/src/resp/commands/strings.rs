@@ -305,13 +305,14 @@ impl StringCommand {
             IncrBy(key, by) => incr_by(batch, key, *by).await?,
             IncrByFloat(key, by) => incr_by_float(batch, key, *by).await?,
             SetBit { key, offset, bit } => {
-                let old = batch.value(key).await?;
-                let existed = old.is_some();
-                let old = old.unwrap_or_default();
+                let raw = batch.get(key).is_some_and(|entry| entry.form == StringForm::Raw);
+                let old = batch.value(key).await?.unwrap_or_default();
                 let (value, was) = bits::set(&old, *offset, *bit);
-                // As Redis's setbitCommand: a bit set to what it was, in a string it does not
-                // grow, writes nothing, so a WATCHing EXEC does not fail on it.
-                if !existed || value.len() != old.len() || was != *bit {
+                // As Redis's setbitCommand: a bit set to what it was, in a raw string it does
+                // not grow, writes nothing, so a WATCHing EXEC does not fail on it. (Redis
+                // makes the string raw even then, without signalling it: here that takes a
+                // write, which a WATCH sees.)
+                if !raw || value.len() != old.len() || was != *bit {
                     keep_ttl_set(batch, key, value, StringForm::Raw);
                 }
                 Reply::Integer(was as i64)
