@@ -1831,7 +1831,7 @@ CREATE FUNCTION pgvs3.resp_check(b bigint, all_keys text[], strings text[], chec
     LANGUAGE plpgsql
     AS $$
 DECLARE
-    now timestamptz := clock_timestamp();
+    now timestamptz := pgvs3.resp_now();
 BEGIN
     IF write THEN
         DELETE FROM pgvs3.resp_keys WHERE bucket_id = b AND key = ANY (all_keys) AND expires_at <= now;
@@ -2279,7 +2279,7 @@ BEGIN
         RETURN;
     END IF;
     len := (SELECT length FROM pgvs3.resp_keys
-             WHERE bucket_id = b AND key = k AND (expires_at IS NULL OR expires_at > clock_timestamp()));
+             WHERE bucket_id = b AND key = k AND (expires_at IS NULL OR expires_at > pgvs3.resp_now()));
     IF len IS NULL AND op NOT IN ('lpush', 'rpush') THEN
         -- Every other command finds nothing in a missing list.
         CASE op
@@ -2525,6 +2525,16 @@ BEGIN
 END $$;
 
 --
+-- Name: resp_now(); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_now() RETURNS timestamp with time zone
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT coalesce(nullif(current_setting('pgvs3.resp_now', true), '')::timestamptz, clock_timestamp())
+$$;
+
+--
 -- Name: resp_object_event(); Type: FUNCTION; Schema: pgvs3; Owner: -
 --
 
@@ -2641,7 +2651,7 @@ BEGIN
         RETURN;
     END IF;
     live := ARRAY(SELECT key FROM pgvs3.resp_keys
-                   WHERE bucket_id = b AND key = ANY (sources) AND (expires_at IS NULL OR expires_at > clock_timestamp()));
+                   WHERE bucket_id = b AND key = ANY (sources) AND (expires_at IS NULL OR expires_at > pgvs3.resp_now()));
     CASE op
     WHEN 'sadd' THEN
         PERFORM pgvs3.resp_create(b, k, 's');
@@ -3904,7 +3914,7 @@ CREATE FUNCTION pgvs3.resp_type(b bigint, k text) RETURNS "char"
     LANGUAGE sql STABLE
     AS $$
     SELECT type FROM pgvs3.resp_keys
-     WHERE bucket_id = b AND key = k AND (expires_at IS NULL OR expires_at > clock_timestamp())
+     WHERE bucket_id = b AND key = k AND (expires_at IS NULL OR expires_at > pgvs3.resp_now())
 $$;
 
 --

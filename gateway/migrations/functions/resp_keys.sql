@@ -13,6 +13,14 @@
 CREATE OR REPLACE FUNCTION pgvs3.resp_wrongtype() RETURNS text LANGUAGE sql IMMUTABLE AS
 $$ SELECT 'wrongtype' $$;
 
+-- The clock keys' expiry is judged by (layout v65): the batch's, which its first load fixes in
+-- `pgvs3.resp_now` for its transaction (store/kv/sql.rs BATCH_CLOCK), so every call of a
+-- script or MULTI/EXEC judges every key at one instant, as Redis 7.0 does; outside a batch's
+-- transaction, now.
+CREATE OR REPLACE FUNCTION pgvs3.resp_now() RETURNS timestamptz LANGUAGE sql STABLE AS $$
+    SELECT coalesce(nullif(current_setting('pgvs3.resp_now', true), '')::timestamptz, clock_timestamp())
+$$;
+
 -- NULL when every key of `check` is absent or of type `t`, else the WRONGTYPE code. A write
 -- call (`write`) first deletes the expired typed keys among `all_keys`, which then count as
 -- absent (reads only skip them: a standby cannot delete). One clock for both: a row of
@@ -21,7 +29,7 @@ $$ SELECT 'wrongtype' $$;
 CREATE OR REPLACE FUNCTION pgvs3.resp_check(b bigint, all_keys text[], strings text[], check_keys text[], t "char", write boolean)
 RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
-    now timestamptz := clock_timestamp();
+    now timestamptz := pgvs3.resp_now();
 BEGIN
     IF write THEN
         DELETE FROM pgvs3.resp_keys WHERE bucket_id = b AND key = ANY (all_keys) AND expires_at <= now;
@@ -38,7 +46,7 @@ END $$;
 -- The live type of a key, NULL when it has none (or is a string).
 CREATE OR REPLACE FUNCTION pgvs3.resp_type(b bigint, k text) RETURNS "char" LANGUAGE sql STABLE AS $$
     SELECT type FROM pgvs3.resp_keys
-     WHERE bucket_id = b AND key = k AND (expires_at IS NULL OR expires_at > clock_timestamp())
+     WHERE bucket_id = b AND key = k AND (expires_at IS NULL OR expires_at > pgvs3.resp_now())
 $$;
 
 -- A write is about to add to key `k` of type `t`: creates the key, or bumps its version.

@@ -115,7 +115,7 @@ BEGIN
         RETURN;
     END IF;
     len := (SELECT length FROM pgvs3.resp_keys
-             WHERE bucket_id = b AND key = k AND (expires_at IS NULL OR expires_at > clock_timestamp()));
+             WHERE bucket_id = b AND key = k AND (expires_at IS NULL OR expires_at > pgvs3.resp_now()));
     IF len IS NULL AND op NOT IN ('lpush', 'rpush') THEN
         -- Every other command finds nothing in a missing list.
         CASE op

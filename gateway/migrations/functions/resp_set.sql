@@ -21,7 +21,7 @@ BEGIN
         RETURN;
     END IF;
     live := ARRAY(SELECT key FROM pgvs3.resp_keys
-                   WHERE bucket_id = b AND key = ANY (sources) AND (expires_at IS NULL OR expires_at > clock_timestamp()));
+                   WHERE bucket_id = b AND key = ANY (sources) AND (expires_at IS NULL OR expires_at > pgvs3.resp_now()));
     CASE op
     WHEN 'sadd' THEN
         PERFORM pgvs3.resp_create(b, k, 's');

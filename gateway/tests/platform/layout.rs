@@ -116,6 +116,7 @@ const NEW_SINCE_V10: &[&str] = &[
     "pgvs3.resp_list_shrink(bigint,text,bigint,bigint,bigint)",
     "pgvs3.resp_mark_typed()",
     "pgvs3.resp_notify(bytea,bytea,integer)",
+    "pgvs3.resp_now()",
     "pgvs3.resp_object_event()",
     "pgvs3.resp_publish(bytea,bytea,integer)",
     "pgvs3.resp_set(text,bigint,text[],text[],bytea[],bigint[],double precision[])",

@@ -901,6 +901,62 @@ async fn argument_errors_inside_multi_answer_inside_exec_as_redis_does() {
     .await;
 }
 
+/// SET's and GETEX's options as Redis 7.0 reads them: one given again is taken (the last
+/// counts, and only its amount is checked), one that excludes another is a syntax error.
+/// Compared live with redis-server.
+#[tokio::test]
+async fn repeated_string_options_are_taken_as_redis_takes_them() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let redis = LiveRedis::start().await;
+    let mut ours = RawResp::connect(gateway.resp_addr()).await;
+    let mut theirs = redis.connect().await;
+    let mut lines = Vec::new();
+    for options in [
+        "EX 500 EX 600",
+        "PX 500000 PX 600000",
+        "EXAT 99999999990 EXAT 99999999999",
+        "EX abc EX 600",
+        "EX 0 EX 600",
+        "EX 600 EX abc",
+        "NX NX",
+        "XX XX",
+        "GET GET",
+        "KEEPTTL KEEPTTL",
+        "EX 5 PX 5000",
+        "PX 5000 EX 5",
+        "NX XX",
+        "XX NX",
+        "KEEPTTL EX 5",
+        "EX 5 KEEPTTL",
+        "EX 5 EX",
+        "PERSIST",
+        "GET NX GET XX",
+    ] {
+        lines.push("SET k v EX 1000".to_owned());
+        lines.push(format!("SET k w {options}"));
+        lines.push("GET k".to_owned());
+        lines.push("TTL k".to_owned());
+    }
+    for options in [
+        "EX 500 EX 600",
+        "PX 500000 PX 600000",
+        "PERSIST PERSIST",
+        "EX abc EX 600",
+        "EX 600 PERSIST",
+        "PERSIST EX 600",
+        "EX 5 PX 5000",
+        "NX",
+        "GET",
+        "KEEPTTL",
+    ] {
+        lines.push("SET k v EX 1000".to_owned());
+        lines.push(format!("GETEX k {options}"));
+        lines.push("TTL k".to_owned());
+    }
+    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+    same_lines(&mut ours, &mut theirs, &lines).await;
+}
+
 #[tokio::test]
 async fn resp3_after_hello_3() {
     let gateway = TestGateway::with_resp(&[]).await;

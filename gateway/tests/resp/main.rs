@@ -29,6 +29,7 @@ mod stream_groups;
 mod streams;
 mod tenants;
 mod tracking;
+mod transactions;
 mod types;
 mod versioned;
 

@@ -17,7 +17,7 @@ use super::clients::Registration;
 use super::codec::{Reply, RequestParser};
 use super::command::{self, KeyCommand, Spec, wrong_arity};
 use super::commands::pubsub::is_subscription;
-use super::commands::transactions::{Fingerprint, MultiQueue, Queued, WatchRegistration};
+use super::commands::transactions::{self, Fingerprint, MultiQueue, Queued, WatchRegistration};
 use super::execute::Run;
 use super::pubsub::{Audience, Mailbox, Readable};
 use crate::bucket::Keyspace;
@@ -614,18 +614,14 @@ impl Connection {
                 let size = (request_size(&args), args.len());
                 let queued = match key_command {
                     Some(command) => Queued::Key(command, spec),
-                    None if matches!(spec.name, "select" | "auth" | "hello" | "client" | "monitor")
-                        || is_subscription(spec.name) =>
-                    {
-                        self.multi_failed = true;
-                        let reply = Reply::error(format!(
-                            "ERR {} inside MULTI is not supported",
-                            spec.name.to_uppercase()
-                        ));
-                        self.reject(Some(spec), reply, out);
-                        continue;
-                    }
-                    None => Queued::Other(args, spec),
+                    None => match transactions::refusal(spec, &args, self.server.settings.databases.len()) {
+                        Some(reply) => {
+                            self.multi_failed = true;
+                            self.reject(Some(spec), reply, out);
+                            continue;
+                        }
+                        None => Queued::Other(args, spec),
+                    },
                 };
                 self.queue(queued, size, spec, out);
                 continue;

@@ -32,6 +32,7 @@ use tokio::sync::mpsc;
 use super::acl::Caller;
 use super::codec::Reply;
 use super::command::{self, KeyCommand, Spec, wrong_arity};
+use super::commands::generic::Wide;
 use super::commands::pubsub::STANDBY_PUBSUB;
 use super::keys;
 use super::lua::{self, Limits, Outcome, Stop};
@@ -153,6 +154,8 @@ impl Request {
 pub enum Step {
     Key(KeyCommand, &'static Spec),
     Script(Request),
+    /// A keyspace-wide command of MULTI (its batch then holds the whole keyspace).
+    Wide(Wide),
     /// A command that failed before it could run (its reply is this error).
     Failed(Reply),
 }
@@ -163,7 +166,7 @@ impl Step {
             Step::Key(command, _) => command.keys().into_iter().cloned().collect(),
             // Declared keys that are not valid store keys fail when a call uses them.
             Step::Script(request) => request.keys.iter().filter_map(|key| command::key(key).ok()).collect(),
-            Step::Failed(_) => Vec::new(),
+            Step::Wide(_) | Step::Failed(_) => Vec::new(),
         }
     }
 
@@ -171,6 +174,7 @@ impl Step {
         match self {
             Step::Key(_, spec) => spec.is_write(),
             Step::Script(request) => !request.read_only,
+            Step::Wide(wide) => wide.writes(),
             Step::Failed(_) => false,
         }
     }
@@ -445,9 +449,13 @@ impl Scripts {
         keys.dedup();
         // A read-only script locks its keys too (without writing), so that its calls, each a
         // statement of its own, see one moment, as a script does in Redis; a standby cannot.
-        let locking = match standby {
-            false => Locking::Keys,
-            true => Locking::None,
+        // A keyspace-wide command sees every key: no other writer may come between it and the
+        // run's other steps.
+        let wide = steps.iter().any(|step| matches!(step, Step::Wide(_)));
+        let locking = match (standby, wide) {
+            (true, _) => Locking::None,
+            (false, false) => Locking::Keys,
+            (false, true) => Locking::Keyspace,
         };
         let run = Run {
             keyspace,
@@ -532,6 +540,14 @@ impl Scripts {
             let reply = match step {
                 Step::Failed(reply) => reply.clone(),
                 Step::Key(command, _) => session.apply(command).await?,
+                Step::Wide(wide) => {
+                    let reply = wide.run(&mut session.batch).await?;
+                    if wide.writes() {
+                        // FLUSHDB: the batch holds every key as absent, as the database has it.
+                        session.stale.clear();
+                    }
+                    reply
+                }
                 Step::Script(request) => {
                     session.declared = request.keys.clone();
                     let outcome = self.evaluate(&mut session, request).await;

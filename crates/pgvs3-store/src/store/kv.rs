@@ -42,6 +42,7 @@ mod commit_sent;
 mod load;
 mod sql;
 mod watch;
+mod wide;
 mod write;
 
 use std::collections::HashMap;

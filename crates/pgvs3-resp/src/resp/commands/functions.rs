@@ -594,25 +594,34 @@ impl Connection {
     }
 
     async fn fcall(&mut self, read_only_call: bool, args: &[Bytes]) -> Reply {
+        let steps = match self.fcall_request(read_only_call, args).await {
+            Ok(request) => [Step::Script(request)],
+            Err(reply) => return reply,
+        };
+        match self.run_scripted(&steps, &[], None).await {
+            Ok(mut replies) => replies.pop().unwrap_or(Reply::Nil),
+            Err(reply) => reply,
+        }
+    }
+
+    /// FCALL's or FCALL_RO's run of its function, as a script's (what MULTI queues of it).
+    pub(crate) async fn fcall_request(&mut self, read_only_call: bool, args: &[Bytes]) -> Result<Request, Reply> {
         let numkeys = match parse_integer(&args[2]) {
-            None => return Reply::error("ERR Bad number of keys provided"),
-            Some(numkeys) if numkeys < 0 => return Reply::error("ERR Number of keys can't be negative"),
+            None => return Err(Reply::error("ERR Bad number of keys provided")),
+            Some(numkeys) if numkeys < 0 => return Err(Reply::error("ERR Number of keys can't be negative")),
             Some(numkeys) if numkeys as u64 > (args.len() - 3) as u64 => {
-                return Reply::error("ERR Number of keys can't be greater than number of args");
+                return Err(Reply::error("ERR Number of keys can't be greater than number of args"));
             }
             Some(numkeys) => numkeys as usize,
         };
         let Some(name) = std::str::from_utf8(&args[1]).ok().filter(|name| valid_name(name)) else {
-            return Reply::error("ERR Function not found");
+            return Err(Reply::error("ERR Function not found"));
         };
-        let keyspace = match self.readable_functions().await {
-            Ok(keyspace) => keyspace,
-            Err(reply) => return reply,
-        };
+        let keyspace = self.readable_functions().await?;
         let library = match self.server.buckets.catalog().function_library_of(keyspace, name).await {
             Ok(Some(library)) => library,
-            Ok(None) => return Reply::error("ERR Function not found"),
-            Err(err) => return store_error(err),
+            Ok(None) => return Err(Reply::error("ERR Function not found")),
+            Err(err) => return Err(store_error(err)),
         };
         // Function names are case-insensitive across libraries, as Redis's dictionary of them.
         let Some(function) = library
@@ -620,24 +629,22 @@ impl Connection {
             .iter()
             .find(|function| function.name.eq_ignore_ascii_case(name))
         else {
-            return Reply::error("ERR Function not found");
+            return Err(Reply::error("ERR Function not found"));
         };
         let name = function.name.as_str();
         let no_writes = function.flags.iter().any(|flag| flag == "no-writes");
         if read_only_call && !no_writes {
-            return Reply::error("ERR Can not execute a script with write flag using *_ro command.");
+            return Err(Reply::error(
+                "ERR Can not execute a script with write flag using *_ro command.",
+            ));
         }
         let (keys, argv) = args[3..].split_at(numkeys);
         let body = chunk(&library.code, &format!("return __fns[\"{name}\"](KEYS, ARGV)"));
-        let steps = [Step::Script(
+        Ok(
             Request::function(name, body, keys.to_vec(), argv.to_vec(), read_only_call || no_writes)
                 .called_by(self.caller())
                 .run_for(&self.principal().access_key),
-        )];
-        match self.run_scripted(&steps, &[], None).await {
-            Ok(mut replies) => replies.pop().unwrap_or(Reply::Nil),
-            Err(reply) => reply,
-        }
+        )
     }
 }
 

@@ -7,7 +7,7 @@ mod client;
 pub(crate) mod dump;
 pub(crate) mod family;
 mod functions;
-mod generic;
+pub(crate) mod generic;
 pub(crate) mod geo;
 mod geohash;
 pub(crate) mod hash;

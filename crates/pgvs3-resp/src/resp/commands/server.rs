@@ -30,11 +30,8 @@ impl Connection {
                 Err(reply) => reply,
             },
             "flushdb" => {
-                if !flush_mode_ok(args) {
-                    return syntax_error();
-                }
-                if !self.server.settings.flushdb {
-                    return Reply::error("ERR FLUSHDB is disabled on this server (start pgvs3 with --resp-flushdb)");
+                if let Err(reply) = self.flush_allowed(spec, args) {
+                    return reply;
                 }
                 match self.keyspace(Access::Write).await {
                     Ok(keyspace) => match keyspace.flush().await {
@@ -45,11 +42,8 @@ impl Connection {
                 }
             }
             "flushall" => {
-                if !flush_mode_ok(args) {
-                    return syntax_error();
-                }
-                if !self.server.settings.flushdb {
-                    return Reply::error("ERR FLUSHALL is disabled on this server (start pgvs3 with --resp-flushdb)");
+                if let Err(reply) = self.flush_allowed(spec, args) {
+                    return reply;
                 }
                 // Every database this server maps, one after the other (each its own statement).
                 for db in self.server.settings.databases.keys() {
@@ -73,8 +67,22 @@ impl Connection {
         }
     }
 
+    /// Whether FLUSHDB or FLUSHALL (`spec`) may run with `args`, else its error.
+    pub(crate) fn flush_allowed(&self, spec: &Spec, args: &[Bytes]) -> Result<(), Reply> {
+        if !flush_mode_ok(args) {
+            return Err(syntax_error());
+        }
+        if !self.server.settings.flushdb {
+            return Err(Reply::error(format!(
+                "ERR {} is disabled on this server (start pgvs3 with --resp-flushdb)",
+                spec.name.to_uppercase()
+            )));
+        }
+        Ok(())
+    }
+
     /// After a flush: a tracked keyspace's tracking clients are told to forget every key.
-    async fn flushed(&self, bucket: &str) -> Reply {
+    pub(crate) async fn flushed(&self, bucket: &str) -> Reply {
         match self.server.pubsub.flushed(bucket).await {
             Ok(()) => Reply::OK,
             Err(reply) => reply,
@@ -446,6 +454,20 @@ fn memory_command(args: &[Bytes]) -> Reply {
             String::from_utf8_lossy(&args[1])
         )),
     }
+}
+
+/// Whether a CONFIG command sets a parameter kept per keyspace (an encoding parameter, or
+/// `notify-keyspace-events`): what the commands after it do depends on it, so inside MULTI it
+/// cannot run apart from EXEC's transaction.
+pub(crate) fn sets_keyspace_parameter(args: &[Bytes]) -> bool {
+    args.len() > 2
+        && args[1].eq_ignore_ascii_case(b"set")
+        && args[2..].iter().step_by(2).any(|name| {
+            name.eq_ignore_ascii_case(b"notify-keyspace-events")
+                || KEPT_ENCODING_PARAMETERS
+                    .iter()
+                    .any(|(known, _, _)| name.eq_ignore_ascii_case(known.as_bytes()))
+        })
 }
 
 /// Redis's encoding parameters that decide what OBJECT ENCODING answers for a hash, set or

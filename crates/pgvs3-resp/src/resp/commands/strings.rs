@@ -305,9 +305,16 @@ impl StringCommand {
             IncrBy(key, by) => incr_by(batch, key, *by).await?,
             IncrByFloat(key, by) => incr_by_float(batch, key, *by).await?,
             SetBit { key, offset, bit } => {
+                let raw = batch.get(key).is_some_and(|entry| entry.form == StringForm::Raw);
                 let old = batch.value(key).await?.unwrap_or_default();
                 let (value, was) = bits::set(&old, *offset, *bit);
-                keep_ttl_set(batch, key, value, StringForm::Raw);
+                // As Redis's setbitCommand: a bit set to what it was, in a raw string it does
+                // not grow, writes nothing, so a WATCHing EXEC does not fail on it. (Redis
+                // makes the string raw even then, without signalling it: here that takes a
+                // write, which a WATCH sees.)
+                if !raw || value.len() != old.len() || was != *bit {
+                    keep_ttl_set(batch, key, value, StringForm::Raw);
+                }
                 Reply::Integer(was as i64)
             }
             GetBit { key, offset } => {
@@ -507,52 +514,72 @@ fn positive_expiry(command: &str, amount: i64, scale: i64, absolute: bool) -> Re
     Ok(Expiry::In(millis))
 }
 
-fn parse_set(args: &[Bytes]) -> Result<StringCommand, Reply> {
-    let mut condition = None;
-    let mut get = false;
-    let mut ttl = SetTtl::Clear;
-    let mut i = 3;
-    while i < args.len() {
-        let option = args[i].to_ascii_lowercase();
+/// SET's or GETEX's options (`getex`), read as Redis 7.0's `parseExtendedStringArgumentsOrReply`
+/// reads them: an option may come again (the last one counts, and only its amount is checked),
+/// but not with one it excludes (NX with XX; EX, PX, EXAT, PXAT, KEEPTTL and PERSIST with
+/// another of them); NX, XX, GET and KEEPTTL are SET's, PERSIST is GETEX's.
+fn parse_string_options(command: &str, options: &[Bytes]) -> Result<StringOptions, Reply> {
+    let set = command == "set";
+    let mut parsed = StringOptions::default();
+    // The expiry option, lower case, and its amount (checked once all are read).
+    let mut expiry: Option<(Vec<u8>, &Bytes)> = None;
+    let mut i = 0;
+    while i < options.len() {
+        let option = options[i].to_ascii_lowercase();
+        // No other TTL option before this one (the same one again is taken).
+        let ttl_free = !parsed.keep_ttl && !parsed.persist && expiry.as_ref().is_none_or(|(kind, _)| *kind == option);
         match option.as_slice() {
-            b"nx" | b"xx" if condition.is_none() => {
-                condition = Some(if option == b"nx" {
-                    Condition::Absent
-                } else {
-                    Condition::Present
-                });
+            b"nx" if set && parsed.condition != Some(Condition::Present) => parsed.condition = Some(Condition::Absent),
+            b"xx" if set && parsed.condition != Some(Condition::Absent) => parsed.condition = Some(Condition::Present),
+            b"get" if set => parsed.get = true,
+            b"keepttl" if set && !parsed.persist && expiry.is_none() => parsed.keep_ttl = true,
+            b"persist" if !set && !parsed.keep_ttl && expiry.is_none() => parsed.persist = true,
+            b"ex" | b"px" | b"exat" | b"pxat" if ttl_free && i + 1 < options.len() => {
+                expiry = Some((option, &options[i + 1]));
+                i += 1;
             }
-            b"get" => get = true,
-            b"keepttl" if ttl == SetTtl::Clear => ttl = SetTtl::Keep,
-            _ if ttl == SetTtl::Clear => match parse_expiry("set", &option, args.get(i + 1))? {
-                Some(expiry) => {
-                    ttl = SetTtl::Expire(expiry);
-                    i += 1;
-                }
-                None => return Err(syntax_error()),
-            },
             _ => return Err(syntax_error()),
         }
         i += 1;
     }
+    if let Some((kind, amount)) = expiry {
+        parsed.expiry = parse_expiry(command, &kind, Some(amount))?;
+    }
+    Ok(parsed)
+}
+
+#[derive(Default)]
+struct StringOptions {
+    condition: Option<Condition>,
+    get: bool,
+    keep_ttl: bool,
+    persist: bool,
+    expiry: Option<Expiry>,
+}
+
+fn parse_set(args: &[Bytes]) -> Result<StringCommand, Reply> {
+    let options = parse_string_options("set", &args[3..])?;
+    let ttl = match (options.keep_ttl, options.expiry) {
+        (_, Some(expiry)) => SetTtl::Expire(expiry),
+        (true, None) => SetTtl::Keep,
+        (false, None) => SetTtl::Clear,
+    };
     Ok(StringCommand::Set {
         key: key(&args[1])?,
         value: args[2].clone(),
-        condition,
-        get,
+        condition: options.condition,
+        get: options.get,
         ttl,
     })
 }
 
 fn parse_getex(options: &[Bytes]) -> Result<GetExTtl, Reply> {
-    match options {
-        [] => Ok(GetExTtl::Unchanged),
-        [persist] if persist.eq_ignore_ascii_case(b"persist") => Ok(GetExTtl::Persist),
-        [option, amount] => parse_expiry("getex", option, Some(amount))?
-            .map(GetExTtl::Expire)
-            .ok_or_else(syntax_error),
-        _ => Err(syntax_error()),
-    }
+    let options = parse_string_options("getex", options)?;
+    Ok(match (options.persist, options.expiry) {
+        (_, Some(expiry)) => GetExTtl::Expire(expiry),
+        (true, None) => GetExTtl::Persist,
+        (false, None) => GetExTtl::Unchanged,
+    })
 }
 
 /// A bit offset as SETBIT and GETBIT take it: 0 to 2^32 - 1 (a 512 MiB string's bits).

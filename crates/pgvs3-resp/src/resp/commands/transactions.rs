@@ -5,6 +5,7 @@ use std::time::{Instant, SystemTime};
 
 use bytes::Bytes;
 
+use super::generic::Wide;
 use crate::resp::codec::Reply;
 use crate::resp::command::{self, KeyCommand, Spec};
 use crate::resp::connection::{Connection, InputBudget, store_error};
@@ -251,36 +252,34 @@ impl Connection {
             })
             .collect();
         // EXEC's reply is one: its parts share the output limit.
-        if let Some(limit) = self.server.settings.output_limit {
-            let share = i64::try_from(limit / commands.len().max(1)).unwrap_or(i64::MAX);
+        let share = self
+            .server
+            .settings
+            .output_limit
+            .map(|limit| limit / queued.len().max(1));
+        if let Some(share) = share {
+            let share = i64::try_from(share).unwrap_or(i64::MAX);
             for (command, _) in &mut commands {
                 command.limit_reply(share);
             }
         }
         let write = commands.iter().any(|(_, spec)| spec.is_write());
-        let scripted = queued
+        let in_run = queued
             .iter()
-            .any(|queued| matches!(queued, Queued::Other(_, spec) if script::is_script(spec.name)));
+            .any(|queued| matches!(queued, Queued::Other(_, spec) if runs_in_transaction(spec)));
         let started = Instant::now();
-        let mut key_replies = if scripted {
-            // Scripts and key commands in their order, in one transaction.
-            let steps: Vec<Step> = queued
-                .iter()
-                .filter_map(|queued| match queued {
-                    Queued::Key(command, spec) => Some(Step::Key(command.clone(), spec)),
-                    Queued::Other(args, spec) if script::is_script(spec.name) => Some(
-                        match self
-                            .server
-                            .scripts
-                            .request(spec.name, args, &self.principal().access_key)
-                        {
-                            Ok(request) => Step::Script(request.called_by(self.caller())),
-                            Err(reply) => Step::Failed(reply),
-                        },
-                    ),
-                    Queued::Other(..) | Queued::Failed(..) => None,
-                })
-                .collect();
+        let mut key_replies = if in_run {
+            // Scripts, keyspace-wide commands and key commands in their order, in one
+            // transaction.
+            let mut steps = Vec::with_capacity(queued.len());
+            for queued in &queued {
+                let step = match queued {
+                    Queued::Key(command, spec) => Step::Key(command.clone(), spec),
+                    Queued::Other(args, spec) if runs_in_transaction(spec) => self.step(spec, args, share).await,
+                    Queued::Other(..) | Queued::Failed(..) => continue,
+                };
+                steps.push(step);
+            }
             match self.run_scripted(&steps, &here, watches).await {
                 Ok(replies) => {
                     *consumed = true;
@@ -308,7 +307,7 @@ impl Connection {
             }
         }
         .into_iter();
-        // The key commands and scripts ran as one transaction: each is counted its share.
+        // The steps ran as one transaction: each is counted its share.
         let share = started.elapsed() / key_replies.len().max(1) as u32;
         let mut replies = Vec::with_capacity(queued.len());
         for queued in queued {
@@ -317,20 +316,106 @@ impl Connection {
                     self.count(spec, std::time::Duration::ZERO, &reply);
                     reply
                 }
-                Queued::Other(args, spec) if !script::is_script(spec.name) => {
+                // Commands whose effects no other command of the transaction sees nor changes
+                // (see `refusal`): after it, in their order.
+                Queued::Other(args, spec) if !runs_in_transaction(spec) => {
                     let started = Instant::now();
                     let reply = Box::pin(self.other_command(spec, &args)).await;
                     self.count(spec, started.elapsed(), &reply);
                     reply
                 }
                 Queued::Key(_, spec) | Queued::Other(_, spec) => {
-                    let reply = key_replies.next().expect("one reply per key command and script");
+                    let reply = key_replies.next().expect("one reply per step");
                     self.count(spec, share, &reply);
-                    reply
+                    match spec.name {
+                        "scan" => self.scan_reply(reply),
+                        "flushdb" | "flushall" if reply == Reply::OK => {
+                            let bucket = self
+                                .keyspace(Access::Read)
+                                .await
+                                .map(|keyspace| keyspace.bucket().to_owned());
+                            match bucket {
+                                Ok(bucket) => self.flushed(&bucket).await,
+                                Err(reply) => reply,
+                            }
+                        }
+                        _ => reply,
+                    }
                 }
             };
             replies.push(reply);
         }
         Reply::Array(replies)
+    }
+}
+
+/// Whether a command that is not a key command runs as a step of EXEC's transaction, in its
+/// queue position: scripts, functions and the keyspace-wide commands.
+fn runs_in_transaction(spec: &Spec) -> bool {
+    script::is_script(spec.name)
+        || matches!(
+            spec.name,
+            "fcall" | "fcall_ro" | "keys" | "scan" | "dbsize" | "randomkey" | "flushdb" | "flushall"
+        )
+}
+
+/// Why a command that is not a key command is refused inside MULTI (which fails the
+/// transaction: EXEC answers EXECABORT), if it is. Redis runs every queued command at EXEC's
+/// point in time, in order; pgvs3 runs key commands, scripts, functions and keyspace-wide
+/// commands in EXEC's transaction ([`runs_in_transaction`]), and the rest after it, so the rest
+/// must be commands no other queued command sees the effect of (PING, ECHO, TIME, INFO,
+/// PUBLISH, CONFIG GET...). Those whose effect others would see are refused here.
+/// `databases`: how many databases the server maps.
+pub(crate) fn refusal(spec: &Spec, args: &[Bytes], databases: usize) -> Option<Reply> {
+    let subcommand = || args.get(1).map(|sub| String::from_utf8_lossy(sub).to_ascii_lowercase());
+    let why = match spec.name {
+        "select" | "auth" | "hello" | "client" | "monitor" => "",
+        name if super::pubsub::is_subscription(name) => "",
+        "flushall" if databases > 1 => {
+            ": FLUSHALL of several databases cannot be one transaction (use FLUSHDB in each)"
+        }
+        "config" if super::server::sets_keyspace_parameter(args) => {
+            ": the commands queued with it would not see the keyspace parameter it sets"
+        }
+        "function" if matches!(subcommand().as_deref(), Some("load" | "delete" | "flush" | "restore")) => {
+            ": the FCALLs queued with it would not see the library it changes"
+        }
+        "script" if subcommand().as_deref() == Some("flush") => {
+            ": the EVALSHAs queued with it would not see the scripts it drops"
+        }
+        _ => return None,
+    };
+    let name = match spec.name {
+        "config" | "function" | "script" => format!(
+            "{} {}",
+            spec.name.to_uppercase(),
+            subcommand().unwrap_or_default().to_uppercase()
+        ),
+        name => name.to_uppercase(),
+    };
+    Some(Reply::error(format!("ERR {name} inside MULTI is not supported{why}")))
+}
+
+impl Connection {
+    /// The step of EXEC's run of a queued script, function or keyspace-wide command
+    /// ([`runs_in_transaction`]); `output_limit`, its share of EXEC's output limit.
+    async fn step(&mut self, spec: &'static Spec, args: &[Bytes], output_limit: Option<usize>) -> Step {
+        let step = match spec.name {
+            "fcall" | "fcall_ro" => self
+                .fcall_request(spec.name == "fcall_ro", args)
+                .await
+                .map(Step::Script),
+            "keys" => Ok(Step::Wide(Wide::Keys(args[1].clone(), output_limit))),
+            "scan" => self.scan_request(args).map(|request| Step::Wide(Wide::Scan(request))),
+            "dbsize" => Ok(Step::Wide(Wide::DbSize)),
+            "randomkey" => Ok(Step::Wide(Wide::RandomKey)),
+            "flushdb" | "flushall" => self.flush_allowed(spec, args).map(|()| Step::Wide(Wide::FlushDb)),
+            _ => self
+                .server
+                .scripts
+                .request(spec.name, args, &self.principal().access_key)
+                .map(|request| Step::Script(request.called_by(self.caller()))),
+        };
+        step.unwrap_or_else(Step::Failed)
     }
 }

@@ -39,6 +39,16 @@ pub(in crate::store) struct KvSql {
 /// [`KvBatch::versioned`]: super::KvBatch::versioned
 const VERSIONED: &str = "(SELECT versioning IS NOT NULL FROM pgvs3.buckets WHERE id = $1) AS versioned";
 
+/// The batch's clock. The first load of a batch's transaction fixes `pgvs3.resp_now`
+/// (transaction-local), which its later loads and its typed calls (`pgvs3.resp_now()`,
+/// functions/resp_keys.sql) read: a script or MULTI/EXEC judges every key at one instant,
+/// as Redis 7.0 freezes its clock for them (a script that set a TTL and ran past it saw its
+/// hash empty in HGET, then a new one made by HSET, without its TTL, where Redis answers
+/// the values and the key expires after). The load runs after the batch's locks, so a key that
+/// expired while the batch waited for them is still judged by the clock after the wait. A read
+/// outside a transaction fixes nothing: each statement has its own.
+const BATCH_CLOCK: &str = "set_config('pgvs3.resp_now', coalesce(nullif(current_setting('pgvs3.resp_now', true), ''), clock_timestamp()::text), true)::timestamptz";
+
 /// Strings and typed keys: a typed key's version is its `version` counter (WATCH compares it),
 /// its type the tenth column (NULL for a string). `key_condition` names the key as `KEY`. An
 /// expired typed row comes too (its expiry at or before the row's clock): the key is absent,
@@ -52,7 +62,7 @@ fn load_sql(ns: &str, key_condition: &str) -> String {
     let objects = key_condition.replace("KEY", "o.key");
     let typed = key_condition.replace("KEY", "r.key");
     format!(
-        "WITH t AS MATERIALIZED (SELECT clock_timestamp() AS now, {VERSIONED})
+        "WITH t AS MATERIALIZED (SELECT {BATCH_CLOCK} AS now, {VERSIONED})
          SELECT o.key, o.size, o.etag, o.last_modified, o.expires_at, o.inline, o.body_id, t.now,
                 o.meta ? 'pc' AS multipart, NULL::\"char\" AS type, o.meta ? 'se' AS sealed,
                 o.meta ->> 're' AS form, t.versioned
@@ -74,7 +84,7 @@ fn load_strings_sql(ns: &str, key_condition: &str) -> String {
         "SELECT o.key, o.size, o.etag, o.last_modified, o.expires_at, o.inline, o.body_id, t.now,
                 o.meta ? 'pc' AS multipart, NULL::\"char\" AS type, o.meta ? 'se' AS sealed,
                 o.meta ->> 're' AS form, t.versioned, t.typed
-           FROM (SELECT clock_timestamp() AS now, {VERSIONED},
+           FROM (SELECT {BATCH_CLOCK} AS now, {VERSIONED},
                         EXISTS (SELECT 1 FROM pgvs3.resp_typed WHERE bucket_id = $1) AS typed) t
            LEFT JOIN {ns}.objects o ON o.bucket_id = $1 AND {objects}"
     )
@@ -196,7 +206,7 @@ impl KvSql {
             // typed key made there must not leave behind (see `set_expiry`). The reaper's
             // statement, for these keys now.
             delete_expired_strings: format!(
-                "DELETE FROM {ns}.objects WHERE bucket_id = $1 AND key = ANY($2) AND expires_at <= clock_timestamp()"
+                "DELETE FROM {ns}.objects WHERE bucket_id = $1 AND key = ANY($2) AND expires_at <= pgvs3.resp_now()"
             ),
             scan: scan_sql(ns),
             count: count_sql(ns),
@@ -262,8 +272,9 @@ fn set_expiry_sql(ns: &str) -> String {
     )
 }
 
-/// The condition of a live row, for the keyspace-wide statements.
-const LIVE: &str = "(expires_at IS NULL OR expires_at > clock_timestamp())";
+/// The condition of a live row, for the keyspace-wide statements: by the batch's clock inside
+/// one (MULTI/EXEC's KEYS, DBSIZE...: see [`BATCH_CLOCK`]).
+const LIVE: &str = "(expires_at IS NULL OR expires_at > pgvs3.resp_now())";
 
 /// Both kinds of key in one order; a name that is both (an S3 write over a typed key) is the
 /// string, as loads have it.
