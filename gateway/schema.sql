@@ -894,6 +894,19 @@ CREATE FUNCTION pgvs3.adopt_bucket(bucket text, new_owner text) RETURNS boolean
 $$;
 
 --
+-- Name: bucket_held(bigint); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.bucket_held(bucket bigint) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(-1, bucket::int4);
+    RETURN EXISTS (SELECT 1 FROM pgvs3.buckets WHERE id = bucket);
+END
+$$;
+
+--
 -- Name: bucket_owner(text); Type: FUNCTION; Schema: pgvs3; Owner: -
 --
 
@@ -1034,12 +1047,26 @@ $$;
 CREATE FUNCTION pgvs3.drop_bucket(bucket text, force boolean DEFAULT false) RETURNS boolean
     LANGUAGE plpgsql
     AS $_$
-DECLARE b pgvs3.buckets;
+DECLARE
+    b pgvs3.buckets;
+    locked bigint;
+    uploads bigint[];
 BEGIN
-    SELECT * INTO b FROM pgvs3.buckets WHERE name = bucket FOR UPDATE;
-    IF NOT FOUND THEN
-        RETURN false;
-    END IF;
+    -- The bucket's write lock exclusively (pgvs3.bucket_held), then its keyspace lock, which
+    -- versioned writes (delete markers too) and RESP batches hold shared: it waits for every
+    -- writer under way, so the checks below, each a fresh snapshot, see what they wrote. Both
+    -- before the row's lock (set_versioning's order: keyspace, then row). A bucket dropped and
+    -- created again meanwhile has another id: again.
+    LOOP
+        SELECT id INTO locked FROM pgvs3.buckets WHERE name = bucket;
+        IF NOT FOUND THEN
+            RETURN false;
+        END IF;
+        PERFORM pg_advisory_xact_lock(-1, locked::int4);
+        PERFORM pg_advisory_xact_lock(-locked);
+        SELECT * INTO b FROM pgvs3.buckets WHERE name = bucket FOR UPDATE;
+        EXIT WHEN b.id = locked;
+    END LOOP;
     IF force AND b.object_lock IS NOT NULL THEN
         -- Not even a forced drop removes a version object lock protects (layout v13).
         EXECUTE format('SELECT EXISTS (SELECT 1 FROM %1$I.objects WHERE bucket_id = $1 AND pgvs3.object_locked(meta, false))
@@ -1068,6 +1095,13 @@ BEGIN
             RAISE EXCEPTION 'bucket % is not empty', bucket USING ERRCODE = 'P0001', HINT = 'BucketNotEmpty';
         END IF;
     END IF;
+    -- Two statements: deleting an upload waits for its parts still committing (they hold it
+    -- FOR SHARE), which the parts' delete, a later snapshot, then sees (parts_retire_body
+    -- retires their bodies).
+    EXECUTE format('WITH gone AS (DELETE FROM %I.uploads WHERE bucket_id = $1 RETURNING upload_id)
+                    SELECT array_agg(upload_id) FROM gone', b.namespace)
+        INTO uploads USING b.id;
+    EXECUTE format('DELETE FROM %I.parts WHERE owner_id = ANY($1)', b.namespace) USING uploads;
     DELETE FROM pgvs3.buckets WHERE id = b.id;
     RETURN true;
 END $_$;

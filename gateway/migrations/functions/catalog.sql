@@ -49,16 +49,49 @@ BEGIN
     END IF;
 END $$;
 
+-- Whether bucket `bucket` exists as committed now, the calling transaction holding the bucket's
+-- write lock shared until it ends (v66). Every statement that creates an object or an upload
+-- filters on it: a writer that finds the bucket commits its row before drop_bucket (which takes
+-- the lock exclusively) looks for rows, and one that comes after finds it gone and writes
+-- nothing. Without it a write that read the bucket row, then waited (for a key's row, say) while
+-- the bucket was dropped, committed a row of no bucket and answered success. A fresh snapshot,
+-- as versioning_now's: the calling statement's predates its wait for the lock.
+-- The write lock is (-1, bucket id), a space of its own: the key locks are (bucket id, key
+-- hash), ids being positive, and the keyspace lock, -id, is not taken by a write to a bucket
+-- that never had versioning (a versioning switch or a RESP batch need not wait for those).
+CREATE OR REPLACE FUNCTION pgvs3.bucket_held(bucket bigint) RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(-1, bucket::int4);
+    RETURN EXISTS (SELECT 1 FROM pgvs3.buckets WHERE id = bucket);
+END
+$$;
+
 -- Drops a bucket. Without `force` it refuses a bucket that holds objects (S3 BucketNotEmpty);
--- with it, the objects go too and their bodies are retired for the reaper.
+-- with it, the objects go too and their bodies are retired for the reaper. Multipart uploads in
+-- progress go either way, as they do with a general purpose bucket in AWS S3 (only a directory
+-- bucket refuses to go while uploads are in progress).
 CREATE OR REPLACE FUNCTION pgvs3.drop_bucket(bucket text, force boolean DEFAULT false) RETURNS boolean
 LANGUAGE plpgsql AS $$
-DECLARE b pgvs3.buckets;
+DECLARE
+    b pgvs3.buckets;
+    locked bigint;
+    uploads bigint[];
 BEGIN
-    SELECT * INTO b FROM pgvs3.buckets WHERE name = bucket FOR UPDATE;
-    IF NOT FOUND THEN
-        RETURN false;
-    END IF;
+    -- The bucket's write lock exclusively (pgvs3.bucket_held), then its keyspace lock, which
+    -- versioned writes (delete markers too) and RESP batches hold shared: it waits for every
+    -- writer under way, so the checks below, each a fresh snapshot, see what they wrote. Both
+    -- before the row's lock (set_versioning's order: keyspace, then row). A bucket dropped and
+    -- created again meanwhile has another id: again.
+    LOOP
+        SELECT id INTO locked FROM pgvs3.buckets WHERE name = bucket;
+        IF NOT FOUND THEN
+            RETURN false;
+        END IF;
+        PERFORM pg_advisory_xact_lock(-1, locked::int4);
+        PERFORM pg_advisory_xact_lock(-locked);
+        SELECT * INTO b FROM pgvs3.buckets WHERE name = bucket FOR UPDATE;
+        EXIT WHEN b.id = locked;
+    END LOOP;
     IF force AND b.object_lock IS NOT NULL THEN
         -- Not even a forced drop removes a version object lock protects (layout v13).
         EXECUTE format('SELECT EXISTS (SELECT 1 FROM %1$I.objects WHERE bucket_id = $1 AND pgvs3.object_locked(meta, false))
@@ -87,6 +120,13 @@ BEGIN
             RAISE EXCEPTION 'bucket % is not empty', bucket USING ERRCODE = 'P0001', HINT = 'BucketNotEmpty';
         END IF;
     END IF;
+    -- Two statements: deleting an upload waits for its parts still committing (they hold it
+    -- FOR SHARE), which the parts' delete, a later snapshot, then sees (parts_retire_body
+    -- retires their bodies).
+    EXECUTE format('WITH gone AS (DELETE FROM %I.uploads WHERE bucket_id = $1 RETURNING upload_id)
+                    SELECT array_agg(upload_id) FROM gone', b.namespace)
+        INTO uploads USING b.id;
+    EXECUTE format('DELETE FROM %I.parts WHERE owner_id = ANY($1)', b.namespace) USING uploads;
     DELETE FROM pgvs3.buckets WHERE id = b.id;
     RETURN true;
 END $$;

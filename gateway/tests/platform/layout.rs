@@ -72,6 +72,7 @@ const NEW_SINCE_V10: &[&str] = &[
     "ojs.webhook_json(ojs.webhooks)",
     "ojs.workflow_tenant_of_jobs()",
     "pgvs3.access_key_secret(text)",
+    "pgvs3.bucket_held(bigint)",
     "pgvs3.bucket_owner(text)",
     "pgvs3.cache_write_event(bigint,text,text,bigint,text)",
     "pgvs3.delete_oidc_issuer(text)",

@@ -6,6 +6,7 @@ mod aws_edges;
 mod aws_wording;
 mod bad_input;
 mod bucket_logging;
+mod bucket_races;
 mod cli_clients;
 mod copy_conditional;
 mod core;

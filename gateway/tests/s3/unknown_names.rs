@@ -115,3 +115,80 @@ async fn a_reload_forgets_the_misses() {
     assert!(catalog.bucket("elsewhere").await.is_ok());
     gw.stop().await;
 }
+
+/// A flood of made-up access keys cannot take the data pool from signed requests: their lookups
+/// (before any signature check) run a few at a time, the rest wait briefly or are answered 503.
+/// Made deterministic by holding `access_keys` locked, so every lookup that starts holds its
+/// pool connection until the test lets go: the signed requests must still find connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_flood_of_unknown_keys_leaves_connections_for_signed_requests() {
+    let gw = TestGateway::with_args(
+        common::fresh_database().await,
+        &[
+            "--catalog-poll",
+            "1h",
+            "--pool-size",
+            "4",
+            "--pg-pool-wait-timeout",
+            "1s",
+        ],
+    )
+    .await;
+    gw.gateway.store.catalog().refresh().await.unwrap();
+    gw.client.create_bucket().bucket("busy").send().await.unwrap();
+    let holder = gw.sql().await;
+    holder
+        .batch_execute("BEGIN; LOCK TABLE pgvs3.access_keys IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+
+    let flooding = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let mut flood = Vec::new();
+    let addr = gw.gateway.s3_addr;
+    for task in 0..16 {
+        let flooding = flooding.clone();
+        flood.push(tokio::spawn(async move {
+            let mut round = 0;
+            while flooding.load(std::sync::atomic::Ordering::Relaxed) {
+                // A new key id each time: the negative cache absorbs none of them.
+                let stranger = common::s3_client_at(addr, &format!("FLOOD{task:02}X{round:06}"), "x");
+                let _ = stranger.list_buckets().send().await;
+                round += 1;
+            }
+        }));
+    }
+    let watcher = gw.sql().await;
+    let mut waiting = 0;
+    for _ in 0..3000 {
+        waiting = watcher
+            .query_one(
+                "SELECT count(*) AS waiting FROM pg_stat_activity
+                  WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%access_keys%'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get::<_, i64>("waiting");
+        if waiting >= 2 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(waiting >= 2, "the flood's lookups came to wait ({waiting})");
+
+    for round in 0..5 {
+        let key = format!("k{round}");
+        common::s3::put_request(&gw.client, "busy", &key, b"signed".to_vec())
+            .send()
+            .await
+            .unwrap_or_else(|err| panic!("signed PUT {round} amid the flood: {err:?}"));
+        let body = common::s3::read_object(&gw.client, "busy", &key).await;
+        assert_eq!(body, b"signed");
+    }
+    flooding.store(false, std::sync::atomic::Ordering::Relaxed);
+    holder.batch_execute("ROLLBACK").await.unwrap();
+    for task in flood {
+        task.await.unwrap();
+    }
+    gw.stop().await;
+}

@@ -12,6 +12,7 @@ use tokio_postgres::types::Json;
 
 use super::catalog_entries::CatalogEntries;
 use super::catalog_misses::CatalogMisses;
+use super::key_lookups::KeyLookups;
 use super::origins::{ORIGIN_COLUMNS, Origin, origin_from_row};
 use super::{Principal, StoreError, StoreResult};
 use crate::access::acl::{Acl, Ownership};
@@ -179,6 +180,15 @@ pub struct Catalog {
     /// The version loaded, for those that act on a change as it comes rather than at their
     /// next request (RESP connections that sit idle, subscribed).
     loaded: tokio::sync::watch::Sender<i64>,
+    key_lookups: KeyLookups,
+}
+
+/// What the cache says of an access key.
+enum CachedKey {
+    /// The key, or `None`: known missing.
+    Known(Option<Arc<AccessKey>>),
+    /// Not in the cache as of the loaded catalog version.
+    Unknown { version: i64 },
 }
 
 /// The columns of an `access_keys` row, as `decode_key` reads them.
@@ -203,6 +213,7 @@ impl Catalog {
             cached: RwLock::default(),
             rules: AtomicBool::new(false),
             loaded: tokio::sync::watch::Sender::new(0),
+            key_lookups: KeyLookups::default(),
             lookups: IntCounterVec::new(
                 Opts::new(
                     "pgvs3_catalog_lookups_total",
@@ -575,19 +586,21 @@ impl Catalog {
         cached.missing_buckets.remove(name);
     }
 
+    /// The key named `access_key`, from the cache or else from the database. Asked before the
+    /// request's signature is checked: a lookup waits its turn ([`KeyLookups`]), and the cache
+    /// is asked again once it has it (a lookup of the same name may just have answered).
     pub async fn access_key(&self, access_key: &str) -> StoreResult<Option<Arc<AccessKey>>> {
-        let asked_at = {
-            let cached = self.cached.read().expect("catalog lock");
-            if let Some(key) = cached.keys.get(access_key) {
-                return Ok(Some(Arc::clone(key)));
-            }
-            if cached.missing_keys.contains(access_key, cached.version, Instant::now()) {
-                self.counted("access_key", "known_missing");
-                return Ok(None);
-            }
-            cached.version
+        if let CachedKey::Known(known) = self.cached_key(access_key) {
+            return Ok(known);
+        }
+        let turn = self.key_lookups.turn(access_key).await?;
+        let asked_at = match self.cached_key(access_key) {
+            CachedKey::Known(known) => return Ok(known),
+            CachedKey::Unknown { version } => version,
         };
+        let permit = turn.permit().await?;
         let found = self.look_up_key(access_key).await?;
+        drop(permit);
         self.counted("access_key", if found.is_some() { "found" } else { "missing" });
         if found.is_none() {
             let mut cached = self.cached.write().expect("catalog lock");
@@ -595,6 +608,22 @@ impl Catalog {
             cached.missing_keys.record(access_key, asked_at, loaded, Instant::now());
         }
         Ok(found)
+    }
+
+    /// What the cache says of `access_key`: the key, known missing, or nothing (as of the
+    /// loaded catalog `version`).
+    fn cached_key(&self, access_key: &str) -> CachedKey {
+        let cached = self.cached.read().expect("catalog lock");
+        if let Some(key) = cached.keys.get(access_key) {
+            return CachedKey::Known(Some(Arc::clone(key)));
+        }
+        if cached.missing_keys.contains(access_key, cached.version, Instant::now()) {
+            self.counted("access_key", "known_missing");
+            return CachedKey::Known(None);
+        }
+        CachedKey::Unknown {
+            version: cached.version,
+        }
     }
 
     /// Reads a key the cache does not hold from the database, and caches it.

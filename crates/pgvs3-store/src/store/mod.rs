@@ -13,6 +13,7 @@ mod conditions;
 mod copy;
 mod encryption;
 mod error;
+mod key_lookups;
 mod kv;
 mod lifecycle;
 mod listing;

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use tokio_postgres::types::Json;
 
 use super::bodies::{BodyDigest, check_length};
-use super::objects::{NewObjectRow, ObjectHead};
+use super::objects::{BUCKET_HELD, NewObjectRow, ObjectHead};
 use super::{
     BucketInfo, ObjectMeta, PutOutcome, Store, StoreError, StoreResult, StoredChecksum, Upload, WriteCondition,
 };
@@ -49,7 +49,7 @@ impl MultipartSql {
                 "INSERT INTO {ns}.uploads (upload_id, bucket_id, key, meta)
                  SELECT nextval('{ns}.body_ids'), $1, $2,
                         CASE WHEN $4::text IS NULL THEN $3::jsonb ELSE $3::jsonb || jsonb_build_object('in', $4::text) END
-                   FROM pgvs3.buckets WHERE id = $1
+                   FROM pgvs3.buckets WHERE id = $1 AND {BUCKET_HELD}
                  RETURNING upload_id"
             ),
             upload_encryption: format!(
@@ -69,8 +69,13 @@ impl MultipartSql {
                         checksum = EXCLUDED.checksum, last_modified = clock_timestamp()
                  RETURNING last_modified"
             ),
+            // The bucket held before the upload's row: a completion then writes its object
+            // under the same lock, taken in DeleteBucket's order (which deletes the uploads
+            // after it holds the bucket), so the two never wait for each other in a cycle.
             take_upload: format!(
-                "DELETE FROM {ns}.uploads WHERE upload_id = $1 AND bucket_id = $2 AND key = $3 RETURNING meta"
+                "DELETE FROM {ns}.uploads WHERE upload_id = $1 AND bucket_id = $2 AND key = $3
+                    AND pgvs3.bucket_held($2)
+                 RETURNING meta"
             ),
             upload_parts: format!(
                 "SELECT part_number, size, etag, checksum FROM {ns}.parts WHERE owner_id = $1 ORDER BY part_number"

@@ -320,6 +320,14 @@ impl NamespaceSql {
     }
 }
 
+/// The filter of every statement that creates a row of bucket `$1` (an object, or an upload): the
+/// bucket's write lock, held shared until the write commits, and the bucket as committed once it
+/// is held (migrations/functions/catalog.sql). So a DeleteBucket (which takes the lock
+/// exclusively) either sees the row and answers BucketNotEmpty, or is seen by the write, which
+/// then writes nothing and answers NoSuchBucket; never both succeed. It costs the write no round
+/// trip: one call in its statement.
+pub(super) const BUCKET_HELD: &str = "pgvs3.bucket_held($1)";
+
 /// A lookup of one key's current row, its body as `body`. The join with pgvs3.buckets tells a
 /// missing bucket from a missing key in the same round trip, and catches a cached bucket that
 /// has since been dropped.
@@ -342,6 +350,7 @@ fn lookup_sql(ns: &str, body: &str) -> String {
 /// that never had versioning takes neither (the filter skips the subquery); if it then waits for
 /// the key's row, the overwrite judges again under the row's lock, as versioning may have been
 /// enabled meanwhile (versioning is never turned off, so a versioned write needs no second look).
+/// Every write holds the bucket ([`BUCKET_HELD`]) before its row can wait for another's.
 fn insert_sql(ns: &str) -> String {
     let seq = format!(
         "SELECT nextval('{ns}.version_seqs') AS seq, pgvs3.versioning_now($1) AS versioning
@@ -352,7 +361,7 @@ fn insert_sql(ns: &str) -> String {
         "INSERT INTO {ns}.objects AS o (bucket_id, key, size, etag, last_modified, meta, inline, body_id,
                                         version_seq, version_id)
          SELECT $1, $2, $3, $4, clock_timestamp(), $5, $6, $7, v.seq, {new_id}
-           FROM pgvs3.buckets b LEFT JOIN LATERAL ({seq}) v ON true WHERE b.id = $1
+           FROM pgvs3.buckets b LEFT JOIN LATERAL ({seq}) v ON true WHERE b.id = $1 AND {BUCKET_HELD}
          ON CONFLICT (bucket_id, key) DO UPDATE
             SET size = EXCLUDED.size, etag = EXCLUDED.etag, last_modified = EXCLUDED.last_modified,
                 meta = EXCLUDED.meta, inline = EXCLUDED.inline, body_id = EXCLUDED.body_id,

@@ -691,8 +691,16 @@ impl Store {
         // Resuming inside a key: its newest version was on an earlier page.
         let mut latest_seen: Option<String> = None;
         if let Some(marker) = request.version_id_marker.as_deref().filter(|_| !from.is_empty()) {
-            below = self.version_seq(bucket, client, &from, marker).await?;
-            latest_seen = Some(from.clone());
+            match self.version_seq(bucket, client, &from, marker).await? {
+                Some(seq) => {
+                    below = seq;
+                    latest_seen = Some(from.clone());
+                }
+                // The null version named by the marker was deleted since that page: its place
+                // is unknown, so the key's versions are listed again from its newest. A version
+                // listed twice is harmless to a client emptying a bucket; one skipped is not.
+                None => below = i64::MAX,
+            }
         }
         if let Some(delimiter) = delimiter
             && from.starts_with(&list.prefix)
@@ -774,24 +782,26 @@ impl Store {
         Ok(())
     }
 
-    /// The place of `version_id` among the versions of `key` (for a marker).
+    /// The place of `version_id` among the versions of `key` (for a marker). A version id holds
+    /// its place; the null version's is looked up (`None`: there is no null version now).
     async fn version_seq(
         &self,
         bucket: &BucketInfo,
         client: &deadpool_postgres::Object,
         key: &str,
         version_id: &str,
-    ) -> StoreResult<i64> {
+    ) -> StoreResult<Option<i64>> {
         if version_id != "null" {
             if !valid_version_id(version_id) {
                 return Err(StoreError::InvalidArgument("Invalid version id specified".into()));
             }
             return i64::from_str_radix(version_id, 16)
+                .map(Some)
                 .map_err(|_| StoreError::InvalidArgument("Invalid version id specified".into()));
         }
         let statement = client.prepare_cached(&bucket.sql.versions.null_seq).await?;
         let row = client.query_opt(&statement, &[&bucket.id, &key]).await?;
-        Ok(row.map_or(-1, |row| row.get("seq")))
+        Ok(row.map(|row| row.get("seq")))
     }
 }
 
