@@ -6,7 +6,7 @@
 use pgvs3_testkit as common;
 
 use common::TestGateway;
-use common::resp::live::{LiveRedis, same_bytes, same_lines};
+use common::resp::live::{LiveRedis, same_bytes, same_lines, same_replies};
 use common::resp::{RawResp, Value};
 
 /// The brief's faults: writes queued after FLUSHDB were lost (it ran after the commit), and
@@ -277,4 +277,69 @@ async fn an_unchanged_setbit_does_not_fail_a_watching_exec() {
         same_lines(&mut our_other, &mut their_other, &[setbit]).await;
         same_lines(&mut ours, &mut theirs, &["EXEC"]).await;
     }
+}
+
+/// SCRIPT LOAD inside MULTI takes effect in its queue position, as in Redis: the EVALSHA queued
+/// after it runs the script. Before, EVALSHA looked the script up while EXEC built its steps,
+/// before the SCRIPT LOAD ran after the commit, and answered NOSCRIPT. Compared live.
+#[tokio::test]
+async fn script_load_in_multi_serves_the_evalshas_after_it() {
+    const GET: &str = "return redis.call('GET', KEYS[1])";
+    const SHA: &str = "d3c21d0c2b9ca22f82737626a27bcaf5d288f99f";
+    let gateway = TestGateway::with_resp(&[]).await;
+    let redis = LiveRedis::start().await;
+    let mut ours = RawResp::connect(gateway.resp_addr()).await;
+    let mut theirs = redis.connect().await;
+    same_replies(
+        &mut ours,
+        &mut theirs,
+        &[
+            &["MULTI"],
+            &["SET", "k", "v"],
+            &["EVALSHA", SHA, "1", "k"],
+            &["SCRIPT", "LOAD", GET],
+            &["SCRIPT", "EXISTS", SHA],
+            &["EVALSHA", SHA, "1", "k"],
+            &["EVALSHA_RO", SHA, "1", "k"],
+            &["EXEC"],
+            &["EVALSHA", SHA, "1", "k"],
+        ],
+    )
+    .await;
+}
+
+/// Nothing of a transaction that fails as a whole runs: not the commands that run after its
+/// commit (PUBLISH here), which answer its error as its key commands do. Its write waits on a
+/// lock past `--resp-write-timeout` and is rolled back; before, the PUBLISH was still sent.
+#[tokio::test]
+async fn a_failed_transaction_publishes_nothing() {
+    let gateway = TestGateway::with_resp(&["--resp-write-timeout", "1s"]).await;
+    let lock = gateway.sql().await;
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    let mut subscriber = RawResp::connect(gateway.resp_addr()).await;
+    subscriber.command(&["SUBSCRIBE", "ch"]).await;
+    assert_eq!(raw.command(&["ZADD", "z", "1", "a"]).await, Value::Int(1));
+    lock.batch_execute("BEGIN; LOCK TABLE pgvs3.resp_zset IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    for command in [&["MULTI"][..], &["ZADD", "z", "2", "b"], &["PUBLISH", "ch", "inside"]] {
+        raw.command(command).await;
+    }
+    let cancelled = Value::Error("ERR command timed out after 1 s (--resp-write-timeout) and was cancelled".into());
+    assert_eq!(
+        raw.command(&["EXEC"]).await,
+        Value::Array(vec![cancelled.clone(), cancelled])
+    );
+    lock.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(raw.command(&["ZCARD", "z"]).await, Value::Int(1));
+    // The subscriber's next message is this one: "inside" was never sent.
+    assert_eq!(raw.command(&["PUBLISH", "ch", "after"]).await, Value::Int(1));
+    assert_eq!(
+        subscriber.reply().await,
+        Some(Value::Array(vec![
+            Value::bulk("message"),
+            Value::bulk("ch"),
+            Value::bulk("after")
+        ]))
+    );
 }

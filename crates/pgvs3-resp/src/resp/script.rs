@@ -156,8 +156,10 @@ pub enum Step {
     Script(Request),
     /// A keyspace-wide command of MULTI (its batch then holds the whole keyspace).
     Wide(Wide),
-    /// A command that failed before it could run (its reply is this error).
-    Failed(Reply),
+    /// A command answered before the run: one that failed before it could run (its error), or
+    /// MULTI's SCRIPT LOAD (its sha), loaded while EXEC builds its steps so that the EVALSHAs
+    /// queued after it find the script, as in Redis (the script cache is not in the database).
+    Answered(Reply),
 }
 
 impl Step {
@@ -166,7 +168,7 @@ impl Step {
             Step::Key(command, _) => command.keys().into_iter().cloned().collect(),
             // Declared keys that are not valid store keys fail when a call uses them.
             Step::Script(request) => request.keys.iter().filter_map(|key| command::key(key).ok()).collect(),
-            Step::Wide(_) | Step::Failed(_) => Vec::new(),
+            Step::Wide(_) | Step::Answered(_) => Vec::new(),
         }
     }
 
@@ -175,7 +177,7 @@ impl Step {
             Step::Key(_, spec) => spec.is_write(),
             Step::Script(request) => !request.read_only,
             Step::Wide(wide) => wide.writes(),
-            Step::Failed(_) => false,
+            Step::Answered(_) => false,
         }
     }
 }
@@ -538,7 +540,7 @@ impl Scripts {
         let mut replies = Vec::with_capacity(steps.len());
         for step in steps {
             let reply = match step {
-                Step::Failed(reply) => reply.clone(),
+                Step::Answered(reply) => reply.clone(),
                 Step::Key(command, _) => session.apply(command).await?,
                 Step::Wide(wide) => {
                     let reply = wide.run(&mut session.batch).await?;

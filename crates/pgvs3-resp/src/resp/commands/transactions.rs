@@ -266,8 +266,10 @@ impl Connection {
         let write = commands.iter().any(|(_, spec)| spec.is_write());
         let in_run = queued
             .iter()
-            .any(|queued| matches!(queued, Queued::Other(_, spec) if runs_in_transaction(spec)));
+            .any(|queued| matches!(queued, Queued::Other(args, spec) if runs_in_transaction(spec, args)));
         let started = Instant::now();
+        // A failed transaction's error, which every queued command answers: none of it runs.
+        let mut failed = None;
         let mut key_replies = if in_run {
             // Scripts, keyspace-wide commands and key commands in their order, in one
             // transaction.
@@ -275,7 +277,7 @@ impl Connection {
             for queued in &queued {
                 let step = match queued {
                     Queued::Key(command, spec) => Step::Key(command.clone(), spec),
-                    Queued::Other(args, spec) if runs_in_transaction(spec) => self.step(spec, args, share).await,
+                    Queued::Other(args, spec) if runs_in_transaction(spec, args) => self.step(spec, args, share).await,
                     Queued::Other(..) | Queued::Failed(..) => continue,
                 };
                 steps.push(step);
@@ -288,6 +290,7 @@ impl Connection {
                 Err(Reply::NilArray) => return Reply::NilArray,
                 Err(reply) => {
                     self.transaction_failed = true;
+                    failed = Some(reply.clone());
                     vec![reply; steps.len()]
                 }
             }
@@ -302,6 +305,7 @@ impl Connection {
                 Err(Reply::NilArray) => return Reply::NilArray,
                 Err(reply) => {
                     self.transaction_failed = true;
+                    failed = Some(reply.clone());
                     vec![reply; commands.len()]
                 }
             }
@@ -317,10 +321,13 @@ impl Connection {
                     reply
                 }
                 // Commands whose effects no other command of the transaction sees nor changes
-                // (see `refusal`): after it, in their order.
-                Queued::Other(args, spec) if !runs_in_transaction(spec) => {
+                // (see `refusal`): after it, in their order; not after a failed one.
+                Queued::Other(args, spec) if !runs_in_transaction(spec, &args) => {
                     let started = Instant::now();
-                    let reply = Box::pin(self.other_command(spec, &args)).await;
+                    let reply = match &failed {
+                        Some(reply) => reply.clone(),
+                        None => Box::pin(self.other_command(spec, &args)).await,
+                    };
                     self.count(spec, started.elapsed(), &reply);
                     reply
                 }
@@ -334,8 +341,17 @@ impl Connection {
                                 .keyspace(Access::Read)
                                 .await
                                 .map(|keyspace| keyspace.bucket().to_owned());
+                            // The flush committed: it answers OK whatever comes of telling the
+                            // tracking clients (who, if not told, learn of it by the lost
+                            // connection that failed it).
                             match bucket {
-                                Ok(bucket) => self.flushed(&bucket).await,
+                                Ok(bucket) => match self.flushed(&bucket).await {
+                                    Reply::Error(why) => {
+                                        tracing::warn!(error = ?why, "a flush's invalidation was not sent");
+                                        Reply::OK
+                                    }
+                                    reply => reply,
+                                },
                                 Err(reply) => reply,
                             }
                         }
@@ -350,9 +366,11 @@ impl Connection {
 }
 
 /// Whether a command that is not a key command runs as a step of EXEC's transaction, in its
-/// queue position: scripts, functions and the keyspace-wide commands.
-fn runs_in_transaction(spec: &Spec) -> bool {
+/// queue position: scripts, functions, the keyspace-wide commands and SCRIPT LOAD (which the
+/// EVALSHAs after it see).
+fn runs_in_transaction(spec: &Spec, args: &[Bytes]) -> bool {
     script::is_script(spec.name)
+        || (spec.name == "script" && args.get(1).is_some_and(|sub| sub.eq_ignore_ascii_case(b"load")))
         || matches!(
             spec.name,
             "fcall" | "fcall_ro" | "keys" | "scan" | "dbsize" | "randomkey" | "flushdb" | "flushall"
@@ -397,7 +415,7 @@ pub(crate) fn refusal(spec: &Spec, args: &[Bytes], databases: usize) -> Option<R
 }
 
 impl Connection {
-    /// The step of EXEC's run of a queued script, function or keyspace-wide command
+    /// The step of EXEC's run of a queued script, function, keyspace-wide command or SCRIPT LOAD
     /// ([`runs_in_transaction`]); `output_limit`, its share of EXEC's output limit.
     async fn step(&mut self, spec: &'static Spec, args: &[Bytes], output_limit: Option<usize>) -> Step {
         let step = match spec.name {
@@ -410,12 +428,13 @@ impl Connection {
             "dbsize" => Ok(Step::Wide(Wide::DbSize)),
             "randomkey" => Ok(Step::Wide(Wide::RandomKey)),
             "flushdb" | "flushall" => self.flush_allowed(spec, args).map(|()| Step::Wide(Wide::FlushDb)),
+            "script" => Ok(Step::Answered(self.server.scripts.command(args, self.principal()))),
             _ => self
                 .server
                 .scripts
                 .request(spec.name, args, &self.principal().access_key)
                 .map(|request| Step::Script(request.called_by(self.caller()))),
         };
-        step.unwrap_or_else(Step::Failed)
+        step.unwrap_or_else(Step::Answered)
     }
 }
