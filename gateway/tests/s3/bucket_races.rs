@@ -4,7 +4,8 @@
 //! NoSuchBucket, or DeleteBucket with BucketNotEmpty; never both succeed, leaving an object
 //! acknowledged in no bucket (and, for a completion, parts and chunks nothing reaps).
 //! The waits are made, not hoped for: a transaction of the test holds an uncommitted row of the
-//! key, and each step waits until PostgreSQL shows the request's backend waiting for a lock.
+//! key (or, in a versioned bucket, the key's locks), and each step waits until PostgreSQL shows
+//! the request's backend waiting for a lock.
 
 use pgvs3_testkit as common;
 
@@ -12,8 +13,12 @@ use std::future::Future;
 use std::time::Duration;
 
 use aws_sdk_s3::Client;
+use aws_sdk_s3::config::retry::RetryConfig;
+use aws_sdk_s3::types::BucketVersioningStatus;
 use common::TestGateway;
-use common::s3::{completion, copy_request, error_code, put_object, put_request, start_upload, upload_part};
+use common::s3::{
+    completion, copy_request, error_code, put_object, put_request, set_versioning, start_upload, upload_part,
+};
 
 /// How the race ended: each request's answer (`Ok`, or its S3 error code).
 struct Outcome {
@@ -21,27 +26,30 @@ struct Outcome {
     delete: Result<(), String>,
 }
 
-/// Runs `write` (which writes `race/k`) against DeleteBucket of `race` so that the write's row
-/// waits for an uncommitted row of `k` while DeleteBucket runs, then lets it go.
-async fn race<W>(gw: &TestGateway, write: W) -> Outcome
+/// An uncommitted row of `race/k`, which an unversioned write of `k` waits for.
+const HOLD_ROW: &str = "INSERT INTO s3p.objects (bucket_id, key, size, etag, inline)
+                        SELECT id, 'k', 0, 'held', ''::bytea FROM pgvs3.buckets WHERE name = 'race'";
+
+/// The locks of `race/k` as a RESP write of the key holds them (store/kv.rs: its keyspace's shared,
+/// then the key's), which a versioned write of `k` waits for while it holds the keyspace shared.
+const HOLD_KEY_LOCKS: &str = "SELECT pg_advisory_xact_lock(id::int4, hashtext('k'))
+                                FROM (SELECT id, pg_advisory_xact_lock_shared(-id) FROM pgvs3.buckets
+                                       WHERE name = 'race') keyspace";
+
+/// Runs `write` (which writes `race/k`) against DeleteBucket of `race` so that the write waits
+/// for what `hold` holds of `k` while DeleteBucket runs, then lets it go.
+async fn race<W>(gw: &TestGateway, hold: &str, write: W) -> Outcome
 where
     W: Future<Output = Result<(), String>> + Send + 'static,
 {
     let holder = gw.sql().await;
     let watcher = gw.sql().await;
     holder.batch_execute("BEGIN").await.unwrap();
-    holder
-        .execute(
-            "INSERT INTO s3p.objects (bucket_id, key, size, etag, inline)
-             SELECT id, 'k', 0, 'held', ''::bytea FROM pgvs3.buckets WHERE name = 'race'",
-            &[],
-        )
-        .await
-        .unwrap();
+    holder.execute(hold, &[]).await.unwrap();
     let write = tokio::spawn(write);
     await_lock_wait(&watcher, "%s3p%objects%").await;
 
-    let s3 = gw.client.clone();
+    let s3 = once(&gw.client);
     let delete = tokio::spawn(async move {
         s3.delete_bucket()
             .bucket("race")
@@ -59,6 +67,18 @@ where
         write: write.await.unwrap(),
         delete: delete.await.unwrap(),
     }
+}
+
+/// `client` without the SDK's retries, which would hide a request failed by a deadlock (a 500)
+/// behind its retry's answer.
+fn once(client: &Client) -> Client {
+    Client::from_conf(
+        client
+            .config()
+            .to_builder()
+            .retry_config(RetryConfig::disabled())
+            .build(),
+    )
 }
 
 /// Whether a backend running a statement like `query` waits for a lock.
@@ -119,7 +139,29 @@ async fn a_put_racing_delete_bucket_is_never_lost() {
     let gw = TestGateway::start().await;
     gw.client.create_bucket().bucket("race").send().await.unwrap();
     let s3 = gw.client.clone();
-    let outcome = race(&gw, async move {
+    let outcome = race(&gw, HOLD_ROW, async move {
+        put_request(&s3, "race", "k", b"acknowledged".to_vec())
+            .send()
+            .await
+            .map(drop)
+            .map_err(|err| error_code(&err))
+    })
+    .await;
+    assert_one_won(&gw, &outcome).await;
+    gw.stop().await;
+}
+
+/// In a versioned bucket a write holds the keyspace shared while it waits for the key's lock,
+/// and DeleteBucket waits for the keyspace after it took the bucket's write lock: the write must
+/// not then ask for the write lock (which it held first), or the two wait for each other and
+/// PostgreSQL cancels one as a deadlock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_versioned_put_racing_delete_bucket_never_deadlocks() {
+    let gw = TestGateway::start().await;
+    gw.client.create_bucket().bucket("race").send().await.unwrap();
+    set_versioning(&gw.client, "race", BucketVersioningStatus::Enabled).await;
+    let s3 = once(&gw.client);
+    let outcome = race(&gw, HOLD_KEY_LOCKS, async move {
         put_request(&s3, "race", "k", b"acknowledged".to_vec())
             .send()
             .await
@@ -138,7 +180,7 @@ async fn a_completion_racing_delete_bucket_is_never_lost() {
     let upload = start_upload(&gw.client, "race", "k").await;
     let etag = upload_part(&gw.client, "race", "k", &upload, 1, &common::noise(100_000, 1)).await;
     let s3: Client = gw.client.clone();
-    let outcome = race(&gw, async move {
+    let outcome = race(&gw, HOLD_ROW, async move {
         s3.complete_multipart_upload()
             .bucket("race")
             .key("k")
@@ -161,7 +203,7 @@ async fn a_copy_racing_delete_bucket_is_never_lost() {
     gw.client.create_bucket().bucket("race").send().await.unwrap();
     put_object(&gw.client, "source", "original", common::noise(200_000, 2)).await;
     let s3 = gw.client.clone();
-    let outcome = race(&gw, async move {
+    let outcome = race(&gw, HOLD_ROW, async move {
         copy_request(&s3, "race", "k", "source/original")
             .send()
             .await

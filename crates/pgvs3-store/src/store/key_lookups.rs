@@ -34,10 +34,17 @@ struct Flight {
 
 /// A request's turn to look up `name`: no other lookup of that name runs meanwhile.
 pub(super) struct Turn<'a> {
-    lookups: &'a KeyLookups,
-    name: String,
+    seat: Seat<'a>,
     deadline: Instant,
     _held: OwnedMutexGuard<()>,
+}
+
+/// A request's count in its name's flight, from before it waits for the name's lock: dropped
+/// however the request ends (turned away, done, or cancelled while it waits, which drops the
+/// future mid-await), so no name outlives its last user.
+struct Seat<'a> {
+    lookups: &'a KeyLookups,
+    name: String,
 }
 
 impl Default for KeyLookups {
@@ -62,17 +69,15 @@ impl KeyLookups {
             flight.users += 1;
             Arc::clone(&flight.lock)
         };
-        let waited = tokio::time::timeout_at(deadline, lock.lock_owned()).await;
-        let held = match waited {
-            Ok(held) => held,
-            Err(_) => {
-                self.leave(name);
-                return Err(busy());
-            }
-        };
-        Ok(Turn {
+        let seat = Seat {
             lookups: self,
             name: name.to_owned(),
+        };
+        let held = tokio::time::timeout_at(deadline, lock.lock_owned())
+            .await
+            .map_err(|_| busy())?;
+        Ok(Turn {
+            seat,
             deadline,
             _held: held,
         })
@@ -92,14 +97,14 @@ impl KeyLookups {
 impl<'a> Turn<'a> {
     /// Waits, within the turn's deadline, for one of the few lookups that may run at once.
     pub(super) async fn permit(&self) -> StoreResult<SemaphorePermit<'a>> {
-        match tokio::time::timeout_at(self.deadline, self.lookups.permits.acquire()).await {
+        match tokio::time::timeout_at(self.deadline, self.seat.lookups.permits.acquire()).await {
             Ok(permit) => Ok(permit.expect("the semaphore is never closed")),
             Err(_) => Err(busy()),
         }
     }
 }
 
-impl Drop for Turn<'_> {
+impl Drop for Seat<'_> {
     fn drop(&mut self) {
         self.lookups.leave(&self.name);
     }
@@ -127,6 +132,20 @@ mod tests {
         drop(first);
         let again = lookups.turn("a").await.unwrap();
         drop((again, other, third));
+        assert!(lookups.flights.lock().unwrap().is_empty(), "no name left behind");
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_wait_leaves_no_name_behind() {
+        let lookups = KeyLookups::default();
+        let holder = lookups.turn("a").await.unwrap();
+        let mut waiter = Box::pin(lookups.turn("a"));
+        // Polled once, the waiter has joined the flight and waits for the holder's lock.
+        assert!(futures::poll!(waiter.as_mut()).is_pending());
+        assert_eq!(lookups.flights.lock().unwrap()["a"].users, 2);
+        // A request cancelled there (its client gone) drops the future mid-wait.
+        drop(waiter);
+        drop(holder);
         assert!(lookups.flights.lock().unwrap().is_empty(), "no name left behind");
     }
 }

@@ -50,8 +50,15 @@ impl Versioning {
 /// key locks (store/kv.rs) in RESP's order, the keyspace's shared and then the key's, so S3 and
 /// RESP writers of one key take turns, and a RESP batch that holds its keyspace exclusively
 /// excludes them too. `$1` the bucket id (RESP's lock takes it as int4), `$2` the key.
+///
+/// Before both, the bucket's write lock shared (pgvs3.bucket_held's, which a write then takes
+/// again): DeleteBucket takes the write lock and then the keyspace lock, both exclusively, so a
+/// writer that held the keyspace and only then asked for the write lock (bucket_held, in the
+/// row's statement) could wait for a DeleteBucket that waits for it: a deadlock. The nesting
+/// orders them (each subquery's row is made before the one around it).
 pub(super) const KEY_LOCKS: &str = "SELECT pg_advisory_xact_lock(($1::int8)::int4, hashtext($2::text))
-                                      FROM (SELECT pg_advisory_xact_lock_shared(-($1::int8))) keyspace";
+                                      FROM (SELECT pg_advisory_xact_lock_shared(-($1::int8))
+                                              FROM (SELECT pg_advisory_xact_lock_shared(-1, ($1::int8)::int4)) bucket) keyspace";
 
 /// The version id of a sequence number: 16 hex digits, so ids sort like the versions they
 /// name and a listing's version-id marker says where it stands.
