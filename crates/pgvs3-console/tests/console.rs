@@ -2741,8 +2741,11 @@ async fn walk_through(browser: webdriver::Browser) {
     browser.clear("#pattern").await;
     browser.type_into("#pattern", "session:*").await;
     browser.click("#find-keys").await;
+    // The page before the search lists every key (`*`, the stream among them) with the same
+    // links: wait for the page the search loaded, which carries its pattern.
     eventually("the key found", move || async move {
-        b.source().await.contains("class=\"key\"")
+        let source = b.source().await;
+        source.contains("value=\"session:*\"") && source.contains("class=\"key\"")
     })
     .await;
     browser.screenshot("keys").await;
