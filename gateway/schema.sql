@@ -1066,11 +1066,19 @@ END $_$;
 --
 
 CREATE FUNCTION pgvs3.delete_access_key(key_id text) RETURNS boolean
-    LANGUAGE sql
+    LANGUAGE plpgsql
     AS $$
-    WITH gone AS (DELETE FROM pgvs3.access_keys WHERE access_key = key_id AND NOT is_root RETURNING 1)
-    SELECT EXISTS (SELECT 1 FROM gone)
-$$;
+BEGIN
+    UPDATE pgvs3.buckets b
+       SET notifications = (SELECT jsonb_build_object('rules', jsonb_agg(r.rule ORDER BY r.n))
+                              FROM jsonb_array_elements(b.notifications -> 'rules') WITH ORDINALITY AS r(rule, n)
+                             WHERE coalesce(r.rule ->> 'webhook', '') <> ''
+                            HAVING count(*) > 0)
+     WHERE b.owner = key_id AND b.notifications IS NOT NULL
+       AND EXISTS (SELECT 1 FROM pgvs3.access_keys WHERE access_key = key_id AND NOT is_root);
+    DELETE FROM pgvs3.access_keys WHERE access_key = key_id AND NOT is_root;
+    RETURN FOUND;
+END $$;
 
 --
 -- Name: delete_oidc_issuer(text); Type: FUNCTION; Schema: pgvs3; Owner: -

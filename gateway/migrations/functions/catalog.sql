@@ -194,10 +194,25 @@ LANGUAGE sql AS $$
     SELECT EXISTS (SELECT 1 FROM pgvs3.access_keys WHERE access_key = key_id AND NOT is_root)
 $$;
 
-CREATE OR REPLACE FUNCTION pgvs3.delete_access_key(key_id text) RETURNS boolean LANGUAGE sql AS $$
-    WITH gone AS (DELETE FROM pgvs3.access_keys WHERE access_key = key_id AND NOT is_root RETURNING 1)
-    SELECT EXISTS (SELECT 1 FROM gone)
-$$;
+-- Deletes a non-root key; its buckets are left to the root key (buckets_owner_fkey sets their
+-- owner NULL). Their notification rules that deliver into the owner's tenant, OJS queues and
+-- RESP channels, go with the key (layout v67): resolved at each event against the owner, they
+-- would from then on send the bucket's events into the root tenant's queues and channels
+-- (`default`'s), under names the key chose, where it could never send them itself. Webhook
+-- rules (targets the administrator registered, no tenant's) stay. Whoever adopts the bucket,
+-- or the root key, configures it anew (docs/events.md).
+CREATE OR REPLACE FUNCTION pgvs3.delete_access_key(key_id text) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE pgvs3.buckets b
+       SET notifications = (SELECT jsonb_build_object('rules', jsonb_agg(r.rule ORDER BY r.n))
+                              FROM jsonb_array_elements(b.notifications -> 'rules') WITH ORDINALITY AS r(rule, n)
+                             WHERE coalesce(r.rule ->> 'webhook', '') <> ''
+                            HAVING count(*) > 0)
+     WHERE b.owner = key_id AND b.notifications IS NOT NULL
+       AND EXISTS (SELECT 1 FROM pgvs3.access_keys WHERE access_key = key_id AND NOT is_root);
+    DELETE FROM pgvs3.access_keys WHERE access_key = key_id AND NOT is_root;
+    RETURN FOUND;
+END $$;
 
 -- The bucket's owner: no row when there is no such bucket, one NULL when the root key owns it.
 -- (Layout v11: so the operator reads the catalog through functions, never its tables.)
