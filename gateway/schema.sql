@@ -917,6 +917,59 @@ CREATE FUNCTION pgvs3.bucket_owner(bucket text) RETURNS TABLE(owner_key text)
 $$;
 
 --
+-- Name: buckets; Type: TABLE; Schema: pgvs3; Owner: -
+--
+
+CREATE TABLE pgvs3.buckets (
+    id bigint NOT NULL,
+    name text NOT NULL COLLATE pg_catalog."C",
+    namespace text NOT NULL,
+    owner text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    tags jsonb,
+    versioning text,
+    object_lock jsonb,
+    lifecycle jsonb,
+    notifications jsonb,
+    cors jsonb,
+    policy text,
+    public_access_block jsonb,
+    encryption text,
+    object_ownership text DEFAULT 'BucketOwnerEnforced'::text,
+    acl jsonb,
+    logging jsonb,
+    CONSTRAINT buckets_encryption_check CHECK ((encryption = 'AES256'::text)),
+    CONSTRAINT buckets_object_ownership_known CHECK ((object_ownership = ANY (ARRAY['BucketOwnerEnforced'::text, 'BucketOwnerPreferred'::text, 'ObjectWriter'::text]))),
+    CONSTRAINT buckets_versioning_check CHECK ((versioning = ANY (ARRAY['Enabled'::text, 'Suspended'::text]))),
+    CONSTRAINT object_lock_keeps_versioning CHECK (((object_lock IS NULL) OR (versioning = 'Enabled'::text)))
+);
+
+--
+-- Name: bucket_to_drop(text); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.bucket_to_drop(bucket text) RETURNS pgvs3.buckets
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    b pgvs3.buckets;
+    locked bigint;
+BEGIN
+    LOOP
+        SELECT id INTO locked FROM pgvs3.buckets WHERE name = bucket;
+        IF NOT FOUND THEN
+            RETURN NULL;
+        END IF;
+        PERFORM pg_advisory_xact_lock(-1, locked::int4);
+        PERFORM pg_advisory_xact_lock(-locked);
+        SELECT * INTO b FROM pgvs3.buckets WHERE name = bucket FOR UPDATE;
+        IF b.id = locked THEN
+            RETURN b;
+        END IF;
+    END LOOP;
+END $$;
+
+--
 -- Name: bump_catalog_version(); Type: FUNCTION; Schema: pgvs3; Owner: -
 --
 
@@ -1013,11 +1066,19 @@ END $_$;
 --
 
 CREATE FUNCTION pgvs3.delete_access_key(key_id text) RETURNS boolean
-    LANGUAGE sql
+    LANGUAGE plpgsql
     AS $$
-    WITH gone AS (DELETE FROM pgvs3.access_keys WHERE access_key = key_id AND NOT is_root RETURNING 1)
-    SELECT EXISTS (SELECT 1 FROM gone)
-$$;
+BEGIN
+    UPDATE pgvs3.buckets b
+       SET notifications = (SELECT jsonb_build_object('rules', jsonb_agg(r.rule ORDER BY r.n))
+                              FROM jsonb_array_elements(b.notifications -> 'rules') WITH ORDINALITY AS r(rule, n)
+                             WHERE coalesce(r.rule ->> 'webhook', '') <> ''
+                            HAVING count(*) > 0)
+     WHERE b.owner = key_id AND b.notifications IS NOT NULL
+       AND EXISTS (SELECT 1 FROM pgvs3.access_keys WHERE access_key = key_id AND NOT is_root);
+    DELETE FROM pgvs3.access_keys WHERE access_key = key_id AND NOT is_root;
+    RETURN FOUND;
+END $$;
 
 --
 -- Name: delete_oidc_issuer(text); Type: FUNCTION; Schema: pgvs3; Owner: -
@@ -1049,24 +1110,12 @@ CREATE FUNCTION pgvs3.drop_bucket(bucket text, force boolean DEFAULT false) RETU
     AS $_$
 DECLARE
     b pgvs3.buckets;
-    locked bigint;
     uploads bigint[];
 BEGIN
-    -- The bucket's write lock exclusively (pgvs3.bucket_held), then its keyspace lock, which
-    -- versioned writes (delete markers too) and RESP batches hold shared: it waits for every
-    -- writer under way, so the checks below, each a fresh snapshot, see what they wrote. Both
-    -- before the row's lock (set_versioning's order: keyspace, then row). A bucket dropped and
-    -- created again meanwhile has another id: again.
-    LOOP
-        SELECT id INTO locked FROM pgvs3.buckets WHERE name = bucket;
-        IF NOT FOUND THEN
-            RETURN false;
-        END IF;
-        PERFORM pg_advisory_xact_lock(-1, locked::int4);
-        PERFORM pg_advisory_xact_lock(-locked);
-        SELECT * INTO b FROM pgvs3.buckets WHERE name = bucket FOR UPDATE;
-        EXIT WHEN b.id = locked;
-    END LOOP;
+    b := pgvs3.bucket_to_drop(bucket);
+    IF b.id IS NULL THEN
+        RETURN false;
+    END IF;
     IF force AND b.object_lock IS NOT NULL THEN
         -- Not even a forced drop removes a version object lock protects (layout v13).
         EXECUTE format('SELECT EXISTS (SELECT 1 FROM %1$I.objects WHERE bucket_id = $1 AND pgvs3.object_locked(meta, false))
@@ -1115,17 +1164,15 @@ CREATE FUNCTION pgvs3.drop_origin(bucket text, force boolean DEFAULT false) RETU
     AS $$
 DECLARE cache_id bigint;
 BEGIN
-    SELECT o.bucket_id INTO cache_id FROM pgvs3.origins o JOIN pgvs3.buckets b ON b.id = o.bucket_id
-     WHERE b.name = bucket FOR UPDATE;
-    IF NOT FOUND THEN
+    cache_id := (pgvs3.bucket_to_drop(bucket)).id;
+    IF cache_id IS NULL OR NOT EXISTS (SELECT 1 FROM pgvs3.origins WHERE bucket_id = cache_id) THEN
         RETURN false;
     END IF;
     IF NOT force AND EXISTS (SELECT 1 FROM pgvs3.origin_outbox WHERE bucket_id = cache_id) THEN
         RAISE EXCEPTION 'cache bucket % has write-backs not yet at the origin', bucket
             USING ERRCODE = 'P0001', HINT = 'PendingWriteBack';
     END IF;
-    DELETE FROM pgvs3.buckets WHERE buckets.id = cache_id;
-    RETURN true;
+    RETURN pgvs3.drop_bucket(bucket, true);
 END $$;
 
 --
@@ -4780,34 +4827,6 @@ CREATE TABLE pgvs3.bucket_quotas (
     CONSTRAINT bucket_quotas_check CHECK (((max_bytes IS NOT NULL) OR (max_objects IS NOT NULL))),
     CONSTRAINT bucket_quotas_max_bytes_check CHECK ((max_bytes >= 0)),
     CONSTRAINT bucket_quotas_max_objects_check CHECK ((max_objects >= 0))
-);
-
---
--- Name: buckets; Type: TABLE; Schema: pgvs3; Owner: -
---
-
-CREATE TABLE pgvs3.buckets (
-    id bigint NOT NULL,
-    name text NOT NULL COLLATE pg_catalog."C",
-    namespace text NOT NULL,
-    owner text,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    tags jsonb,
-    versioning text,
-    object_lock jsonb,
-    lifecycle jsonb,
-    notifications jsonb,
-    cors jsonb,
-    policy text,
-    public_access_block jsonb,
-    encryption text,
-    object_ownership text DEFAULT 'BucketOwnerEnforced'::text,
-    acl jsonb,
-    logging jsonb,
-    CONSTRAINT buckets_encryption_check CHECK ((encryption = 'AES256'::text)),
-    CONSTRAINT buckets_object_ownership_known CHECK ((object_ownership = ANY (ARRAY['BucketOwnerEnforced'::text, 'BucketOwnerPreferred'::text, 'ObjectWriter'::text]))),
-    CONSTRAINT buckets_versioning_check CHECK ((versioning = ANY (ARRAY['Enabled'::text, 'Suspended'::text]))),
-    CONSTRAINT object_lock_keeps_versioning CHECK (((object_lock IS NULL) OR (versioning = 'Enabled'::text)))
 );
 
 --

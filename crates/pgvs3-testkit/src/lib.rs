@@ -268,6 +268,30 @@ pub async fn lock_waiters(sql: &tokio_postgres::Client) -> i64 {
     .await
 }
 
+/// Whether a backend running a statement like `query` (a LIKE pattern of its text) waits for a
+/// lock now.
+pub async fn statement_waits(sql: &tokio_postgres::Client, query: &str) -> bool {
+    query_count(
+        sql,
+        "SELECT count(*) FROM pg_stat_activity
+          WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE $1",
+        &[&query],
+    )
+    .await
+        > 0
+}
+
+/// Waits until a backend running a statement like `query` waits for a lock: a test that makes a
+/// request wait behind a transaction it holds lets the next step go only then.
+pub async fn await_statement_wait(sql: &tokio_postgres::Client, query: &str) {
+    eventually(
+        Duration::from_secs(30),
+        &format!("a statement like {query} to wait for a lock"),
+        || async { statement_waits(sql, query).await.then_some(()) },
+    )
+    .await
+}
+
 /// A new empty database on the test cluster; returns its connection string.
 pub async fn fresh_database() -> String {
     static NEXT: AtomicU32 = AtomicU32::new(0);

@@ -153,6 +153,18 @@ pub async fn set_versioning(client: &Client, bucket: &str, status: BucketVersion
 }
 
 /// The S3 error code of a refusal; the whole error when it carries none (no answer came back).
+/// `client` without the SDK's retries, which would hide a request failed by a deadlock (a 500)
+/// behind its retry's answer.
+pub fn once(client: &Client) -> Client {
+    Client::from_conf(
+        client
+            .config()
+            .to_builder()
+            .retry_config(aws_sdk_s3::config::retry::RetryConfig::disabled())
+            .build(),
+    )
+}
+
 pub fn error_code<E: ProvideErrorMetadata + std::fmt::Debug>(err: &SdkError<E, HttpResponse>) -> String {
     err.code().map_or_else(|| format!("{err:?}"), str::to_owned)
 }

@@ -191,22 +191,25 @@ BEGIN
 END $$;
 
 -- Drops a cache bucket and everything cached in it. Without `force` it refuses while bodies
--- still wait for their upload (they exist nowhere else).
+-- still wait for their upload (they exist nowhere else). It holds the bucket as a drop does
+-- (bucket_to_drop) before it looks at the outbox: a write-back under way commits first, and is
+-- seen, or finds the bucket gone and writes nothing (before v67 it was committed after the drop,
+-- acknowledged, in no bucket, never to be uploaded). Then the bucket goes as a forced
+-- DeleteBucket takes it, its multipart uploads in progress with it; the cascade to its origin
+-- row takes the rest (forget_origin).
 CREATE OR REPLACE FUNCTION pgvs3.drop_origin(bucket text, force boolean DEFAULT false) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE cache_id bigint;
 BEGIN
-    SELECT o.bucket_id INTO cache_id FROM pgvs3.origins o JOIN pgvs3.buckets b ON b.id = o.bucket_id
-     WHERE b.name = bucket FOR UPDATE;
-    IF NOT FOUND THEN
+    cache_id := (pgvs3.bucket_to_drop(bucket)).id;
+    IF cache_id IS NULL OR NOT EXISTS (SELECT 1 FROM pgvs3.origins WHERE bucket_id = cache_id) THEN
         RETURN false;
     END IF;
     IF NOT force AND EXISTS (SELECT 1 FROM pgvs3.origin_outbox WHERE bucket_id = cache_id) THEN
         RAISE EXCEPTION 'cache bucket % has write-backs not yet at the origin', bucket
             USING ERRCODE = 'P0001', HINT = 'PendingWriteBack';
     END IF;
-    DELETE FROM pgvs3.buckets WHERE buckets.id = cache_id;
-    RETURN true;
+    RETURN pgvs3.drop_bucket(bucket, true);
 END $$;
 
 -- The sealed origin secret of cache bucket `bucket` (NULL when it has no origin): a writer

@@ -66,6 +66,33 @@ BEGIN
 END
 $$;
 
+-- The row of bucket `bucket`, locked for its drop (NULL when there is no such bucket, nothing
+-- locked): the bucket's write lock exclusively (pgvs3.bucket_held), then its keyspace lock, which
+-- versioned writes (delete markers too) and RESP batches hold shared. It waits for every writer
+-- under way, so the caller's checks after it, each a fresh snapshot, see what they wrote, and
+-- no writer holds the bucket after it. Both before the row's lock (set_versioning's order:
+-- keyspace, then row). A bucket dropped and created again meanwhile has another id: again.
+-- drop_bucket's and drop_origin's (a cache's fills and write-backs hold their bucket as S3
+-- writes do, layout v67).
+CREATE OR REPLACE FUNCTION pgvs3.bucket_to_drop(bucket text) RETURNS pgvs3.buckets LANGUAGE plpgsql AS $$
+DECLARE
+    b pgvs3.buckets;
+    locked bigint;
+BEGIN
+    LOOP
+        SELECT id INTO locked FROM pgvs3.buckets WHERE name = bucket;
+        IF NOT FOUND THEN
+            RETURN NULL;
+        END IF;
+        PERFORM pg_advisory_xact_lock(-1, locked::int4);
+        PERFORM pg_advisory_xact_lock(-locked);
+        SELECT * INTO b FROM pgvs3.buckets WHERE name = bucket FOR UPDATE;
+        IF b.id = locked THEN
+            RETURN b;
+        END IF;
+    END LOOP;
+END $$;
+
 -- Drops a bucket. Without `force` it refuses a bucket that holds objects (S3 BucketNotEmpty);
 -- with it, the objects go too and their bodies are retired for the reaper. Multipart uploads in
 -- progress go either way, as they do with a general purpose bucket in AWS S3 (only a directory
@@ -74,24 +101,12 @@ CREATE OR REPLACE FUNCTION pgvs3.drop_bucket(bucket text, force boolean DEFAULT 
 LANGUAGE plpgsql AS $$
 DECLARE
     b pgvs3.buckets;
-    locked bigint;
     uploads bigint[];
 BEGIN
-    -- The bucket's write lock exclusively (pgvs3.bucket_held), then its keyspace lock, which
-    -- versioned writes (delete markers too) and RESP batches hold shared: it waits for every
-    -- writer under way, so the checks below, each a fresh snapshot, see what they wrote. Both
-    -- before the row's lock (set_versioning's order: keyspace, then row). A bucket dropped and
-    -- created again meanwhile has another id: again.
-    LOOP
-        SELECT id INTO locked FROM pgvs3.buckets WHERE name = bucket;
-        IF NOT FOUND THEN
-            RETURN false;
-        END IF;
-        PERFORM pg_advisory_xact_lock(-1, locked::int4);
-        PERFORM pg_advisory_xact_lock(-locked);
-        SELECT * INTO b FROM pgvs3.buckets WHERE name = bucket FOR UPDATE;
-        EXIT WHEN b.id = locked;
-    END LOOP;
+    b := pgvs3.bucket_to_drop(bucket);
+    IF b.id IS NULL THEN
+        RETURN false;
+    END IF;
     IF force AND b.object_lock IS NOT NULL THEN
         -- Not even a forced drop removes a version object lock protects (layout v13).
         EXECUTE format('SELECT EXISTS (SELECT 1 FROM %1$I.objects WHERE bucket_id = $1 AND pgvs3.object_locked(meta, false))
@@ -179,10 +194,25 @@ LANGUAGE sql AS $$
     SELECT EXISTS (SELECT 1 FROM pgvs3.access_keys WHERE access_key = key_id AND NOT is_root)
 $$;
 
-CREATE OR REPLACE FUNCTION pgvs3.delete_access_key(key_id text) RETURNS boolean LANGUAGE sql AS $$
-    WITH gone AS (DELETE FROM pgvs3.access_keys WHERE access_key = key_id AND NOT is_root RETURNING 1)
-    SELECT EXISTS (SELECT 1 FROM gone)
-$$;
+-- Deletes a non-root key; its buckets are left to the root key (buckets_owner_fkey sets their
+-- owner NULL). Their notification rules that deliver into the owner's tenant, OJS queues and
+-- RESP channels, go with the key (layout v67): resolved at each event against the owner, they
+-- would from then on send the bucket's events into the root tenant's queues and channels
+-- (`default`'s), under names the key chose, where it could never send them itself. Webhook
+-- rules (targets the administrator registered, no tenant's) stay. Whoever adopts the bucket,
+-- or the root key, configures it anew (docs/events.md).
+CREATE OR REPLACE FUNCTION pgvs3.delete_access_key(key_id text) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE pgvs3.buckets b
+       SET notifications = (SELECT jsonb_build_object('rules', jsonb_agg(r.rule ORDER BY r.n))
+                              FROM jsonb_array_elements(b.notifications -> 'rules') WITH ORDINALITY AS r(rule, n)
+                             WHERE coalesce(r.rule ->> 'webhook', '') <> ''
+                            HAVING count(*) > 0)
+     WHERE b.owner = key_id AND b.notifications IS NOT NULL
+       AND EXISTS (SELECT 1 FROM pgvs3.access_keys WHERE access_key = key_id AND NOT is_root);
+    DELETE FROM pgvs3.access_keys WHERE access_key = key_id AND NOT is_root;
+    RETURN FOUND;
+END $$;
 
 -- The bucket's owner: no row when there is no such bucket, one NULL when the root key owns it.
 -- (Layout v11: so the operator reads the catalog through functions, never its tables.)

@@ -74,6 +74,7 @@ const NEW_SINCE_V10: &[&str] = &[
     "pgvs3.access_key_secret(text)",
     "pgvs3.bucket_held(bigint)",
     "pgvs3.bucket_owner(text)",
+    "pgvs3.bucket_to_drop(text)",
     "pgvs3.cache_write_event(bigint,text,text,bigint,text)",
     "pgvs3.delete_oidc_issuer(text)",
     "pgvs3.delete_role(text)",
@@ -167,13 +168,17 @@ const NEW_SINCE_V10: &[&str] = &[
 /// `versions`, counts versions as content, and gives new namespaces their versions table; v13
 /// (object lock) refuses to force-drop a bucket holding locked versions;
 /// v23 raises the event a superseded cache write still owed; v24 counts every version in bucket quotas;
-/// v52 keys OJS workers and rate-limit keys by tenant.
+/// v52 keys OJS workers and rate-limit keys by tenant; v67 holds a cache bucket for its removal as
+/// DeleteBucket holds a bucket, and drops it as DeleteBucket does, and a deleted key's buckets lose
+/// the notification rules into its tenant.
 const CHANGED_SINCE_V10: &[&str] = &[
     "ojs.cron_json(ojs.cron)",
     "ojs.rate_limit_json(ojs.rate_limits)",
     "ojs.worker_json(ojs.workers)",
     "pgvs3.count_bucket_usage()",
+    "pgvs3.delete_access_key(text)",
     "pgvs3.drop_bucket(text,boolean)",
+    "pgvs3.drop_origin(text,boolean)",
     "pgvs3.enqueue_write_back()",
     "pgvs3.ensure_namespace(text,text)",
     "pgvs3.put_origin(text,text,text,text,text,bytea,text,boolean,integer,integer,integer,bigint,bigint,integer)",

@@ -13,12 +13,11 @@ use std::future::Future;
 use std::time::Duration;
 
 use aws_sdk_s3::Client;
-use aws_sdk_s3::config::retry::RetryConfig;
 use aws_sdk_s3::types::BucketVersioningStatus;
-use common::TestGateway;
 use common::s3::{
-    completion, copy_request, error_code, put_object, put_request, set_versioning, start_upload, upload_part,
+    completion, copy_request, error_code, once, put_object, put_request, set_versioning, start_upload, upload_part,
 };
+use common::{TestGateway, await_statement_wait, statement_waits};
 
 /// How the race ended: each request's answer (`Ok`, or its S3 error code).
 struct Outcome {
@@ -47,7 +46,7 @@ where
     holder.batch_execute("BEGIN").await.unwrap();
     holder.execute(hold, &[]).await.unwrap();
     let write = tokio::spawn(write);
-    await_lock_wait(&watcher, "%s3p%objects%").await;
+    await_statement_wait(&watcher, "%s3p%objects%").await;
 
     let s3 = once(&gw.client);
     let delete = tokio::spawn(async move {
@@ -59,7 +58,7 @@ where
             .map_err(|err| error_code(&err))
     });
     // DeleteBucket either answers at once (it did not wait for the write) or waits for it.
-    while !delete.is_finished() && !waiting(&watcher, "%drop_bucket%").await {
+    while !delete.is_finished() && !statement_waits(&watcher, "%drop_bucket%").await {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     holder.batch_execute("ROLLBACK").await.unwrap();
@@ -67,42 +66,6 @@ where
         write: write.await.unwrap(),
         delete: delete.await.unwrap(),
     }
-}
-
-/// `client` without the SDK's retries, which would hide a request failed by a deadlock (a 500)
-/// behind its retry's answer.
-fn once(client: &Client) -> Client {
-    Client::from_conf(
-        client
-            .config()
-            .to_builder()
-            .retry_config(RetryConfig::disabled())
-            .build(),
-    )
-}
-
-/// Whether a backend running a statement like `query` waits for a lock.
-async fn waiting(sql: &tokio_postgres::Client, query: &str) -> bool {
-    sql.query_one(
-        "SELECT count(*) AS waiting FROM pg_stat_activity
-          WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE $1",
-        &[&query],
-    )
-    .await
-    .unwrap()
-    .get::<_, i64>("waiting")
-        > 0
-}
-
-/// Waits until a backend running a statement like `query` waits for a lock.
-async fn await_lock_wait(sql: &tokio_postgres::Client, query: &str) {
-    for _ in 0..3000 {
-        if waiting(sql, query).await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("no statement like {query} came to wait for a lock");
 }
 
 /// After a race: one of the two failed, the write with NoSuchBucket or DeleteBucket with

@@ -844,3 +844,54 @@ async fn a_bucket_owners_events_are_its_own_tenants_jobs_and_never_fill_anothers
     assert_eq!(moved.iter().map(|job| event(job).2).collect::<Vec<_>>(), ["now-alices"]);
     gw.stop().await;
 }
+
+/// A deleted key's buckets are left to the root key, and the rules that delivered into the key's
+/// own tenant (its OJS queues, its RESP channels) go with the key: resolved against the root key
+/// at each event, they would send the bucket's events into `default`'s queues and channels under
+/// names the key chose. Webhook rules (targets the administrator registered) stay. Fails
+/// before: every rule stayed, and the tenantless `billing` rule, resolved against no owner, made
+/// the upload after the deletion a job of `default`'s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_deleted_keys_buckets_send_nothing_into_the_root_tenant() {
+    let gw = TestGateway::start().await;
+    let ojs = Ojs::of(&gw);
+    let alice = common::s3::add_key(&gw, "ALICEKEY").await;
+    alice.create_bucket().bucket("alices").send().await.unwrap();
+    gw.sql()
+        .await
+        .execute("SELECT pgvs3.put_webhook_target('audit', 'http://127.0.0.1:9/')", &[])
+        .await
+        .unwrap();
+    configure(
+        &alice,
+        "alices",
+        vec![
+            queue_rule("bills", "billing", &["s3:ObjectCreated:*"], "", ""),
+            channel_rule("arn:pgvs3:pubsub:::s3:feed"),
+            webhook_rule("audit", "audit", &["s3:ObjectRemoved:*"]),
+        ],
+    )
+    .await;
+    put_object(&alice, "alices", "before", b"x").await;
+    let alices = drain(&ojs.as_tenant("ALICEKEY"), "billing").await;
+    assert_eq!(alices.iter().map(|job| event(job).2).collect::<Vec<_>>(), ["before"]);
+
+    assert!(gw.gateway.store.catalog().delete_access_key("ALICEKEY").await.unwrap());
+    let kept = gw
+        .client
+        .get_bucket_notification_configuration()
+        .bucket("alices")
+        .send()
+        .await
+        .unwrap();
+    let arns: Vec<&str> = kept
+        .queue_configurations()
+        .iter()
+        .map(|rule| rule.queue_arn())
+        .collect();
+    assert_eq!(arns, ["arn:pgvs3:webhook:::audit"]);
+    put_object(&gw.client, "alices", "after", b"x").await;
+    assert!(drain(&ojs, "billing").await.is_empty(), "no job in default's queue");
+    assert!(drain(&ojs.as_tenant("ALICEKEY"), "billing").await.is_empty());
+    gw.stop().await;
+}

@@ -509,8 +509,9 @@ impl CacheTier {
                 .await
         };
         match stored {
-            // A standby serves what it fetched without keeping it.
-            Ok(()) | Err(StoreError::ReadOnly) => Ok(()),
+            // A standby serves what it fetched without keeping it, and so does a read whose
+            // bucket was dropped while it fetched (it began before the drop).
+            Ok(()) | Err(StoreError::ReadOnly | StoreError::NoSuchBucket) => Ok(()),
             Err(err) => Err(err),
         }
     }
@@ -648,8 +649,13 @@ impl CacheTier {
             }
             lock.release().await;
             drop((flight, permits));
-            if let Err(err) = outcome {
-                let _ = client_side.send(Err(err)).await;
+            match outcome {
+                // The entry is written after the body's last byte went to the reader: a bucket
+                // dropped meanwhile (the entry not written) takes nothing from this read.
+                Ok(_) | Err(StoreError::NoSuchBucket) => {}
+                Err(err) => {
+                    let _ = client_side.send(Err(err)).await;
+                }
             }
         });
         client_body

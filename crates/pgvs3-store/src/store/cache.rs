@@ -15,7 +15,7 @@ use super::bodies::{check_length, locate, read_prefix, stored_body, write_chunks
 use super::chunks::worth_compressing;
 use super::conditions::Preconditions;
 use super::objects::{
-    BodyStream, ByteRange, INLINE_LIMIT, NamespaceSql, ObjectHead, ObjectMeta, ObjectRead, ReadOptions,
+    BUCKET_HELD, BodyStream, ByteRange, INLINE_LIMIT, NamespaceSql, ObjectHead, ObjectMeta, ObjectRead, ReadOptions,
 };
 use super::{BucketInfo, Store, StoreError, StoreResult};
 use crate::admission::{BufferBudget, Reservation};
@@ -76,13 +76,17 @@ static SQL: LazyLock<CacheSql> = LazyLock::new(|| {
         filled: NamespaceSql::new(FILLED),
         lookup_get: lookup("inline"),
         lookup_head: lookup("NULL::bytea"),
-        upsert_entry: "INSERT INTO s3c.objects (bucket_id, key, size, etag, last_modified, meta, inline, body_id)
-                       VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+        // Written only into a bucket the write holds (BUCKET_HELD, before the row can wait for
+        // another's): a fill racing the bucket's drop commits first, and goes with it, or
+        // writes nothing.
+        upsert_entry: format!(
+            "INSERT INTO s3c.objects (bucket_id, key, size, etag, last_modified, meta, inline, body_id)
+                       SELECT $1, $2, $3, $4, $5, $6, $7, $8 WHERE {BUCKET_HELD}
                        ON CONFLICT (bucket_id, key) DO UPDATE
                           SET size = EXCLUDED.size, etag = EXCLUDED.etag, last_modified = EXCLUDED.last_modified,
                               meta = EXCLUDED.meta, inline = EXCLUDED.inline, body_id = EXCLUDED.body_id,
                               validated_at = now(), accessed_at = now()"
-            .into(),
+        ),
         mark_validated: "WITH clean AS (UPDATE s3w.objects SET validated_at = now()
                                            WHERE bucket_id = $1 AND key = $2 AND origin_etag = $3)
                          UPDATE s3c.objects SET validated_at = now() WHERE bucket_id = $1 AND key = $2 AND etag = $3"
@@ -174,15 +178,16 @@ static SQL: LazyLock<CacheSql> = LazyLock::new(|| {
                       WHERE bucket_id = $1 AND key = $2 AND validated_at > now() - make_interval(secs => $3::float8)
                       ORDER BY validated_at DESC LIMIT 1"
             .into(),
-        store_ranges:
+        // Held as upsert_entry holds it, once for the statement (an initplan, before any row).
+        store_ranges: format!(
             "INSERT INTO s3c.ranges (bucket_id, key, chunk, chunk_size, size, etag, last_modified, meta, data)
                        SELECT $1, $2, c.chunk, $3, $4, $5, $6, $7, c.data
-                         FROM unnest($8::int[], $9::bytea[]) AS c(chunk, data)
+                         FROM unnest($8::int[], $9::bytea[]) AS c(chunk, data) WHERE (SELECT {BUCKET_HELD})
                        ON CONFLICT (bucket_id, key, chunk) DO UPDATE
                           SET chunk_size = EXCLUDED.chunk_size, size = EXCLUDED.size, etag = EXCLUDED.etag,
                               last_modified = EXCLUDED.last_modified, meta = EXCLUDED.meta, data = EXCLUDED.data,
                               validated_at = now(), accessed_at = now()"
-                .into(),
+        ),
         drop_other_ranges:
             "DELETE FROM s3c.ranges WHERE bucket_id = $1 AND key = $2 AND (etag <> $3 OR chunk_size <> $4)".into(),
         // A whole body filled from the origin replaces its range chunks and a clean body
@@ -323,20 +328,25 @@ async fn write_entry(
         (None, Some(body_id))
     };
     let statement = tx.prepare_cached(&SQL.upsert_entry).await?;
-    tx.execute(
-        &statement,
-        &[
-            &bucket_id,
-            &key,
-            &size,
-            &head.etag,
-            &head.last_modified,
-            &meta,
-            &inline.as_deref(),
-            &body_id,
-        ],
-    )
-    .await?;
+    let written = tx
+        .execute(
+            &statement,
+            &[
+                &bucket_id,
+                &key,
+                &size,
+                &head.etag,
+                &head.last_modified,
+                &meta,
+                &inline.as_deref(),
+                &body_id,
+            ],
+        )
+        .await?;
+    if written == 0 {
+        // The bucket went while the body came: dropped with the transaction, chunks and all.
+        return Err(StoreError::NoSuchBucket);
+    }
     tx.execute(&SQL.supersede, &[&bucket_id, &key]).await?;
     if let Some(event) = event {
         raise(&tx, bucket_id, key, event).await?;
@@ -737,23 +747,29 @@ impl Store {
         let meta = Json(&head.meta);
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
+        // Stored first, holding the bucket, then the other versions' chunks go: a chunk the
+        // delete locked before the bucket's lock could be one the bucket's drop waits for.
+        let stored = tx
+            .execute(
+                &SQL.store_ranges,
+                &[
+                    &bucket_id,
+                    &key,
+                    &chunk_size,
+                    &size,
+                    &head.etag,
+                    &head.last_modified,
+                    &meta,
+                    &indexes,
+                    &pieces,
+                ],
+            )
+            .await?;
+        if stored == 0 && !indexes.is_empty() {
+            return Err(StoreError::NoSuchBucket);
+        }
         tx.execute(&SQL.drop_other_ranges, &[&bucket_id, &key, &head.etag, &chunk_size])
             .await?;
-        tx.execute(
-            &SQL.store_ranges,
-            &[
-                &bucket_id,
-                &key,
-                &chunk_size,
-                &size,
-                &head.etag,
-                &head.last_modified,
-                &meta,
-                &indexes,
-                &pieces,
-            ],
-        )
-        .await?;
         tx.commit().await?;
         Ok(())
     }

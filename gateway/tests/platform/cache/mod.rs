@@ -8,6 +8,7 @@ mod events;
 mod eviction;
 mod origin;
 mod paths;
+mod races;
 mod reads;
 mod write_back;
 
