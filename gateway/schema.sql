@@ -3909,6 +3909,16 @@ $$;
 --
 
 CREATE FUNCTION pgvs3.resp_track(bucket text, tracked boolean, inline_limit integer) RETURNS void
+    LANGUAGE sql
+    AS $$
+    SELECT pgvs3.resp_track(bucket, tracked, inline_limit, pg_backend_pid());
+$$;
+
+--
+-- Name: resp_track(text, boolean, integer, integer); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_track(bucket text, tracked boolean, inline_limit integer, listener integer) RETURNS void
     LANGUAGE plpgsql
     AS $$
 BEGIN
@@ -3916,11 +3926,11 @@ BEGIN
      WHERE t.bucket = resp_track.bucket
        AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a
                         WHERE a.pid = t.pid AND a.backend_start = t.backend_start
-                          AND a.pid <> pg_backend_pid());
+                          AND a.pid <> listener);
     IF tracked THEN
         INSERT INTO pgvs3.resp_tracking (bucket, pid, backend_start)
         SELECT resp_track.bucket, a.pid, a.backend_start FROM pg_stat_activity a
-         WHERE a.pid = pg_backend_pid()
+         WHERE a.pid = listener
         ON CONFLICT DO NOTHING;
         PERFORM pgvs3.resp_watch_objects(bucket);
     END IF;

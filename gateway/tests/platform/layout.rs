@@ -143,6 +143,7 @@ const NEW_SINCE_V10: &[&str] = &[
     "pgvs3.resp_stream_trim(bigint,text,boolean,bigint,bigint,bigint,boolean)",
     "pgvs3.resp_touch(bigint,text,\"char\")",
     "pgvs3.resp_track(text,boolean,integer)",
+    "pgvs3.resp_track(text,boolean,integer,integer)",
     "pgvs3.resp_tracked(text)",
     "pgvs3.resp_type(bigint,text)",
     "pgvs3.resp_typed_conflict()",
