@@ -2171,6 +2171,24 @@ BEGIN
 END $$;
 
 --
+-- Name: resp_hold_keyspace(bigint, boolean); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_hold_keyspace(bucket bigint, exclusive boolean) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF NOT pgvs3.bucket_held(bucket) THEN
+        RAISE EXCEPTION 'no such bucket: %', bucket USING ERRCODE = 'P0002', HINT = 'NoSuchBucket';
+    END IF;
+    IF exclusive THEN
+        PERFORM pg_advisory_xact_lock(-bucket);
+    ELSE
+        PERFORM pg_advisory_xact_lock_shared(-bucket);
+    END IF;
+END $$;
+
+--
 -- Name: resp_int(bytea); Type: FUNCTION; Schema: pgvs3; Owner: -
 --
 

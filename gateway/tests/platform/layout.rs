@@ -106,6 +106,7 @@ const NEW_SINCE_V10: &[&str] = &[
     "pgvs3.resp_fits(bigint,text,\"char\")",
     "pgvs3.resp_grown(bigint,text,\"char\",bytea[],bigint)",
     "pgvs3.resp_hash(text,bigint,text[],text[],bytea[],bigint[],double precision[])",
+    "pgvs3.resp_hold_keyspace(bigint,boolean)",
     "pgvs3.resp_int(bytea)",
     "pgvs3.resp_key_ready()",
     "pgvs3.resp_keys(text,bigint,text[],text[],bytea[],bigint[],double precision[])",
