@@ -2218,6 +2218,24 @@ BEGIN
 END $$;
 
 --
+-- Name: resp_hold_keyspace(bigint, boolean); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_hold_keyspace(bucket bigint, exclusive boolean) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF NOT pgvs3.bucket_held(bucket) THEN
+        RAISE EXCEPTION 'no such bucket: %', bucket USING ERRCODE = 'P0002', HINT = 'NoSuchBucket';
+    END IF;
+    IF exclusive THEN
+        PERFORM pg_advisory_xact_lock(-bucket);
+    ELSE
+        PERFORM pg_advisory_xact_lock_shared(-bucket);
+    END IF;
+END $$;
+
+--
 -- Name: resp_int(bytea); Type: FUNCTION; Schema: pgvs3; Owner: -
 --
 
@@ -3956,6 +3974,16 @@ $$;
 --
 
 CREATE FUNCTION pgvs3.resp_track(bucket text, tracked boolean, inline_limit integer) RETURNS void
+    LANGUAGE sql
+    AS $$
+    SELECT pgvs3.resp_track(bucket, tracked, inline_limit, pg_backend_pid());
+$$;
+
+--
+-- Name: resp_track(text, boolean, integer, integer); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_track(bucket text, tracked boolean, inline_limit integer, listener integer) RETURNS void
     LANGUAGE plpgsql
     AS $$
 BEGIN
@@ -3963,11 +3991,11 @@ BEGIN
      WHERE t.bucket = resp_track.bucket
        AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a
                         WHERE a.pid = t.pid AND a.backend_start = t.backend_start
-                          AND a.pid <> pg_backend_pid());
+                          AND a.pid <> listener);
     IF tracked THEN
         INSERT INTO pgvs3.resp_tracking (bucket, pid, backend_start)
         SELECT resp_track.bucket, a.pid, a.backend_start FROM pg_stat_activity a
-         WHERE a.pid = pg_backend_pid()
+         WHERE a.pid = listener
         ON CONFLICT DO NOTHING;
         PERFORM pgvs3.resp_watch_objects(bucket);
     END IF;

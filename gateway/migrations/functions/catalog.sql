@@ -196,7 +196,7 @@ $$;
 
 -- Deletes a non-root key; its buckets are left to the root key (buckets_owner_fkey sets their
 -- owner NULL). Their notification rules that deliver into the owner's tenant, OJS queues and
--- RESP channels, go with the key (layout v67): resolved at each event against the owner, they
+-- RESP channels, go with the key (layout v68): resolved at each event against the owner, they
 -- would from then on send the bucket's events into the root tenant's queues and channels
 -- (`default`'s), under names the key chose, where it could never send them itself. Webhook
 -- rules (targets the administrator registered, no tenant's) stay. Whoever adopts the bucket,

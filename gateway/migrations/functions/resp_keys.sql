@@ -21,6 +21,27 @@ CREATE OR REPLACE FUNCTION pgvs3.resp_now() RETURNS timestamptz LANGUAGE sql STA
     SELECT coalesce(nullif(current_setting('pgvs3.resp_now', true), '')::timestamptz, clock_timestamp())
 $$;
 
+-- A RESP write batch's first lock (store/kv/write.rs `BeginLocked`; layout v69): the bucket's
+-- write lock shared, with the bucket as committed once it is held (catalog.sql bucket_held),
+-- then its keyspace lock, shared, or exclusively for a batch of many keys. DeleteBucket takes
+-- both exclusively in that order, so it waits for a batch under way (and then finds its rows),
+-- and a batch that comes after finds the bucket gone. That batch raises (hint NoSuchBucket,
+-- unlike the family functions' codes: no write of the batch can stand): its transaction aborts,
+-- and the writes and COMMIT pipelined behind this statement write nothing. Before, it waited for
+-- the keyspace behind DeleteBucket, then wrote rows of no bucket and answered OK.
+CREATE OR REPLACE FUNCTION pgvs3.resp_hold_keyspace(bucket bigint, exclusive boolean) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT pgvs3.bucket_held(bucket) THEN
+        RAISE EXCEPTION 'no such bucket: %', bucket USING ERRCODE = 'P0002', HINT = 'NoSuchBucket';
+    END IF;
+    IF exclusive THEN
+        PERFORM pg_advisory_xact_lock(-bucket);
+    ELSE
+        PERFORM pg_advisory_xact_lock_shared(-bucket);
+    END IF;
+END $$;
+
 -- NULL when every key of `check` is absent or of type `t`, else the WRONGTYPE code. A write
 -- call (`write`) first deletes the expired typed keys among `all_keys`, which then count as
 -- absent (reads only skip them: a standby cannot delete). One clock for both: a row of

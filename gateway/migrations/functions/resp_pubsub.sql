@@ -34,27 +34,36 @@ BEGIN
     PERFORM pgvs3.resp_notify(channel, message, inline_limit);
 END $$;
 
--- CLIENT TRACKING (resp/tracking.rs): marks `bucket` as tracked by the calling backend (a
--- gateway's LISTEN connection) or takes the mark away (a mark watches the keyspace's S3 writes,
--- `resp_watch_objects`), drops the marks of backends that are gone, and tells every gateway (a message of kind `T`, resp/notify.rs `TRACKERS`) to read
--- the keyspace's state again.
-CREATE OR REPLACE FUNCTION pgvs3.resp_track(bucket text, tracked boolean, inline_limit int) RETURNS void
+-- CLIENT TRACKING (resp/tracking.rs): marks `bucket` as tracked by backend `listener` (a
+-- gateway's LISTEN connection, which delivers its invalidations) or takes the mark away (a mark
+-- watches the keyspace's S3 writes, `resp_watch_objects`), drops the marks of backends that are
+-- gone, and tells every gateway (a message of kind `T`, resp/notify.rs `TRACKERS`) to read the
+-- keyspace's state again. Called on a pooled connection, not on the listener: the watch's DDL
+-- waits for the writers of the namespace's objects table, which would keep the listener from
+-- answering its liveness probe (layout v69). A listener that is gone is marked with nothing.
+CREATE OR REPLACE FUNCTION pgvs3.resp_track(bucket text, tracked boolean, inline_limit int, listener int) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
     DELETE FROM pgvs3.resp_tracking t
      WHERE t.bucket = resp_track.bucket
        AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a
                         WHERE a.pid = t.pid AND a.backend_start = t.backend_start
-                          AND a.pid <> pg_backend_pid());
+                          AND a.pid <> listener);
     IF tracked THEN
         INSERT INTO pgvs3.resp_tracking (bucket, pid, backend_start)
         SELECT resp_track.bucket, a.pid, a.backend_start FROM pg_stat_activity a
-         WHERE a.pid = pg_backend_pid()
+         WHERE a.pid = listener
         ON CONFLICT DO NOTHING;
         PERFORM pgvs3.resp_watch_objects(bucket);
     END IF;
     PERFORM pgvs3.resp_notify('\x54'::bytea || convert_to(bucket, 'UTF8'), ''::bytea, inline_limit);
 END $$;
+
+-- As gateways of layout v66 call it, on their LISTEN connection: until they are replaced.
+CREATE OR REPLACE FUNCTION pgvs3.resp_track(bucket text, tracked boolean, inline_limit int) RETURNS void
+LANGUAGE sql AS $$
+    SELECT pgvs3.resp_track(bucket, tracked, inline_limit, pg_backend_pid());
+$$;
 
 -- Whether a live backend tracks `bucket`: its writes must then send the keys they change.
 CREATE OR REPLACE FUNCTION pgvs3.resp_tracked(bucket text) RETURNS boolean

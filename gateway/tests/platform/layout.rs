@@ -107,6 +107,7 @@ const NEW_SINCE_V10: &[&str] = &[
     "pgvs3.resp_fits(bigint,text,\"char\")",
     "pgvs3.resp_grown(bigint,text,\"char\",bytea[],bigint)",
     "pgvs3.resp_hash(text,bigint,text[],text[],bytea[],bigint[],double precision[])",
+    "pgvs3.resp_hold_keyspace(bigint,boolean)",
     "pgvs3.resp_int(bytea)",
     "pgvs3.resp_key_ready()",
     "pgvs3.resp_keys(text,bigint,text[],text[],bytea[],bigint[],double precision[])",
@@ -144,6 +145,7 @@ const NEW_SINCE_V10: &[&str] = &[
     "pgvs3.resp_stream_trim(bigint,text,boolean,bigint,bigint,bigint,boolean)",
     "pgvs3.resp_touch(bigint,text,\"char\")",
     "pgvs3.resp_track(text,boolean,integer)",
+    "pgvs3.resp_track(text,boolean,integer,integer)",
     "pgvs3.resp_tracked(text)",
     "pgvs3.resp_type(bigint,text)",
     "pgvs3.resp_typed_conflict()",
@@ -170,7 +172,7 @@ const NEW_SINCE_V10: &[&str] = &[
 /// v23 raises the event a superseded cache write still owed; v24 counts every version in bucket quotas;
 /// v52 keys OJS workers and rate-limit keys by tenant; v67 holds a cache bucket for its removal as
 /// DeleteBucket holds a bucket, and drops it as DeleteBucket does, and a deleted key's buckets lose
-/// the notification rules into its tenant.
+/// the notification rules into its tenant (v68).
 const CHANGED_SINCE_V10: &[&str] = &[
     "ojs.cron_json(ojs.cron)",
     "ojs.rate_limit_json(ojs.rate_limits)",

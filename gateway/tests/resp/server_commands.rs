@@ -1016,3 +1016,44 @@ async fn config_refuses_and_answers_as_redis() {
     };
     assert_eq!(bind, [Value::bulk("bind"), Value::bulk("127.0.0.1")]);
 }
+
+/// A flush that committed answers OK, as Redis's flush that happened, even when the tracking
+/// clients of other gateways cannot be told of it: here the message that tells them fails (the
+/// function that sends it is missing). Before, FLUSHDB answered the failure, so the client
+/// believed nothing was flushed, and FLUSHALL stopped at its first database, leaving the others
+/// unflushed. This gateway's own tracking clients are told all the same.
+#[tokio::test]
+async fn a_flush_that_committed_answers_ok_when_tracking_clients_cannot_be_told() {
+    let gateway = TestGateway::with_resp(&["--resp-flushdb", "--resp-databases", "1=second"]).await;
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    let mut tracker = RawResp::connect(gateway.resp_addr()).await;
+    assert!(matches!(tracker.command(&["HELLO", "3"]).await, Value::Map(_)));
+    assert_eq!(tracker.command(&["CLIENT", "TRACKING", "ON"]).await, ok());
+    let sql = gateway.sql().await;
+    sql.batch_execute("ALTER FUNCTION pgvs3.resp_publish(bytea, bytea, integer) RENAME TO resp_publish_gone")
+        .await
+        .unwrap();
+    let set_in_both = async |raw: &mut RawResp| {
+        for db in ["1", "0"] {
+            assert_eq!(raw.command(&["SELECT", db]).await, ok());
+            assert_eq!(raw.command(&["SET", "k", "v"]).await, ok());
+        }
+    };
+    set_in_both(&mut raw).await;
+    assert_eq!(tracker.command(&["GET", "k"]).await, Value::bulk("v"));
+    assert_eq!(raw.command(&["FLUSHDB"]).await, ok());
+    assert_eq!(raw.command(&["DBSIZE"]).await, Value::Int(0));
+    assert_eq!(
+        tracker.reply().await,
+        Some(Value::Push(vec![Value::bulk("invalidate"), Value::Nil]))
+    );
+    set_in_both(&mut raw).await;
+    assert_eq!(raw.command(&["FLUSHALL"]).await, ok());
+    assert_eq!(raw.command(&["DBSIZE"]).await, Value::Int(0));
+    assert_eq!(raw.command(&["SELECT", "1"]).await, ok());
+    assert_eq!(
+        raw.command(&["DBSIZE"]).await,
+        Value::Int(0),
+        "FLUSHALL flushed database 1 too"
+    );
+}

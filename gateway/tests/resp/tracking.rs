@@ -602,3 +602,82 @@ async fn info_counts_the_tracking_table() {
     let info = String::from_utf8(info).unwrap();
     assert_eq!(field(&info, "tracking_total_keys"), "1");
 }
+
+/// Turning tracking on creates the keyspace's S3 watch (a trigger on its namespace's objects
+/// table), which waits for a writer holding that table. The wait leaves the LISTEN connection
+/// alone: its liveness probe keeps being answered, so it is not given up and opened again (which
+/// lost the messages published meanwhile, failed the CLIENT TRACKING ON, and issued the DDL again
+/// on the new connection to be given up once more, for as long as the writer held the table).
+/// Once the table is free the mark takes effect: S3 writes of a key read are invalidated.
+#[tokio::test]
+async fn a_tracking_mark_waiting_for_a_writer_leaves_the_listen_connection_alone() {
+    const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+    let gateway = TestGateway::with_resp(&["--pg-probe-interval", "250ms", "--pg-probe-timeout", "1s"]).await;
+    let mut subscriber = RawResp::connect(gateway.resp_addr()).await;
+    assert_eq!(
+        subscriber.command(&["SUBSCRIBE", "ch"]).await,
+        Value::Array(vec![bulk("subscribe"), bulk("ch"), Value::Int(1)])
+    );
+    let mut other = RawResp::connect(gateway.resp_addr()).await;
+    let (writer, watch) = (gateway.sql().await, gateway.sql().await);
+    let namespace: String = watch
+        .query_one("SELECT namespace FROM pgvs3.buckets WHERE name = 'resp'", &[])
+        .await
+        .unwrap()
+        .get("namespace");
+    writer
+        .batch_execute(&format!("BEGIN; LOCK TABLE {namespace}.objects IN ROW EXCLUSIVE MODE"))
+        .await
+        .unwrap();
+    let mut tracker = RawResp::connect(gateway.resp_addr()).await;
+    tracker.command(&["HELLO", "3"]).await;
+    tracker
+        .send(&common::resp::encode(&[b"CLIENT", b"TRACKING", b"ON"]))
+        .await;
+    common::eventually(
+        Duration::from_secs(10),
+        "the tracking mark waiting on the lock",
+        || async {
+            let waiting = common::query_count(
+                &watch,
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+             AND wait_event_type = 'Lock' AND query LIKE '%resp_track%'",
+                &[],
+            )
+            .await;
+            (waiting == 1).then_some(())
+        },
+    )
+    .await;
+    // The scenario is a wait past the probe's timeout: CLIENT TRACKING ON still waits for the
+    // mark (it failed with the connection given up).
+    let answered = tokio::time::timeout(3 * PROBE_TIMEOUT, tracker.reply()).await;
+    assert!(
+        answered.is_err(),
+        "CLIENT TRACKING ON answered while its mark waits: {answered:?}"
+    );
+    // A message published now is delivered (the time limit only turns a loss into a failure).
+    assert_eq!(other.command(&["PUBLISH", "ch", "during"]).await, Value::Int(1));
+    let delivered = tokio::time::timeout(Duration::from_secs(10), subscriber.reply())
+        .await
+        .expect("the message published while the mark waits is delivered");
+    assert_eq!(
+        delivered,
+        Some(Value::Array(vec![bulk("message"), bulk("ch"), bulk("during")]))
+    );
+    assert_eq!(common::lock_waiters(&watch).await, 1, "the mark still waits");
+
+    writer.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(tracker.reply().await, Some(ok()));
+    assert_eq!(tracker.command(&["GET", "k"]).await, Value::Nil);
+    gateway
+        .client
+        .put_object()
+        .bucket("resp")
+        .key("k")
+        .body(aws_sdk_s3::primitives::ByteStream::from_static(b"v"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(next_push(&mut tracker).await, invalidate(&["k"]));
+}

@@ -192,7 +192,7 @@ impl Wakeups {
                     if let Err(err) = listen(&database, &wakeups, &pubsub).await {
                         tracing::warn!(error = %format!("{err:#}"), "RESP LISTEN connection lost; reconnecting");
                     }
-                    pubsub.set_client(None);
+                    pubsub.set_listener(None);
                     // Nothing tells the blocked clients now: each tries again, then at
                     // `--resp-block-poll` until a connection listens again.
                     if wakeups.listening.swap(false, Ordering::AcqRel) {
@@ -299,11 +299,10 @@ async fn listen(database: &Dedicated, wakeups: &Arc<Wakeups>, pubsub: &PubSub) -
     let stop_driver = driver.abort_handle();
     let client = Arc::new(client);
     let session = async {
-        if client
-            .query_one("SELECT pg_is_in_recovery() AS standby", &[])
-            .await?
-            .get::<_, bool>("standby")
-        {
+        let backend = client
+            .query_one("SELECT pg_is_in_recovery() AS standby, pg_backend_pid() AS pid", &[])
+            .await?;
+        if backend.get::<_, bool>("standby") {
             anyhow::bail!("a standby cannot LISTEN");
         }
         client.batch_execute("LISTEN pgvs3_resp; LISTEN pgvs3_pubsub").await?;
@@ -311,16 +310,16 @@ async fn listen(database: &Dedicated, wakeups: &Arc<Wakeups>, pubsub: &PubSub) -
         // woken here waits long for the next notification.
         wakeups.listening.store(true, Ordering::Release);
         wakeups.wake_all();
-        pubsub.set_client(Some(Arc::clone(&client)));
-        // The keyspaces' tracking marks named the lost connection's backend: marked again.
+        pubsub.set_listener(Some(backend.get("pid")));
+        // The keyspaces' tracking marks named the lost connection's backend: marked again,
+        // beside the deliveries (a mark may wait long for a lock).
         let remark = async {
             if let Err(err) = pubsub.mark_tracked(true).await {
                 tracing::warn!(error = ?err, "CLIENT TRACKING: keyspaces not marked tracked again");
             }
         };
         let dispatch = async {
-            remark.await;
-            pubsub.dispatch(&client, payloads).await
+            tokio::join!(remark, pubsub.dispatch(&client, payloads));
         };
         tokio::select! {
             ended = driver => ended??,

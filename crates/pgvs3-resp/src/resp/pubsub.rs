@@ -286,8 +286,9 @@ struct Registry {
 /// This gateway's subscriptions, and its connection to publish through.
 pub struct PubSub {
     registry: RwLock<Registry>,
-    /// The LISTEN connection, while it is up: CLIENT TRACKING's marks name its backend.
-    client: tokio::sync::watch::Sender<Option<Arc<tokio_postgres::Client>>>,
+    /// The LISTEN connection's backend (its pid), while it is up: CLIENT TRACKING's marks name
+    /// it.
+    listener: tokio::sync::watch::Sender<Option<i32>>,
     /// The gateway's pool, which PUBLISH and the other messages go out through.
     store: crate::store::Store,
     /// Whether a LISTEN connection was ever up: only one opened after a lost one can have
@@ -314,7 +315,7 @@ impl PubSub {
     ) -> PubSub {
         PubSub {
             registry: RwLock::default(),
-            client: tokio::sync::watch::Sender::new(None),
+            listener: tokio::sync::watch::Sender::new(None),
             store,
             listened: std::sync::atomic::AtomicBool::new(false),
             tracking,
@@ -326,30 +327,34 @@ impl PubSub {
 
     const PUBLISH: &str = "SELECT pgvs3.resp_publish($1, $2, $3)";
 
-    pub(super) fn set_client(&self, client: Option<Arc<tokio_postgres::Client>>) {
+    pub(super) fn set_listener(&self, listener: Option<i32>) {
         // Lost or opened again: a keyspace's setting may have changed meanwhile, untold, and
         // invalidations may have been missed: tracking clients forget every key. Not at the
         // first opening: a client that turned tracking on before it has read nothing tracked
         // yet (its OK waits for the connection, commands/tracking.rs), and a null invalidation
         // would only empty a cache it was told to keep.
-        let first = client.is_some() && !self.listened.swap(true, std::sync::atomic::Ordering::SeqCst);
+        let first = listener.is_some() && !self.listened.swap(true, std::sync::atomic::Ordering::SeqCst);
         self.events.forget();
         if !first {
             self.tracking.invalidate_all();
         }
-        self.client.send_replace(client);
+        self.listener.send_replace(listener);
     }
 
-    /// The LISTEN connection, waiting for it a while (at startup, or while it is re-opened).
-    async fn listen_client(&self) -> Option<Arc<tokio_postgres::Client>> {
-        let mut connection = self.client.subscribe();
+    /// The LISTEN connection's backend, waiting for one a while (at startup, or while it is
+    /// re-opened).
+    async fn listener(&self) -> Option<i32> {
+        let mut connection = self.listener.subscribe();
         let up = tokio::time::timeout(CONNECTION_WAIT, connection.wait_for(Option::is_some)).await;
-        up.ok().and_then(|up| up.ok()).and_then(|up| up.clone())
+        up.ok().and_then(|up| up.ok().and_then(|up| *up))
     }
 
     /// Marks this gateway's keyspaces tracked in the database while it has tracking clients,
-    /// and unmarks them when it has none (`pgvs3.resp_track`, on the LISTEN connection, whose
-    /// backend the mark names). `again`: the marks are gone with a lost LISTEN connection.
+    /// and unmarks them when it has none (`pgvs3.resp_track`, naming the LISTEN connection's
+    /// backend). `again`: the marks are gone with a lost LISTEN connection. On a pooled
+    /// connection, not the LISTEN connection: the mark's DDL may wait long for the writers of a
+    /// namespace's objects table, during which the LISTEN connection must still answer its
+    /// liveness probe (else it is given up, and opened again to wait for the same lock).
     pub(super) async fn mark_tracked(&self, again: bool) -> Result<(), Reply> {
         let mut marked = self.tracking.marked.lock().await;
         if again {
@@ -359,17 +364,22 @@ impl PubSub {
         if *marked == wanted {
             return Ok(());
         }
-        let Some(client) = self.listen_client().await else {
+        let Some(listener) = self.listener().await else {
             return Err(Reply::error(UNAVAILABLE));
         };
+        let failed = |err: &dyn std::fmt::Display| Reply::error(format!("ERR CLIENT TRACKING: {err}"));
+        let client = self.store.pool().get().await.map_err(|err| failed(&err))?;
         let mut buckets: Vec<&String> = self.databases.iter().map(|(_, bucket)| bucket).collect();
         buckets.sort_unstable();
         buckets.dedup();
         for bucket in buckets {
             client
-                .execute("SELECT pgvs3.resp_track($1, $2, $3)", &[bucket, &wanted, &INLINE_LIMIT])
+                .execute(
+                    "SELECT pgvs3.resp_track($1, $2, $3, $4)",
+                    &[bucket, &wanted, &INLINE_LIMIT, &listener],
+                )
                 .await
-                .map_err(|err| Reply::error(format!("ERR CLIENT TRACKING: {err}")))?;
+                .map_err(|err| failed(&err))?;
             // Known here at once (the others read it again when told).
             self.events.trackers_changed(bucket.as_bytes(), wanted.then_some(true));
         }
@@ -418,7 +428,7 @@ impl PubSub {
     /// gateway, on a pooled connection. Refused while this gateway has no LISTEN connection: its
     /// own subscribers, whom the reply counts, would not get the message.
     async fn send(&self, tagged: &[u8], message: &[u8]) -> Result<(), Reply> {
-        if self.listen_client().await.is_none() {
+        if self.listener().await.is_none() {
             return Err(Reply::error(UNAVAILABLE));
         }
         let failed = |err: &dyn std::fmt::Display| Reply::error(format!("ERR publish failed: {err}"));

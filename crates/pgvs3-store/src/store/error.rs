@@ -215,6 +215,10 @@ impl From<tokio_postgres::Error> for StoreError {
         {
             return StoreError::QuotaExceeded(db.detail().unwrap_or_default().to_string());
         }
+        // A write whose bucket was dropped under it (a RESP batch's `resp_hold_keyspace`).
+        if err.as_db_error().and_then(|db| db.hint()) == Some("NoSuchBucket") {
+            return StoreError::NoSuchBucket;
+        }
         // Text PostgreSQL cannot hold (a NUL character) is the client's error, whichever value
         // carried it; its message stays in the log, not in the answer.
         if matches!(

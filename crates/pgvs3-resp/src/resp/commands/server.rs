@@ -35,7 +35,10 @@ impl Connection {
                 }
                 match self.keyspace(Access::Write).await {
                     Ok(keyspace) => match keyspace.flush().await {
-                        Ok(()) => self.flushed(keyspace.bucket()).await,
+                        Ok(()) => {
+                            self.flushed(keyspace.bucket()).await;
+                            Reply::OK
+                        }
                         Err(err) => store_error(err),
                     },
                     Err(reply) => reply,
@@ -52,11 +55,7 @@ impl Connection {
                         Err(reply) => Err(reply),
                     };
                     match flushed {
-                        Ok(keyspace) => {
-                            if let reply @ Reply::Error(_) = self.flushed(keyspace.bucket()).await {
-                                return reply;
-                            }
-                        }
+                        Ok(keyspace) => self.flushed(keyspace.bucket()).await,
                         Err(reply) => return reply,
                     }
                 }
@@ -81,11 +80,15 @@ impl Connection {
         Ok(())
     }
 
-    /// After a flush: a tracked keyspace's tracking clients are told to forget every key.
-    pub(crate) async fn flushed(&self, bucket: &str) -> Reply {
-        match self.server.pubsub.flushed(bucket).await {
-            Ok(()) => Reply::OK,
-            Err(reply) => reply,
+    /// After a flush that committed (FLUSHDB, FLUSHALL, alone or in EXEC): a tracked
+    /// keyspace's tracking clients are told to forget every key. The flush answers OK whatever
+    /// comes of telling them, as Redis answers a flush that happened: an error would tell the
+    /// client that nothing was flushed (and stopped FLUSHALL before its other databases). A
+    /// failure is logged: this gateway's clients were told before it, but those of the others
+    /// that missed it keep what they cached of the keyspace until told of its keys again.
+    pub(crate) async fn flushed(&self, bucket: &str) {
+        if let Err(why) = self.server.pubsub.flushed(bucket).await {
+            tracing::warn!(error = ?why, bucket, "a flush's invalidation was not sent to the other gateways");
         }
     }
 

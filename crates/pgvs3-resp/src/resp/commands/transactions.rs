@@ -341,17 +341,11 @@ impl Connection {
                                 .keyspace(Access::Read)
                                 .await
                                 .map(|keyspace| keyspace.bucket().to_owned());
-                            // The flush committed: it answers OK whatever comes of telling the
-                            // tracking clients (who, if not told, learn of it by the lost
-                            // connection that failed it).
                             match bucket {
-                                Ok(bucket) => match self.flushed(&bucket).await {
-                                    Reply::Error(why) => {
-                                        tracing::warn!(error = ?why, "a flush's invalidation was not sent");
-                                        Reply::OK
-                                    }
-                                    reply => reply,
-                                },
+                                Ok(bucket) => {
+                                    self.flushed(&bucket).await;
+                                    Reply::OK
+                                }
                                 Err(reply) => reply,
                             }
                         }

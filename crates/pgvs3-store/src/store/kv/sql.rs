@@ -17,7 +17,6 @@ pub(in crate::store) struct KvSql {
     pub(super) delete: String,
     pub(super) mark_deleted: String,
     pub(super) lock: String,
-    pub(super) lock_keyspace_shared: String,
     pub(super) lock_keyspace: String,
     await_key_writers: String,
     pub(super) try_lock: String,
@@ -171,8 +170,8 @@ impl KvSql {
                      FROM (SELECT DISTINCT hashtext(k) AS h FROM unnest($2::text[]) AS k ORDER BY h) AS sorted"
                 .to_owned(),
             // The single-bigint lock space, negated bucket ids: apart from the gateway's other
-            // (positive) advisory locks.
-            lock_keyspace_shared: "SELECT pg_advisory_xact_lock_shared(-$1::int8)".to_owned(),
+            // (positive) advisory locks. (A write batch takes it with its bucket's write lock:
+            // kv/write.rs `HOLD_KEYSPACE`.)
             lock_keyspace: "SELECT pg_advisory_xact_lock(-$1::int8)".to_owned(),
             // A read's wait for the writers of keys it found expired (see `Waited`): shared, in
             // the writers' order (keyspace, then keys), held only for this statement.

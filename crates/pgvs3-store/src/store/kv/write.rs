@@ -337,9 +337,17 @@ struct Changes<'a> {
     written: WrittenValues<'a>,
 }
 
-/// The statements that begin a write batch: BEGIN, its keyspace lock, and (for a batch of few
-/// keys) its key locks. Prepared before anything is sent, so that sending them together with the
-/// statements queued behind them is one round trip.
+/// A write batch's hold of its keyspace (functions/resp_keys.sql `resp_hold_keyspace`): its
+/// bucket's write lock shared, the bucket as committed once that is held, then the keyspace's
+/// lock (`$2`: exclusively), in DeleteBucket's order. One statement, as the keyspace lock alone
+/// was: a batch racing DeleteBucket either holds the bucket first (DeleteBucket then waits for it
+/// and finds its rows) or finds the bucket gone and raises, aborting the writes and the COMMIT
+/// pipelined behind it (before, it wrote rows of no bucket and answered OK).
+const HOLD_KEYSPACE: &str = "SELECT pgvs3.resp_hold_keyspace($1, $2)";
+
+/// The statements that begin a write batch: BEGIN, its keyspace's hold ([`HOLD_KEYSPACE`]), and
+/// (for a batch of few keys) its key locks. Prepared before anything is sent, so that sending
+/// them together with the statements queued behind them is one round trip.
 pub(super) struct BeginLocked {
     keyspace: tokio_postgres::Statement,
     keys: Option<tokio_postgres::Statement>,
@@ -352,17 +360,15 @@ impl BeginLocked {
         key_count: usize,
     ) -> Result<BeginLocked, tokio_postgres::Error> {
         if key_count <= FINE_LOCK_LIMIT {
-            let (keyspace, keys) = futures::try_join!(
-                client.prepare_cached(&sql.lock_keyspace_shared),
-                client.prepare_cached(&sql.lock)
-            )?;
+            let (keyspace, keys) =
+                futures::try_join!(client.prepare_cached(HOLD_KEYSPACE), client.prepare_cached(&sql.lock))?;
             Ok(BeginLocked {
                 keyspace,
                 keys: Some(keys),
             })
         } else {
             Ok(BeginLocked {
-                keyspace: client.prepare_cached(&sql.lock_keyspace).await?,
+                keyspace: client.prepare_cached(HOLD_KEYSPACE).await?,
                 keys: None,
             })
         }
@@ -376,7 +382,8 @@ impl BeginLocked {
         bucket_id: i64,
         keys: &[String],
     ) -> Result<(), tokio_postgres::Error> {
-        let keyspace_params: [&(dyn ToSql + Sync); 1] = [&bucket_id];
+        let exclusive = self.keys.is_none();
+        let keyspace_params: [&(dyn ToSql + Sync); 2] = [&bucket_id, &exclusive];
         match &self.keys {
             Some(lock) => {
                 let lock_id = bucket_id as i32;

@@ -1,0 +1,11 @@
+-- Layout v69, two changes to RESP's functions:
+-- CLIENT TRACKING's marks are made on a pooled connection, naming the gateway's LISTEN
+-- connection by its backend (functions/resp_pubsub.sql gains resp_track's `listener`; the form
+-- without it stays for gateways of v66). Made on the LISTEN connection, the mark's DDL waited
+-- there for the writers of the namespace's objects table, past the connection's liveness probe,
+-- which gave it up and opened it again (and the DDL with it), again and again.
+-- A RESP write batch holds its bucket as S3's writes do (v66): functions/resp_keys.sql gains
+-- resp_hold_keyspace, the batch's first lock, which takes the bucket's write lock shared before
+-- the keyspace lock and raises when the bucket is gone. A batch that waited for the keyspace
+-- behind DeleteBucket wrote rows of no bucket and answered OK.
+SELECT 1;
