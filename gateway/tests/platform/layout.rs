@@ -70,6 +70,8 @@ const NEW_SINCE_V10: &[&str] = &[
     "ojs.resolve_dependencies(text)",
     "ojs.tenant_key(text,text)",
     "ojs.webhook_json(ojs.webhooks)",
+    "ojs.workflow_cancel_leftovers(text)",
+    "ojs.workflow_cancelled(text)",
     "ojs.workflow_tenant_of_jobs()",
     "pgvs3.access_key_secret(text)",
     "pgvs3.bucket_held(bigint)",

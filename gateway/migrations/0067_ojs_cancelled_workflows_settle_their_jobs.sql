@@ -1,0 +1,8 @@
+-- A cancelled workflow's jobs all end cancelled (layout v67). functions/ojs.sql gains
+-- workflow_cancelled(), which the nack and promotion use to cancel a cancelled workflow's job
+-- that fails, lapses or comes due rather than retry or offer it (it was retried, then waited
+-- unclaimed until the reaper deleted its workflow, and ran again), and
+-- workflow_cancel_leftovers(), with which a workflow's cancel, once committed, cancels the jobs
+-- its own transaction skipped because another one held them (they stayed available for ever).
+-- The reaper keeps a workflow while it has a job not finished.
+SELECT 1;
