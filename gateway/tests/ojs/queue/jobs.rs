@@ -365,3 +365,73 @@ async fn a_batch_answer_keeps_each_jobs_version_and_meta() {
     );
     gateway.stop().await;
 }
+
+/// `on_conflict: replace` reads the duplicate unlocked, then cancels it: a duplicate acked in
+/// between (its worker answered 200) stays completed, and the new job goes in all the same.
+#[tokio::test]
+async fn a_unique_replace_leaves_a_duplicate_acked_meanwhile_completed() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let job =
+        json!({ "type": "u.task", "args": [1], "options": { "queue": "uq", "unique": { "on_conflict": "replace" } } });
+    let (status, body) = ojs.post("/ojs/v1/jobs", job.clone()).await;
+    assert_eq!(status, 201, "{body}");
+    let first = ojs.fetch("uq", "w1").await.unwrap();
+    let id = first["id"].as_str().unwrap().to_string();
+
+    // A lock that holds the ack back until the replace has read the job as active.
+    let mut holder = gateway.sql().await;
+    let hold = holder.transaction().await.unwrap();
+    hold.execute("SELECT 1 FROM ojs.jobs WHERE id = $1 FOR SHARE", &[&id])
+        .await
+        .unwrap();
+    let sql = gateway.sql().await;
+    let acker = ojs.clone();
+    let ack = tokio::spawn(async move {
+        acker
+            .post(
+                "/ojs/v1/workers/ack",
+                json!({ "job_id": first["id"], "attempt": first["attempt"], "result": {"ok": true} }),
+            )
+            .await
+    });
+    until_waiting(&sql, "completed_at = now(), result", 1).await;
+    let replacer = ojs.clone();
+    let replace = tokio::spawn(async move { replacer.post("/ojs/v1/jobs", job).await });
+    until_waiting(&sql, "unique_key = NULL", 1).await;
+    hold.commit().await.unwrap();
+
+    let (status, body) = ack.await.unwrap();
+    assert_eq!(status, 200, "the ack was accepted: {body}");
+    let (status, body) = replace.await.unwrap();
+    assert_eq!(status, 201, "{body}");
+    let new_id = body["job"]["id"].as_str().unwrap().to_string();
+    assert_ne!(new_id, id);
+    let (_, body) = ojs.get(&format!("/ojs/v1/jobs/{id}")).await;
+    assert_eq!(
+        body["job"]["state"], "completed",
+        "an acknowledged job stays completed: {body}"
+    );
+    let (_, body) = ojs.get(&format!("/ojs/v1/jobs/{new_id}")).await;
+    assert_eq!(body["job"]["state"], "available", "{body}");
+    gateway.stop().await;
+}
+
+/// Concurrent duplicates of a unique job: one is created, the others refused.
+#[tokio::test]
+async fn concurrent_duplicates_of_a_unique_job_create_one() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let job = json!({ "type": "u.task", "args": [7], "options": { "queue": "uq2", "unique": {} } });
+    let mut tasks = Vec::new();
+    for _ in 0..16 {
+        let (client, job) = (ojs.clone(), job.clone());
+        tasks.push(tokio::spawn(async move { client.post("/ojs/v1/jobs", job).await.0 }));
+    }
+    let mut codes = Vec::new();
+    for task in tasks {
+        codes.push(task.await.unwrap());
+    }
+    assert_eq!(codes.iter().filter(|c| **c == 201).count(), 1, "{codes:?}");
+    gateway.stop().await;
+}

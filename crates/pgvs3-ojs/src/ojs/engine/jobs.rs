@@ -152,8 +152,12 @@ impl Queue {
                     });
                 }
                 OnConflict::Replace => {
+                    // The duplicate was read unlocked: if it finished meanwhile (an ack that
+                    // committed in between was answered 200), it stays as it finished. The new
+                    // job goes in either way.
                     tx.execute(
-                        "UPDATE ojs.jobs SET state = 'cancelled', cancelled_at = now(), unique_key = NULL WHERE id = $1",
+                        "UPDATE ojs.jobs SET state = 'cancelled', cancelled_at = now(), unique_key = NULL
+                         WHERE id = $1 AND state NOT IN ('completed', 'discarded', 'cancelled')",
                         &[&existing_id],
                     )
                     .await
