@@ -332,6 +332,9 @@ WITH failed AS (
     SET state = $2, error = $3, errors = ",
     kept_errors!("$3::jsonb"),
     ", visible_until = NULL,
+        -- A job put back (requeue: the only nack that makes it available) ran nothing: the
+        -- claim's attempt is given back, so its retries are all still to come.
+        attempt = CASE WHEN $2 = 'available' THEN j.attempt - 1 ELSE j.attempt END,
         retry_delay_ms = coalesce($4, retry_delay_ms),
         run_at = CASE WHEN $4::bigint IS NULL THEN run_at ELSE now() + $4 * interval '1 ms' END,
         completed_at = CASE WHEN $2 = 'discarded' THEN now() END,
