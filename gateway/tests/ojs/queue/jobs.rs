@@ -435,3 +435,36 @@ async fn concurrent_duplicates_of_a_unique_job_create_one() {
     assert_eq!(codes.iter().filter(|c| **c == 201).count(), 1, "{codes:?}");
     gateway.stop().await;
 }
+
+/// A job whose `expires_at` passed before it ran is discarded by promotion, finished then as any
+/// discarded job is: the reaper takes it after its retention (it went by a `completed_at` the
+/// expiry did not set, and kept expired jobs for ever).
+#[tokio::test]
+async fn expired_jobs_are_reaped_like_other_finished_ones() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let pool = gateway.gateway.store.pool().clone();
+    let (status, body) = ojs
+        .post(
+            "/ojs/v1/jobs",
+            json!({ "type": "x.task", "args": [], "options": { "queue": "xq" } }),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let id = body["job"]["id"].as_str().unwrap().to_string();
+    let sql = gateway.sql().await;
+    sql.execute(
+        "UPDATE ojs.jobs SET expires_at = now() - interval '1 s' WHERE id = $1",
+        &[&id],
+    )
+    .await
+    .unwrap();
+    let job = promoted(&ojs, &id, "available").await;
+    assert_eq!(job["state"], "discarded", "{job}");
+    let reaped = pgvs3_gateway::maintenance::reap_finished_jobs(&pool, Duration::ZERO)
+        .await
+        .unwrap();
+    let (status, body) = ojs.get(&format!("/ojs/v1/jobs/{id}")).await;
+    assert_eq!((reaped, status), (1, 404), "the expired job is reaped: {body}");
+    gateway.stop().await;
+}

@@ -89,6 +89,21 @@ async fn until_waiting(sql: &tokio_postgres::Client, needle: &str, n: i64) {
     panic!("nobody waits on a lock in a statement with {needle}");
 }
 
+/// The job `id` once a promotion has moved it out of state `from`: fetches (of a queue nobody
+/// uses) promote, at most once per 50 ms each gateway, so this fetches until one has.
+async fn promoted(ojs: &Ojs, id: &str, from: &str) -> Value {
+    for _ in 0..400 {
+        assert!(ojs.fetch("promotion-only", "promoter").await.is_none());
+        let (status, body) = ojs.get(&format!("/ojs/v1/jobs/{id}")).await;
+        assert_eq!(status, 200, "{body}");
+        if body["job"]["state"] != from {
+            return body["job"].clone();
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("job {id} stays {from}");
+}
+
 fn job_in(queue: &str, job_type: &str, args: Value) -> Value {
     json!({ "type": job_type, "args": args, "options": { "queue": queue, "retry": { "max_attempts": 1 } } })
 }
