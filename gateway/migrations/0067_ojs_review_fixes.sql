@@ -5,6 +5,9 @@
 -- workflow_cancel_leftovers(), with which a workflow's cancel, once committed, cancels the jobs
 -- its own transaction skipped because another one held them (they stayed available for ever).
 -- The reaper keeps a workflow while it has a job not finished.
+-- ojs.bounded_depth() makes enqueues into one bounded queue of one tenant take turns (an
+-- advisory lock to their commit, the depth counted after it): two enqueues that overlapped both
+-- saw room for one.
 -- Expired jobs are discarded with a completed_at, by which the reaper picks finished jobs; those
 -- expired before went without one and were never reaped: they take their expiry time.
 UPDATE ojs.jobs SET completed_at = coalesce(expires_at, now())

@@ -307,6 +307,19 @@ BEGIN
     END IF;
 END $$;
 
+-- The depth of bounded queue `q` for tenant `t` (ext-backpressure: available, scheduled and
+-- retryable jobs), counted up to `bound`, once this transaction is the only enqueuer into it: the
+-- enqueue's insert statement calls it and inserts only if its jobs fit, and holds the lock to
+-- its commit, so two enqueues cannot both see room for one. Volatile, so its count reads a
+-- snapshot taken after the lock (the calling statement's predates it) and sees what the
+-- enqueuer before committed.
+CREATE OR REPLACE FUNCTION ojs.bounded_depth(q text, t text, bound bigint) RETURNS bigint LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtextextended('ojs.bounded_depth ' || ojs.tenant_key(t, q), 0));
+    RETURN (SELECT count(*) FROM (SELECT 1 FROM ojs.jobs j WHERE j.queue = q AND j.tenant = t
+                                  AND j.state IN ('available', 'scheduled', 'retryable') LIMIT bound) d);
+END $$;
+
 -- Whether a job's workflow (NULL for a job outside one) was cancelled: such a job that fails,
 -- lapses or comes due is cancelled rather than run again.
 CREATE OR REPLACE FUNCTION ojs.workflow_cancelled(wid text) RETURNS boolean LANGUAGE sql STABLE AS $$

@@ -59,6 +59,7 @@ const LAYOUT_V10: &[(i32, &str, &str)] = &[
 /// wakeups, and touching typed keys only when they change).
 const NEW_SINCE_V10: &[&str] = &[
     "ojs.add_dependencies(text,text[])",
+    "ojs.bounded_depth(text,text,bigint)",
     "ojs.delivery_json(pgvs3.outbox)",
     "ojs.dependency_settled()",
     "ojs.ensure_webhook_trigger()",

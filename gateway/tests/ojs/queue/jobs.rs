@@ -468,3 +468,53 @@ async fn expired_jobs_are_reaped_like_other_finished_ones() {
     assert_eq!((reaped, status), (1, 404), "the expired job is reaped: {body}");
     gateway.stop().await;
 }
+
+/// Enqueues into a bounded queue take turns: two that overlap cannot both see the queue below
+/// its bound, so `max_depth: 1` holds one job. The lock held here (on the rate-limit key both
+/// jobs name, which every enqueue of them updates) makes the first wait inside its insert
+/// statement while the second comes in.
+#[tokio::test]
+async fn concurrent_enqueues_do_not_overfill_a_bounded_queue() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let job = json!({ "type": "b.task", "args": [], "options": { "queue": "bp",
+                      "rate_limit": { "key": "bk", "concurrency": 10 } } });
+    // The key's row exists (created by a job in another queue).
+    let mut other = job.clone();
+    other["options"]["queue"] = json!("elsewhere");
+    assert_eq!(ojs.post("/ojs/v1/jobs", other).await.0, 201);
+    let (status, _) = ojs
+        .call(
+            "PUT",
+            "/ojs/v1/admin/queues/bp/config",
+            Some(json!({ "backpressure": { "max_depth": 1 } })),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let mut holder = gateway.sql().await;
+    let hold = holder.transaction().await.unwrap();
+    hold.execute(
+        "SELECT 1 FROM ojs.rate_limits WHERE key = ojs.tenant_key('default', 'bk') FOR UPDATE",
+        &[],
+    )
+    .await
+    .unwrap();
+    let sql = gateway.sql().await;
+    let mut enqueues = Vec::new();
+    for _ in 0..2 {
+        let (client, job) = (ojs.clone(), job.clone());
+        enqueues.push(tokio::spawn(async move { client.post("/ojs/v1/jobs", job).await }));
+    }
+    until_waiting(&sql, "backpressure", 2).await;
+    hold.commit().await.unwrap();
+    let mut statuses = Vec::new();
+    for enqueue in enqueues {
+        let (status, body) = enqueue.await.unwrap();
+        statuses.push((status, body["error"]["code"].as_str().map(str::to_owned)));
+    }
+    statuses.sort();
+    assert_eq!(statuses, [(201, None), (429, Some("QUEUE_FULL".to_owned()))]);
+    let (_, stats) = ojs.get("/ojs/v1/queues/bp/stats").await;
+    assert_eq!(stats["stats"]["depth"].as_i64(), Some(1), "max_depth 1: {stats}");
+    gateway.stop().await;
+}

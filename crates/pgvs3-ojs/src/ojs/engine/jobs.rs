@@ -30,10 +30,10 @@ WITH input AS (
     FROM ojs.queues q
     WHERE q.name IN (SELECT queue FROM input) AND (q.config #>> '{backpressure,max_depth}')::bigint > 0
 ), pressure AS (
-    -- Counting stops at the bound: a full queue costs no more than that to check.
-    SELECT b.*, (SELECT count(*) FROM (SELECT 1 FROM ojs.jobs j WHERE j.queue = b.name AND j.tenant = $20
-                 AND j.state IN ('available', 'scheduled', 'retryable') LIMIT b.bound) d) AS depth
-    FROM bounded b
+    -- Enqueues into one bounded queue of one tenant take turns (ojs.bounded_depth), queues in
+    -- name order so that two batches spanning the same ones cannot deadlock.
+    SELECT b.*, ojs.bounded_depth(b.name, $20, b.bound) AS depth
+    FROM (SELECT * FROM bounded ORDER BY name OFFSET 0) b
 ), full_queue AS (
     SELECT * FROM pressure WHERE depth + incoming > bound
 ), rejection AS (
