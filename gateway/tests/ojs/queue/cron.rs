@@ -579,3 +579,86 @@ async fn a_zoned_schedule_runs_once_across_the_clock_changes() {
     );
     gateway.stop().await;
 }
+
+/// Makes schedule `name` due and waits for a gateway's ticker to fire it (it moves on).
+async fn tick_now(sql: &tokio_postgres::Client, name: &str) {
+    sql.execute(
+        "UPDATE ojs.cron SET next_run = now() - interval '1 s' WHERE name = $1",
+        &[&name],
+    )
+    .await
+    .unwrap();
+    for _ in 0..400 {
+        let row = sql
+            .query_one(
+                "SELECT next_run > now() AS moved FROM ojs.cron WHERE name = $1",
+                &[&name],
+            )
+            .await
+            .unwrap();
+        if row.get::<_, bool>("moved") {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("schedule {name} was not fired");
+}
+
+/// A template's `options.unique` holds at every tick: while the job of one tick waits, the next
+/// tick's duplicate is refused (`cron.skipped`, reason `duplicate`) rather than queued beside it.
+#[tokio::test]
+async fn a_cron_templates_unique_option_holds_across_ticks() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let sql = gateway.sql().await;
+    for (name, on_conflict) in [("uniq-reject", "reject"), ("uniq-ignore", "ignore")] {
+        let queue = format!("q-{name}");
+        let (status, body) = ojs
+            .post(
+                "/ojs/v1/cron",
+                json!({ "name": name, "cron": "0 0 1 1 *", "overlap_policy": "allow", "type": "c.task", "args": [],
+                        "options": { "queue": queue, "unique": { "on_conflict": on_conflict } } }),
+            )
+            .await;
+        assert_eq!(status, 201, "{body}");
+        tick_now(&sql, name).await;
+        tick_now(&sql, name).await;
+        let (_, stats) = ojs.get(&format!("/ojs/v1/queues/{queue}/stats")).await;
+        assert_eq!(
+            stats["stats"]["available"], 1,
+            "{on_conflict}: one job waits at a time: {stats}"
+        );
+        let (_, body) = ojs.get(&format!("/ojs/v1/cron/{name}")).await;
+        assert_eq!(body["cron"]["run_count"], 1, "{body}");
+    }
+    let (_, body) = ojs.get("/ojs/v1/events?types=cron.skipped&limit=1000").await;
+    let events = body["events"].as_array().unwrap();
+    let skipped = events
+        .iter()
+        .find(|event| event["data"]["cron_name"] == "uniq-reject")
+        .unwrap_or_else(|| panic!("a skipped tick: {events:?}"));
+    assert_eq!(skipped["data"]["reason"], "duplicate", "{skipped}");
+    assert!(skipped["data"]["existing_job_id"].is_string(), "{skipped}");
+    gateway.stop().await;
+}
+
+/// Schedules belong to no tenant and enqueue as the default one: a template naming another
+/// tenant in `meta.tenant_id` is refused rather than enqueued as the default tenant's.
+#[tokio::test]
+async fn a_cron_template_naming_a_tenant_is_refused() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let (status, body) = ojs
+        .post(
+            "/ojs/v1/cron",
+            json!({ "name": "acme", "cron": "0 0 * * *",
+                    "job_template": { "type": "c.task", "args": [], "meta": { "tenant_id": "acme" } } }),
+        )
+        .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (400, Some("invalid_request")),
+        "{body}"
+    );
+    gateway.stop().await;
+}

@@ -9,8 +9,8 @@ use time::{Date, Duration, Month, OffsetDateTime, PrimitiveDateTime, Time};
 use tokio_postgres::error::SqlState;
 
 use super::envelope;
-use super::jobs::insert;
-use super::{EngineError, ErrorKind, Queue};
+use super::jobs::{Inserted, insert, insert_unique};
+use super::{DEFAULT_TENANT, EngineError, ErrorKind, Queue};
 
 /// What a cron schedule does when a tick comes while its previous job is still running
 /// (ojs-cron §6); the job is found by its `meta.cron_name`.
@@ -89,6 +89,16 @@ pub fn parse_registration(body: Value) -> Result<Registration, EngineError> {
             })
         }
     };
+    // Schedules belong to no tenant, and their jobs to the default one: a template naming
+    // another would be enqueued as the default tenant's all the same.
+    if template
+        .pointer("/meta/tenant_id")
+        .is_some_and(|tenant| tenant.as_str() != Some(DEFAULT_TENANT))
+    {
+        return Err(EngineError::invalid(
+            "a cron job template has no \"meta.tenant_id\": every tick enqueues as the default tenant",
+        ));
+    }
     if template.get("id").is_some() {
         return Err(EngineError::invalid(
             "a cron job template has no \"id\": every tick enqueues a new job, with an id of its own",
@@ -693,7 +703,17 @@ async fn fire(
             "cron.skipped",
             json!({ "reason": "overlap_prevention", "existing_job_id": existing }),
         ),
-        None => match insert(tx, std::slice::from_ref(&job)).await {
+        None => match enqueue_tick(tx, &job).await {
+            // A unique template whose duplicate is still there (`on_conflict: ignore`, or
+            // `reject`'s refusal) misses this tick, as an overlapping run does.
+            Ok(inserted) if inserted.duplicate => (
+                "cron.skipped",
+                json!({ "reason": "duplicate", "existing_job_id": inserted.jobs[0].id }),
+            ),
+            Err(error) if error.kind == ErrorKind::Duplicate => (
+                "cron.skipped",
+                json!({ "reason": "duplicate", "existing_job_id": error.details.as_ref().map(|d| d["existing_job_id"].clone()) }),
+            ),
             Ok(_) => {
                 triggered = true;
                 ("cron.triggered", json!({ "job_id": job.id }))
@@ -728,6 +748,18 @@ async fn fire(
     .await
     .map_err(EngineError::sql)?;
     Ok(triggered)
+}
+
+/// Enqueues a tick's job (the default tenant's), through the unique check when its template
+/// asks for one.
+async fn enqueue_tick(
+    tx: &deadpool_postgres::Transaction<'_>,
+    job: &envelope::NewJob,
+) -> Result<Inserted, EngineError> {
+    match job.unique {
+        Some(_) => insert_unique(tx, job, DEFAULT_TENANT).await,
+        None => insert(tx, std::slice::from_ref(job)).await,
+    }
 }
 
 /// The schedule's previous job while it is not done (found by its `meta.cron_name`): running,
