@@ -436,9 +436,9 @@ async fn concurrent_duplicates_of_a_unique_job_create_one() {
     gateway.stop().await;
 }
 
-/// A job whose `expires_at` passed before it ran is discarded by promotion, finished then as any
-/// discarded job is: the reaper takes it after its retention (it went by a `completed_at` the
-/// expiry did not set, and kept expired jobs for ever).
+/// A job whose `expires_at` passed before it ran is discarded by promotion (with no
+/// `completed_at`: it never ran) and reaped after its retention like any finished job (the
+/// reaper went by `completed_at` alone and kept expired jobs for ever).
 #[tokio::test]
 async fn expired_jobs_are_reaped_like_other_finished_ones() {
     let gateway = start().await;
@@ -460,7 +460,12 @@ async fn expired_jobs_are_reaped_like_other_finished_ones() {
     .await
     .unwrap();
     let job = promoted(&ojs, &id, "available").await;
-    assert_eq!(job["state"], "discarded", "{job}");
+    // As the conformance suite's expired job: discarded, never completed.
+    assert_eq!(
+        (&job["state"], &job["completed_at"]),
+        (&json!("discarded"), &Value::Null),
+        "{job}"
+    );
     let reaped = pgvs3_gateway::maintenance::reap_finished_jobs(&pool, Duration::ZERO)
         .await
         .unwrap();

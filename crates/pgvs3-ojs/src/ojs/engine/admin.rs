@@ -396,12 +396,13 @@ impl Queue {
                 "DELETE FROM ojs.jobs WHERE id IN (
                      SELECT j.id FROM ojs.jobs j
                      WHERE j.state IN ('completed', 'discarded', 'cancelled')
-                       AND coalesce(j.completed_at, j.cancelled_at) < now() - $1 * interval '1 s'
+                       -- An expired job finished when it expired: it has no completed_at.
+                       AND coalesce(j.completed_at, j.cancelled_at, j.expires_at) < now() - $1 * interval '1 s'
                        AND NOT j.dead_letter
                        AND (j.workflow_id IS NULL OR NOT EXISTS (
                             SELECT 1 FROM ojs.workflows w LEFT JOIN ojs.workflows p ON p.id = w.parent_id
                             WHERE w.id = j.workflow_id AND (w.state = 'running' OR p.state = 'running')))
-                     ORDER BY coalesce(j.completed_at, j.cancelled_at)
+                     ORDER BY coalesce(j.completed_at, j.cancelled_at, j.expires_at)
                      LIMIT $2
                      FOR UPDATE SKIP LOCKED)",
                 &[&seconds, &limit],
