@@ -6165,7 +6165,7 @@ CREATE INDEX jobs_expiring ON ojs.jobs USING btree (expires_at) WHERE ((expires_
 -- Name: jobs_finished; Type: INDEX; Schema: ojs; Owner: -
 --
 
-CREATE INDEX jobs_finished ON ojs.jobs USING btree (COALESCE(completed_at, cancelled_at)) WHERE (state = ANY (ARRAY['completed'::text, 'discarded'::text, 'cancelled'::text]));
+CREATE INDEX jobs_finished ON ojs.jobs USING btree (COALESCE(completed_at, cancelled_at, expires_at)) WHERE (state = ANY (ARRAY['completed'::text, 'discarded'::text, 'cancelled'::text]));
 
 --
 -- Name: jobs_lapsed; Type: INDEX; Schema: ojs; Owner: -
