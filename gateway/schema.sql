@@ -59,6 +59,19 @@ BEGIN
 END $$;
 
 --
+-- Name: bounded_depth(text, text, bigint); Type: FUNCTION; Schema: ojs; Owner: -
+--
+
+CREATE FUNCTION ojs.bounded_depth(q text, t text, bound bigint) RETURNS bigint
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtextextended('ojs.bounded_depth ' || ojs.tenant_key(t, q), 0));
+    RETURN (SELECT count(*) FROM (SELECT 1 FROM ojs.jobs j WHERE j.queue = q AND j.tenant = t
+                                  AND j.state IN ('available', 'scheduled', 'retryable') LIMIT bound) d);
+END $$;
+
+--
 -- Name: cron; Type: TABLE; Schema: ojs; Owner: -
 --
 
@@ -443,6 +456,30 @@ CREATE FUNCTION ojs.worker_json(w ojs.workers) RETURNS jsonb
 $$;
 
 --
+-- Name: workflow_cancel_leftovers(text); Type: FUNCTION; Schema: ojs; Owner: -
+--
+
+CREATE FUNCTION ojs.workflow_cancel_leftovers(wid text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    ids text[];
+BEGIN
+    WITH RECURSIVE tree AS (
+        SELECT id FROM ojs.workflows WHERE id = wid AND state = 'cancelled'
+        UNION ALL
+        SELECT w.id FROM ojs.workflows w JOIN tree t ON w.parent_id = t.id WHERE w.state = 'cancelled'
+    ), held AS (
+        SELECT j.id FROM ojs.jobs j
+        WHERE j.workflow_id IN (SELECT id FROM tree) AND j.state IN ('pending', 'available', 'scheduled', 'retryable')
+        ORDER BY j.id FOR UPDATE
+    )
+    SELECT array_agg(id) INTO ids FROM held;
+    UPDATE ojs.jobs SET state = 'cancelled', cancelled_at = now()
+    WHERE id = ANY(ids) AND state IN ('pending', 'available', 'scheduled', 'retryable');
+END $$;
+
+--
 -- Name: workflow_cancel_members(text); Type: FUNCTION; Schema: ojs; Owner: -
 --
 
@@ -465,6 +502,16 @@ BEGIN
                    AND state IN ('pending', 'available', 'scheduled', 'retryable')
                  FOR UPDATE SKIP LOCKED);
 END $$;
+
+--
+-- Name: workflow_cancelled(text); Type: FUNCTION; Schema: ojs; Owner: -
+--
+
+CREATE FUNCTION ojs.workflow_cancelled(wid text) RETURNS boolean
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT wid IS NOT NULL AND EXISTS (SELECT 1 FROM ojs.workflows w WHERE w.id = wid AND w.state = 'cancelled')
+$$;
 
 --
 -- Name: jobs; Type: TABLE; Schema: ojs; Owner: -
@@ -6165,7 +6212,7 @@ CREATE INDEX jobs_expiring ON ojs.jobs USING btree (expires_at) WHERE ((expires_
 -- Name: jobs_finished; Type: INDEX; Schema: ojs; Owner: -
 --
 
-CREATE INDEX jobs_finished ON ojs.jobs USING btree (COALESCE(completed_at, cancelled_at)) WHERE (state = ANY (ARRAY['completed'::text, 'discarded'::text, 'cancelled'::text]));
+CREATE INDEX jobs_finished ON ojs.jobs USING btree (COALESCE(completed_at, cancelled_at, expires_at)) WHERE (state = ANY (ARRAY['completed'::text, 'discarded'::text, 'cancelled'::text]));
 
 --
 -- Name: jobs_lapsed; Type: INDEX; Schema: ojs; Owner: -

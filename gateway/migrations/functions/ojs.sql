@@ -307,9 +307,30 @@ BEGIN
     END IF;
 END $$;
 
+-- The depth of bounded queue `q` for tenant `t` (ext-backpressure: available, scheduled and
+-- retryable jobs), counted up to `bound`, once this transaction is the only enqueuer into it: the
+-- enqueue's insert statement calls it and inserts only if its jobs fit, and holds the lock to
+-- its commit, so two enqueues cannot both see room for one. Volatile, so its count reads a
+-- snapshot taken after the lock (the calling statement's predates it) and sees what the
+-- enqueuer before committed.
+CREATE OR REPLACE FUNCTION ojs.bounded_depth(q text, t text, bound bigint) RETURNS bigint LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtextextended('ojs.bounded_depth ' || ojs.tenant_key(t, q), 0));
+    RETURN (SELECT count(*) FROM (SELECT 1 FROM ojs.jobs j WHERE j.queue = q AND j.tenant = t
+                                  AND j.state IN ('available', 'scheduled', 'retryable') LIMIT bound) d);
+END $$;
+
+-- Whether a job's workflow (NULL for a job outside one) was cancelled: such a job that fails,
+-- lapses or comes due is cancelled rather than run again.
+CREATE OR REPLACE FUNCTION ojs.workflow_cancelled(wid text) RETURNS boolean LANGUAGE sql STABLE AS $$
+    SELECT wid IS NOT NULL AND EXISTS (SELECT 1 FROM ojs.workflows w WHERE w.id = wid AND w.state = 'cancelled')
+$$;
+
 -- Cancels what has not run of a workflow: its waiting or queued jobs, and its nested workflows
 -- (with theirs). The caller settles the workflow itself first, so nothing is released after.
--- Jobs another transaction holds are left to it, as a workflow's cancel always did.
+-- Jobs another transaction holds are skipped (waiting for them here could deadlock with their
+-- holder's trigger waiting for the workflow row); a workflow's cancel sweeps them up after it
+-- commits (ojs.workflow_cancel_leftovers).
 CREATE OR REPLACE FUNCTION ojs.workflow_cancel_members(wid text) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
     WITH RECURSIVE tree AS (
@@ -326,6 +347,31 @@ BEGIN
                  WHERE (workflow_id = wid OR workflow_id IN (SELECT id FROM settled))
                    AND state IN ('pending', 'available', 'scheduled', 'retryable')
                  FOR UPDATE SKIP LOCKED);
+END $$;
+
+-- The second half of a workflow's cancel, run after the first committed it: cancels the jobs of
+-- the cancelled workflow `wid` and of its cancelled nested workflows that the first skipped
+-- because another transaction held them then (a claim that locked more than it took, a
+-- promotion, a dependency's enqueue). Locks them all, in id order and waiting for their holders,
+-- before cancelling any (whose triggers lock the workflows): it holds nothing those holders wait
+-- for. Nobody moves such a job back out of these states (a cancelled workflow's jobs are not
+-- claimed, and promotion cancels them), so one sweep leaves none.
+CREATE OR REPLACE FUNCTION ojs.workflow_cancel_leftovers(wid text) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    ids text[];
+BEGIN
+    WITH RECURSIVE tree AS (
+        SELECT id FROM ojs.workflows WHERE id = wid AND state = 'cancelled'
+        UNION ALL
+        SELECT w.id FROM ojs.workflows w JOIN tree t ON w.parent_id = t.id WHERE w.state = 'cancelled'
+    ), held AS (
+        SELECT j.id FROM ojs.jobs j
+        WHERE j.workflow_id IN (SELECT id FROM tree) AND j.state IN ('pending', 'available', 'scheduled', 'retryable')
+        ORDER BY j.id FOR UPDATE
+    )
+    SELECT array_agg(id) INTO ids FROM held;
+    UPDATE ojs.jobs SET state = 'cancelled', cancelled_at = now()
+    WHERE id = ANY(ids) AND state IN ('pending', 'available', 'scheduled', 'retryable');
 END $$;
 
 -- A member of a workflow (a job, or a nested workflow) changed outcome; outcomes are job

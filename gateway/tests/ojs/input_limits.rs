@@ -5,8 +5,6 @@
 
 use pgvs3_testkit as common;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use common::TestGateway;

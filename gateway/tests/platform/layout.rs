@@ -59,6 +59,7 @@ const LAYOUT_V10: &[(i32, &str, &str)] = &[
 /// wakeups, and touching typed keys only when they change).
 const NEW_SINCE_V10: &[&str] = &[
     "ojs.add_dependencies(text,text[])",
+    "ojs.bounded_depth(text,text,bigint)",
     "ojs.delivery_json(pgvs3.outbox)",
     "ojs.dependency_settled()",
     "ojs.ensure_webhook_trigger()",
@@ -70,6 +71,8 @@ const NEW_SINCE_V10: &[&str] = &[
     "ojs.resolve_dependencies(text)",
     "ojs.tenant_key(text,text)",
     "ojs.webhook_json(ojs.webhooks)",
+    "ojs.workflow_cancel_leftovers(text)",
+    "ojs.workflow_cancelled(text)",
     "ojs.workflow_tenant_of_jobs()",
     "pgvs3.access_key_secret(text)",
     "pgvs3.bucket_held(bigint)",

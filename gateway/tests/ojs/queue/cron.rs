@@ -496,3 +496,169 @@ async fn one_failing_schedule_does_not_stop_the_others() {
     assert_eq!(jobs, 1, "the healthy schedule's job, and no other");
     gateway.stop().await;
 }
+
+/// Registers a schedule in a time zone and answers its `next_run_at`.
+async fn next_run_in_zone(ojs: &Ojs, name: &str, cron: &str, zone: &str) -> String {
+    let (status, body) = ojs
+        .post(
+            "/ojs/v1/cron",
+            json!({ "name": name, "cron": cron, "timezone": zone, "type": "report.generate", "args": [],
+                    "options": { "queue": "reports" } }),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    body["cron"]["next_run_at"].as_str().unwrap().to_string()
+}
+
+/// A schedule's next run takes the zone's UTC offset at that run, not now: 9:00 New York on a
+/// day in the other half of the year from now is an hour apart in UTC from 9:00 today (it was
+/// found with today's offset, an hour off).
+#[tokio::test]
+async fn a_zoned_schedule_runs_at_its_wall_time_in_the_other_half_of_the_year() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let sql = gateway.sql().await;
+    let month: i32 = sql
+        .query_one(
+            "SELECT extract(month FROM now() AT TIME ZONE 'America/New_York')::int AS m",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get("m");
+    // New York is UTC-5 in January and UTC-4 in July.
+    let (other_month, utc_hour) = if (4..=10).contains(&month) {
+        (1, "T14:00:00")
+    } else {
+        (7, "T13:00:00")
+    };
+    let next = next_run_in_zone(
+        &ojs,
+        "other-half",
+        &format!("0 9 1 {other_month} *"),
+        "America/New_York",
+    )
+    .await;
+    assert!(
+        next.contains(utc_hour),
+        "9:00 New York in month {other_month} is {utc_hour}Z, not {next}"
+    );
+    gateway.stop().await;
+}
+
+/// Where the clocks go forward (New York, the second Sunday of March, 02:00 EST to 03:00 EDT),
+/// 02:30 does not happen: the run comes when the clock jumps past it, 03:00 EDT (07:00Z), as
+/// cron(8) runs what the jump skipped. Where they go back (the first Sunday of November, 02:00
+/// EDT to 01:00 EST), 01:30 happens twice: it runs once, at the first (05:30Z, EDT).
+#[tokio::test]
+async fn a_zoned_schedule_runs_once_across_the_clock_changes() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let sql = gateway.sql().await;
+    let sunday_in = |next: &str, month: i32, days: std::ops::RangeInclusive<i32>| {
+        let (date, sql) = (next[..10].to_string(), &sql);
+        async move {
+            let row = sql
+                .query_one(
+                    "SELECT extract(dow FROM $1::text::date)::int AS dow, extract(month FROM $1::text::date)::int AS month,
+                            extract(day FROM $1::text::date)::int AS day",
+                    &[&date],
+                )
+                .await
+                .unwrap();
+            let (dow, m, day): (i32, i32, i32) = (row.get("dow"), row.get("month"), row.get("day"));
+            dow == 0 && m == month && days.contains(&day)
+        }
+    };
+    let gap = next_run_in_zone(&ojs, "gap", "30 2 * 3 0#2", "America/New_York").await;
+    assert!(gap.contains("T07:00:00") && sunday_in(&gap, 3, 8..=14).await, "{gap}");
+    let twice = next_run_in_zone(&ojs, "twice", "30 1 * 11 0#1", "America/New_York").await;
+    assert!(
+        twice.contains("T05:30:00") && sunday_in(&twice, 11, 1..=7).await,
+        "{twice}"
+    );
+    gateway.stop().await;
+}
+
+/// Makes schedule `name` due and waits for a gateway's ticker to fire it (it moves on).
+async fn tick_now(sql: &tokio_postgres::Client, name: &str) {
+    sql.execute(
+        "UPDATE ojs.cron SET next_run = now() - interval '1 s' WHERE name = $1",
+        &[&name],
+    )
+    .await
+    .unwrap();
+    for _ in 0..400 {
+        let row = sql
+            .query_one(
+                "SELECT next_run > now() AS moved FROM ojs.cron WHERE name = $1",
+                &[&name],
+            )
+            .await
+            .unwrap();
+        if row.get::<_, bool>("moved") {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("schedule {name} was not fired");
+}
+
+/// A template's `options.unique` holds at every tick: while the job of one tick waits, the next
+/// tick's duplicate is refused (`cron.skipped`, reason `duplicate`) rather than queued beside it.
+#[tokio::test]
+async fn a_cron_templates_unique_option_holds_across_ticks() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let sql = gateway.sql().await;
+    for (name, on_conflict) in [("uniq-reject", "reject"), ("uniq-ignore", "ignore")] {
+        let queue = format!("q-{name}");
+        let (status, body) = ojs
+            .post(
+                "/ojs/v1/cron",
+                json!({ "name": name, "cron": "0 0 1 1 *", "overlap_policy": "allow", "type": "c.task", "args": [],
+                        "options": { "queue": queue, "unique": { "on_conflict": on_conflict } } }),
+            )
+            .await;
+        assert_eq!(status, 201, "{body}");
+        tick_now(&sql, name).await;
+        tick_now(&sql, name).await;
+        let (_, stats) = ojs.get(&format!("/ojs/v1/queues/{queue}/stats")).await;
+        assert_eq!(
+            stats["stats"]["available"], 1,
+            "{on_conflict}: one job waits at a time: {stats}"
+        );
+        let (_, body) = ojs.get(&format!("/ojs/v1/cron/{name}")).await;
+        assert_eq!(body["cron"]["run_count"], 1, "{body}");
+    }
+    let (_, body) = ojs.get("/ojs/v1/events?types=cron.skipped&limit=1000").await;
+    let events = body["events"].as_array().unwrap();
+    let skipped = events
+        .iter()
+        .find(|event| event["data"]["cron_name"] == "uniq-reject")
+        .unwrap_or_else(|| panic!("a skipped tick: {events:?}"));
+    assert_eq!(skipped["data"]["reason"], "duplicate", "{skipped}");
+    assert!(skipped["data"]["existing_job_id"].is_string(), "{skipped}");
+    gateway.stop().await;
+}
+
+/// Schedules belong to no tenant and enqueue as the default one: a template naming another
+/// tenant in `meta.tenant_id` is refused rather than enqueued as the default tenant's.
+#[tokio::test]
+async fn a_cron_template_naming_a_tenant_is_refused() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let (status, body) = ojs
+        .post(
+            "/ojs/v1/cron",
+            json!({ "name": "acme", "cron": "0 0 * * *",
+                    "job_template": { "type": "c.task", "args": [], "meta": { "tenant_id": "acme" } } }),
+        )
+        .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (400, Some("invalid_request")),
+        "{body}"
+    );
+    gateway.stop().await;
+}

@@ -365,3 +365,161 @@ async fn a_batch_answer_keeps_each_jobs_version_and_meta() {
     );
     gateway.stop().await;
 }
+
+/// `on_conflict: replace` reads the duplicate unlocked, then cancels it: a duplicate acked in
+/// between (its worker answered 200) stays completed, and the new job goes in all the same.
+#[tokio::test]
+async fn a_unique_replace_leaves_a_duplicate_acked_meanwhile_completed() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let job =
+        json!({ "type": "u.task", "args": [1], "options": { "queue": "uq", "unique": { "on_conflict": "replace" } } });
+    let (status, body) = ojs.post("/ojs/v1/jobs", job.clone()).await;
+    assert_eq!(status, 201, "{body}");
+    let first = ojs.fetch("uq", "w1").await.unwrap();
+    let id = first["id"].as_str().unwrap().to_string();
+
+    // A lock that holds the ack back until the replace has read the job as active.
+    let mut holder = gateway.sql().await;
+    let hold = holder.transaction().await.unwrap();
+    hold.execute("SELECT 1 FROM ojs.jobs WHERE id = $1 FOR SHARE", &[&id])
+        .await
+        .unwrap();
+    let sql = gateway.sql().await;
+    let acker = ojs.clone();
+    let ack = tokio::spawn(async move {
+        acker
+            .post(
+                "/ojs/v1/workers/ack",
+                json!({ "job_id": first["id"], "attempt": first["attempt"], "result": {"ok": true} }),
+            )
+            .await
+    });
+    until_waiting(&sql, "completed_at = now(), result", 1).await;
+    let replacer = ojs.clone();
+    let replace = tokio::spawn(async move { replacer.post("/ojs/v1/jobs", job).await });
+    until_waiting(&sql, "unique_key = NULL", 1).await;
+    hold.commit().await.unwrap();
+
+    let (status, body) = ack.await.unwrap();
+    assert_eq!(status, 200, "the ack was accepted: {body}");
+    let (status, body) = replace.await.unwrap();
+    assert_eq!(status, 201, "{body}");
+    let new_id = body["job"]["id"].as_str().unwrap().to_string();
+    assert_ne!(new_id, id);
+    let (_, body) = ojs.get(&format!("/ojs/v1/jobs/{id}")).await;
+    assert_eq!(
+        body["job"]["state"], "completed",
+        "an acknowledged job stays completed: {body}"
+    );
+    let (_, body) = ojs.get(&format!("/ojs/v1/jobs/{new_id}")).await;
+    assert_eq!(body["job"]["state"], "available", "{body}");
+    gateway.stop().await;
+}
+
+/// Concurrent duplicates of a unique job: one is created, the others refused.
+#[tokio::test]
+async fn concurrent_duplicates_of_a_unique_job_create_one() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let job = json!({ "type": "u.task", "args": [7], "options": { "queue": "uq2", "unique": {} } });
+    let mut tasks = Vec::new();
+    for _ in 0..16 {
+        let (client, job) = (ojs.clone(), job.clone());
+        tasks.push(tokio::spawn(async move { client.post("/ojs/v1/jobs", job).await.0 }));
+    }
+    let mut codes = Vec::new();
+    for task in tasks {
+        codes.push(task.await.unwrap());
+    }
+    assert_eq!(codes.iter().filter(|c| **c == 201).count(), 1, "{codes:?}");
+    gateway.stop().await;
+}
+
+/// A job whose `expires_at` passed before it ran is discarded by promotion (with no
+/// `completed_at`: it never ran) and reaped after its retention like any finished job (the
+/// reaper went by `completed_at` alone and kept expired jobs for ever).
+#[tokio::test]
+async fn expired_jobs_are_reaped_like_other_finished_ones() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let pool = gateway.gateway.store.pool().clone();
+    let (status, body) = ojs
+        .post(
+            "/ojs/v1/jobs",
+            json!({ "type": "x.task", "args": [], "options": { "queue": "xq" } }),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let id = body["job"]["id"].as_str().unwrap().to_string();
+    let sql = gateway.sql().await;
+    sql.execute(
+        "UPDATE ojs.jobs SET expires_at = now() - interval '1 s' WHERE id = $1",
+        &[&id],
+    )
+    .await
+    .unwrap();
+    let job = promoted(&ojs, &id, "available").await;
+    // As the conformance suite's expired job: discarded, never completed.
+    assert_eq!(
+        (&job["state"], &job["completed_at"]),
+        (&json!("discarded"), &Value::Null),
+        "{job}"
+    );
+    let reaped = pgvs3_gateway::maintenance::reap_finished_jobs(&pool, Duration::ZERO)
+        .await
+        .unwrap();
+    let (status, body) = ojs.get(&format!("/ojs/v1/jobs/{id}")).await;
+    assert_eq!((reaped, status), (1, 404), "the expired job is reaped: {body}");
+    gateway.stop().await;
+}
+
+/// Enqueues into a bounded queue take turns: two that overlap cannot both see the queue below
+/// its bound, so `max_depth: 1` holds one job. The lock held here (on the rate-limit key both
+/// jobs name, which every enqueue of them updates) makes the first wait inside its insert
+/// statement while the second comes in.
+#[tokio::test]
+async fn concurrent_enqueues_do_not_overfill_a_bounded_queue() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let job = json!({ "type": "b.task", "args": [], "options": { "queue": "bp",
+                      "rate_limit": { "key": "bk", "concurrency": 10 } } });
+    // The key's row exists (created by a job in another queue).
+    let mut other = job.clone();
+    other["options"]["queue"] = json!("elsewhere");
+    assert_eq!(ojs.post("/ojs/v1/jobs", other).await.0, 201);
+    let (status, _) = ojs
+        .call(
+            "PUT",
+            "/ojs/v1/admin/queues/bp/config",
+            Some(json!({ "backpressure": { "max_depth": 1 } })),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let mut holder = gateway.sql().await;
+    let hold = holder.transaction().await.unwrap();
+    hold.execute(
+        "SELECT 1 FROM ojs.rate_limits WHERE key = ojs.tenant_key('default', 'bk') FOR UPDATE",
+        &[],
+    )
+    .await
+    .unwrap();
+    let sql = gateway.sql().await;
+    let mut enqueues = Vec::new();
+    for _ in 0..2 {
+        let (client, job) = (ojs.clone(), job.clone());
+        enqueues.push(tokio::spawn(async move { client.post("/ojs/v1/jobs", job).await }));
+    }
+    until_waiting(&sql, "backpressure", 2).await;
+    hold.commit().await.unwrap();
+    let mut statuses = Vec::new();
+    for enqueue in enqueues {
+        let (status, body) = enqueue.await.unwrap();
+        statuses.push((status, body["error"]["code"].as_str().map(str::to_owned)));
+    }
+    statuses.sort();
+    assert_eq!(statuses, [(201, None), (429, Some("QUEUE_FULL".to_owned()))]);
+    let (_, stats) = ojs.get("/ojs/v1/queues/bp/stats").await;
+    assert_eq!(stats["stats"]["depth"].as_i64(), Some(1), "max_depth 1: {stats}");
+    gateway.stop().await;
+}

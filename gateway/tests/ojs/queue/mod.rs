@@ -68,6 +68,42 @@ impl QueueCalls for Ojs {
     }
 }
 
+/// Waits until `n` sessions of this test's database wait on a lock while running a statement
+/// containing `needle`: a race made to land one way by a lock the test holds.
+async fn until_waiting(sql: &tokio_postgres::Client, needle: &str, n: i64) {
+    for _ in 0..400 {
+        let row = sql
+            .query_one(
+                "SELECT count(*) AS n FROM pg_stat_activity
+                 WHERE datname = current_database() AND wait_event_type = 'Lock'
+                   AND query LIKE '%' || $1 || '%' AND pid <> pg_backend_pid()",
+                &[&needle],
+            )
+            .await
+            .unwrap();
+        if row.get::<_, i64>("n") >= n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("nobody waits on a lock in a statement with {needle}");
+}
+
+/// The job `id` once a promotion has moved it out of state `from`: fetches (of a queue nobody
+/// uses) promote, at most once per 50 ms each gateway, so this fetches until one has.
+async fn promoted(ojs: &Ojs, id: &str, from: &str) -> Value {
+    for _ in 0..400 {
+        assert!(ojs.fetch("promotion-only", "promoter").await.is_none());
+        let (status, body) = ojs.get(&format!("/ojs/v1/jobs/{id}")).await;
+        assert_eq!(status, 200, "{body}");
+        if body["job"]["state"] != from {
+            return body["job"].clone();
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("job {id} stays {from}");
+}
+
 fn job_in(queue: &str, job_type: &str, args: Value) -> Value {
     json!({ "type": job_type, "args": args, "options": { "queue": queue, "retry": { "max_attempts": 1 } } })
 }

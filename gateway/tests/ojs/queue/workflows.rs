@@ -405,3 +405,179 @@ async fn a_failed_or_cancelled_nested_workflow_settles_its_parent_and_nothing_af
     assert_eq!(body["events"], json!([]), "nothing of it was stored");
     gateway.stop().await;
 }
+
+/// A workflow cancelled while one of its jobs runs lets that job finish; if it fails instead,
+/// it is cancelled, not retried: a retry would wait, never claimed, until the reaper deleted
+/// the workflow and a worker then ran it again.
+#[tokio::test]
+async fn a_cancelled_workflows_running_job_that_fails_is_cancelled_not_retried() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let pool = gateway.gateway.store.pool().clone();
+    let member = json!({ "type": "w.a", "args": [1], "options": { "queue": "wfr",
+                         "retry": { "max_attempts": 3, "initial_interval": "PT0.01S", "jitter": false } } });
+    let workflow = ojs.create_workflow(json!({ "type": "group", "jobs": [member] })).await;
+    let wid = workflow["id"].as_str().unwrap().to_string();
+    let job = ojs.fetch("wfr", "w1").await.unwrap();
+    let id = job["id"].as_str().unwrap().to_string();
+    let (status, body) = ojs.post(&format!("/ojs/v1/workflows/{wid}/cancel"), json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = ojs
+        .post(
+            "/ojs/v1/workers/nack",
+            json!({ "job_id": id, "error": { "code": "boom", "message": "failed" } }),
+        )
+        .await;
+    assert_eq!(
+        (status, body["job"]["state"].as_str()),
+        (200, Some("cancelled")),
+        "{body}"
+    );
+    let events = events_of(&ojs, &id, 3).await;
+    assert_eq!(
+        kinds(&events).iter().filter(|kind| **kind == "job.cancelled").count(),
+        1,
+        "{events:?}"
+    );
+    pgvs3_gateway::maintenance::reap_finished_jobs(&pool, Duration::ZERO)
+        .await
+        .unwrap();
+    assert!(
+        ojs.fetch("wfr", "w2").await.is_none(),
+        "a cancelled workflow's job runs again"
+    );
+    gateway.stop().await;
+}
+
+/// The same for a claim that lapses: its job is cancelled, not offered again.
+#[tokio::test]
+async fn a_cancelled_workflows_lapsed_job_is_cancelled_not_offered_again() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let sql = gateway.sql().await;
+    let member = json!({ "type": "w.a", "args": [1], "options": { "queue": "wfl", "retry": { "max_attempts": 3 } } });
+    let workflow = ojs.create_workflow(json!({ "type": "group", "jobs": [member] })).await;
+    let wid = workflow["id"].as_str().unwrap().to_string();
+    let job = ojs.fetch("wfl", "w1").await.unwrap();
+    let id = job["id"].as_str().unwrap().to_string();
+    let (status, body) = ojs.post(&format!("/ojs/v1/workflows/{wid}/cancel"), json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    sql.execute(
+        "UPDATE ojs.jobs SET visible_until = now() - interval '1 s' WHERE id = $1",
+        &[&id],
+    )
+    .await
+    .unwrap();
+    let job = promoted(&ojs, &id, "active").await;
+    assert_eq!(job["state"], "cancelled", "{job}");
+    gateway.stop().await;
+}
+
+/// A workflow's cancel skips, in its own transaction, the jobs another transaction holds at
+/// that moment (here a plain row lock), then cancels them once their holder is done: none stays
+/// `available` for ever in a cancelled workflow, never claimed and counted in its queue's depth.
+#[tokio::test]
+async fn a_workflow_cancel_cancels_the_jobs_held_elsewhere_at_that_moment() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let workflow = ojs
+        .create_workflow(
+            json!({ "type": "group", "jobs": [job_in("wfc", "w.a", json!([1])), job_in("wfc", "w.b", json!([2]))] }),
+        )
+        .await;
+    let wid = workflow["id"].as_str().unwrap().to_string();
+    let mut holder = gateway.sql().await;
+    let hold = holder.transaction().await.unwrap();
+    let held: String = hold
+        .query_one(
+            "SELECT id FROM ojs.jobs WHERE workflow_id = $1 ORDER BY workflow_step LIMIT 1 FOR UPDATE",
+            &[&wid],
+        )
+        .await
+        .unwrap()
+        .get("id");
+    let sql = gateway.sql().await;
+    let canceller = ojs.clone();
+    let cancel = tokio::spawn(async move {
+        canceller
+            .post(&format!("/ojs/v1/workflows/{wid}/cancel"), json!({}))
+            .await
+    });
+    until_waiting(&sql, "workflow_cancel_leftovers", 1).await;
+    hold.rollback().await.unwrap();
+    let (status, body) = cancel.await.unwrap();
+    assert_eq!(
+        (status, body["workflow"]["state"].as_str()),
+        (200, Some("cancelled")),
+        "{body}"
+    );
+    let (_, body) = ojs.get(&format!("/ojs/v1/jobs/{held}")).await;
+    assert_eq!(body["job"]["state"], "cancelled", "{body}");
+    gateway.stop().await;
+}
+
+/// The same through a real fetch: a worker fetching one job from ["rl", "wfc"] locks the head of
+/// each queue, takes rl's, and (while it waits its turn for rl's rate-limit key, held here the
+/// way a concurrent fetch of that key holds it) keeps wfc's job locked; the cancel waits for the
+/// fetch, then cancels that job, which stays cancelled after the workflow is reaped.
+#[tokio::test]
+async fn a_workflow_cancel_racing_a_multi_queue_fetch_cancels_every_job() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let pool = gateway.gateway.store.pool().clone();
+    let (status, body) = ojs
+        .post(
+            "/ojs/v1/jobs",
+            json!({ "type": "r.task", "args": [], "options": { "queue": "rl", "rate_limit": { "key": "k", "concurrency": 5 } } }),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let workflow = ojs
+        .create_workflow(
+            json!({ "type": "group", "jobs": [job_in("wfc", "w.a", json!([1])), job_in("wfc", "w.b", json!([2]))] }),
+        )
+        .await;
+    let wid = workflow["id"].as_str().unwrap().to_string();
+    let mut holder = gateway.sql().await;
+    let hold = holder.transaction().await.unwrap();
+    hold.execute("SELECT 1 FROM ojs.rate_limits WHERE key = 'k' FOR UPDATE", &[])
+        .await
+        .unwrap();
+    let sql = gateway.sql().await;
+    let worker = ojs.clone();
+    let fetch = tokio::spawn(async move {
+        worker
+            .post(
+                "/ojs/v1/workers/fetch",
+                json!({ "queues": ["rl", "wfc"], "count": 1, "worker_id": "w1" }),
+            )
+            .await
+    });
+    until_waiting(&sql, "fair_turn", 1).await;
+    let canceller = ojs.clone();
+    let cancel = tokio::spawn(async move {
+        canceller
+            .post(&format!("/ojs/v1/workflows/{wid}/cancel"), json!({}))
+            .await
+    });
+    until_waiting(&sql, "workflow_cancel_leftovers", 1).await;
+    hold.commit().await.unwrap();
+    let (status, fetched) = fetch.await.unwrap();
+    assert_eq!(
+        (status, fetched["jobs"][0]["queue"].as_str()),
+        (200, Some("rl")),
+        "{fetched}"
+    );
+    let (status, body) = cancel.await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    pgvs3_gateway::maintenance::reap_finished_jobs(&pool, Duration::ZERO)
+        .await
+        .unwrap();
+    assert!(
+        ojs.fetch("wfc", "w2").await.is_none(),
+        "a job of a cancelled workflow is handed out"
+    );
+    let (_, stats) = ojs.get("/ojs/v1/queues/wfc/stats").await;
+    assert_eq!(stats["stats"]["available"].as_i64(), Some(0), "{stats}");
+    gateway.stop().await;
+}

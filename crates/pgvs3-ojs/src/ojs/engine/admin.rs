@@ -386,8 +386,8 @@ impl Queue {
 
     /// Deletes up to `limit` jobs that finished (completed, discarded, cancelled) more than
     /// `retention` ago, workflows settled that long ago, and workers silent that long. Dead-lettered jobs
-    /// stay until deleted or retried, and jobs and nested workflows of running workflows stay
-    /// (later steps read their results). Returns how many jobs and workflows went.
+    /// stay until deleted or retried, jobs and nested workflows of running workflows stay
+    /// (later steps read their results), and so do workflows with a job not finished. Returns how many jobs and workflows went.
     pub async fn reap_finished(&self, retention: Duration, limit: i64) -> Result<(u64, u64), EngineError> {
         let client = self.client().await?;
         let seconds = retention.as_secs_f64();
@@ -396,12 +396,13 @@ impl Queue {
                 "DELETE FROM ojs.jobs WHERE id IN (
                      SELECT j.id FROM ojs.jobs j
                      WHERE j.state IN ('completed', 'discarded', 'cancelled')
-                       AND coalesce(j.completed_at, j.cancelled_at) < now() - $1 * interval '1 s'
+                       -- An expired job finished when it expired: it has no completed_at.
+                       AND coalesce(j.completed_at, j.cancelled_at, j.expires_at) < now() - $1 * interval '1 s'
                        AND NOT j.dead_letter
                        AND (j.workflow_id IS NULL OR NOT EXISTS (
                             SELECT 1 FROM ojs.workflows w LEFT JOIN ojs.workflows p ON p.id = w.parent_id
                             WHERE w.id = j.workflow_id AND (w.state = 'running' OR p.state = 'running')))
-                     ORDER BY coalesce(j.completed_at, j.cancelled_at)
+                     ORDER BY coalesce(j.completed_at, j.cancelled_at, j.expires_at)
                      LIMIT $2
                      FOR UPDATE SKIP LOCKED)",
                 &[&seconds, &limit],
@@ -415,6 +416,10 @@ impl Queue {
                      WHERE w.state NOT IN ('running', 'pending') AND w.completed_at < now() - $1 * interval '1 s'
                        AND NOT EXISTS (SELECT 1 FROM ojs.workflows p WHERE p.id = w.parent_id
                                        AND p.state IN ('running', 'pending'))
+                       -- A settled workflow may still have a job running (a cancelled one's,
+                       -- let finish) or not yet swept up: the job's workflow decides its fate.
+                       AND NOT EXISTS (SELECT 1 FROM ojs.jobs j WHERE j.workflow_id = w.id
+                                       AND j.state NOT IN ('completed', 'discarded', 'cancelled'))
                      ORDER BY w.completed_at LIMIT $2 FOR UPDATE OF w SKIP LOCKED)",
                 &[&seconds, &limit],
             )

@@ -147,11 +147,15 @@ const PROMOTE_EVERY: Duration = Duration::from_millis(50);
 const PROMOTE: &str = concat!(
     "
 WITH due AS (
-    UPDATE ojs.jobs SET state = 'available'
+    -- A cancelled workflow's retry or scheduled job is cancelled, not run: the claim would pass
+    -- it over, and it would wait there.
+    UPDATE ojs.jobs j
+    SET state = CASE WHEN ojs.workflow_cancelled(j.workflow_id) THEN 'cancelled' ELSE 'available' END,
+        cancelled_at = CASE WHEN ojs.workflow_cancelled(j.workflow_id) THEN now() ELSE j.cancelled_at END
     WHERE id IN (SELECT id FROM ojs.jobs WHERE state IN ('scheduled', 'retryable') AND run_at <= now()
                  LIMIT $1 FOR UPDATE SKIP LOCKED)
 ), lapse AS (
-    SELECT id, attempt >= max_attempts AS exhausted,
+    SELECT id, attempt >= max_attempts AS exhausted, ojs.workflow_cancelled(workflow_id) AS cancelled,
            jsonb_build_object('code', 'visibility_timeout', 'type', 'visibility_timeout', 'attempt', attempt,
                               'message', 'the claim lapsed before an ack, nack or heartbeat',
                               'occurred_at', ojs.ts(now())) AS error
@@ -159,15 +163,19 @@ WITH due AS (
     LIMIT $1 FOR UPDATE SKIP LOCKED
 ), lapsed AS (
     -- A lapsed claim spent its attempt: on the last one the job is discarded (or dead-lettered)
-    -- as a nack would, rather than offered again forever.
+    -- as a nack would, rather than offered again forever; one of a cancelled workflow is
+    -- cancelled, as a nack would.
     UPDATE ojs.jobs j SET visible_until = NULL, error = lapse.error, errors = ",
     kept_errors!("lapse.error"),
     ",
-        state = CASE WHEN lapse.exhausted THEN 'discarded' ELSE 'available' END,
-        completed_at = CASE WHEN lapse.exhausted THEN now() END,
-        dead_letter = lapse.exhausted AND coalesce(j.envelope #>> '{options,retry,on_exhaustion}' = 'dead_letter', false)
+        state = CASE WHEN lapse.cancelled THEN 'cancelled' WHEN lapse.exhausted THEN 'discarded' ELSE 'available' END,
+        completed_at = CASE WHEN lapse.exhausted AND NOT lapse.cancelled THEN now() END,
+        cancelled_at = CASE WHEN lapse.cancelled THEN now() ELSE j.cancelled_at END,
+        dead_letter = lapse.exhausted AND NOT lapse.cancelled
+                      AND coalesce(j.envelope #>> '{options,retry,on_exhaustion}' = 'dead_letter', false)
     FROM lapse WHERE j.id = lapse.id
-    RETURNING j.id, j.queue, j.type, j.attempt, j.envelope, lapse.exhausted, lapse.error
+    RETURNING j.id, j.queue, j.type, j.attempt, j.envelope, lapse.exhausted AND NOT lapse.cancelled AS exhausted,
+              lapse.error
 ), lapse_events AS (
     INSERT INTO ojs.events (id, type, queue, job_id, data)
     SELECT gen_random_uuid()::text, 'job.discarded', queue, id,
@@ -176,6 +184,8 @@ WITH due AS (
                               'last_error', error - 'occurred_at' - 'attempt') || ojs.trace_of(envelope)
     FROM lapsed WHERE exhausted
 ), expired AS (
+    -- No completed_at (it never ran, and the conformance suite's expired job shows none): the
+    -- reaper goes by its expires_at.
     UPDATE ojs.jobs SET state = 'discarded',
         error = jsonb_build_object('code', 'expired', 'type', 'expired', 'message', 'expires_at passed before the job ran')
     WHERE id IN (SELECT id FROM ojs.jobs WHERE expires_at <= now() AND state IN ('available', 'scheduled')
@@ -312,8 +322,9 @@ SELECT ",
 
 /// The failing half of a nack: the job's claim, locked, for the retry decision.
 const NACK_LOCK: &str = "
-SELECT state, attempt, worker_id, envelope #> '{options,retry}' AS retry, max_attempts FROM ojs.jobs
-WHERE id = $1 AND tenant = $2 FOR UPDATE";
+SELECT j.state, j.attempt, j.worker_id, j.envelope #> '{options,retry}' AS retry, j.max_attempts,
+       ojs.workflow_cancelled(j.workflow_id) AS workflow_cancelled
+FROM ojs.jobs j WHERE j.id = $1 AND j.tenant = $2 FOR UPDATE OF j";
 
 /// The other half: the decided state, the error kept in the history, and the events.
 const NACK: &str = concat!(
@@ -323,9 +334,13 @@ WITH failed AS (
     SET state = $2, error = $3, errors = ",
     kept_errors!("$3::jsonb"),
     ", visible_until = NULL,
+        -- A job put back (requeue: the only nack that makes it available) ran nothing: the
+        -- claim's attempt is given back, so its retries are all still to come.
+        attempt = CASE WHEN $2 = 'available' THEN j.attempt - 1 ELSE j.attempt END,
         retry_delay_ms = coalesce($4, retry_delay_ms),
         run_at = CASE WHEN $4::bigint IS NULL THEN run_at ELSE now() + $4 * interval '1 ms' END,
         completed_at = CASE WHEN $2 = 'discarded' THEN now() END,
+        cancelled_at = CASE WHEN $2 = 'cancelled' THEN now() ELSE cancelled_at END,
         dead_letter = $5
     WHERE id = $1
     RETURNING j.*
@@ -350,6 +365,7 @@ WITH failed AS (
                                                                    'last_error', said.error)
                       ELSE '{}' END)
     ) AS e(kind, data)
+    WHERE e.kind IS NOT NULL
 )
 SELECT ",
     job_columns!(),
@@ -553,17 +569,22 @@ impl Queue {
             .collect();
         let retryable =
             failure.error.get("retryable").and_then(Value::as_bool).unwrap_or(true) && !policy.is_non_retryable(&names);
-        let (next_state, delay_ms, dead_letter, event) = if failure.requeue {
-            ("available", None, false, "job.requeued")
+        let (next_state, delay_ms, dead_letter, event) = if row.get("workflow_cancelled") {
+            // Its workflow was cancelled while it ran: it was let finish, not run again (the
+            // claim passes over a cancelled workflow's jobs, so a retry would only wait).
+            // (job.cancelled is the job_cancelled trigger's.)
+            ("cancelled", None, false, None)
+        } else if failure.requeue {
+            ("available", None, false, Some("job.requeued"))
         } else if retryable && attempt < max_attempts {
             (
                 "retryable",
                 Some(policy.delay(attempt).as_millis() as i64),
                 false,
-                "job.retrying",
+                Some("job.retrying"),
             )
         } else {
-            ("discarded", None, policy.dead_letter, "job.discarded")
+            ("discarded", None, policy.dead_letter, Some("job.discarded"))
         };
         let statement = tx.prepare_cached(NACK).await.map_err(EngineError::sql)?;
         let row = tx

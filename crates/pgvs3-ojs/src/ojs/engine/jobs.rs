@@ -30,10 +30,10 @@ WITH input AS (
     FROM ojs.queues q
     WHERE q.name IN (SELECT queue FROM input) AND (q.config #>> '{backpressure,max_depth}')::bigint > 0
 ), pressure AS (
-    -- Counting stops at the bound: a full queue costs no more than that to check.
-    SELECT b.*, (SELECT count(*) FROM (SELECT 1 FROM ojs.jobs j WHERE j.queue = b.name AND j.tenant = $20
-                 AND j.state IN ('available', 'scheduled', 'retryable') LIMIT b.bound) d) AS depth
-    FROM bounded b
+    -- Enqueues into one bounded queue of one tenant take turns (ojs.bounded_depth), queues in
+    -- name order so that two batches spanning the same ones cannot deadlock.
+    SELECT b.*, ojs.bounded_depth(b.name, $20, b.bound) AS depth
+    FROM (SELECT * FROM bounded ORDER BY name OFFSET 0) b
 ), full_queue AS (
     SELECT * FROM pressure WHERE depth + incoming > bound
 ), rejection AS (
@@ -106,62 +106,10 @@ impl Queue {
         Ok(inserted)
     }
 
-    /// Duplicates are looked for among the tenant's own jobs only.
     async fn enqueue_unique(&self, job: &NewJob, tenant: &str) -> Result<Inserted, EngineError> {
-        let unique = job.unique.as_ref().expect("unique options");
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(EngineError::sql)?;
-        // One enqueuer per key of the tenant at a time, so two duplicates cannot both see "no
-        // duplicate" (and one tenant's enqueues never wait for another's of the same key).
-        tx.execute(
-            "SELECT pg_advisory_xact_lock(hashtextextended(ojs.tenant_key($1, $2), 0))",
-            &[&tenant, &unique.key],
-        )
-        .await
-        .map_err(EngineError::sql)?;
-        let existing = tx
-            .query_opt(
-                concat!(
-                    "SELECT ",
-                    job_columns!(),
-                    ", j.envelope FROM ojs.jobs j
-                     WHERE j.unique_key = $1 AND j.state = ANY($2) AND j.tenant = $4
-                       AND ($3::float8 IS NULL OR j.created_at > now() - $3 * interval '1 ms')
-                     ORDER BY j.created_at DESC LIMIT 1"
-                ),
-                &[&unique.key, &unique.states, &unique.period_ms, &tenant],
-            )
-            .await
-            .map_err(EngineError::sql)?;
-        if let Some(row) = existing {
-            let existing = Job::from_row(&row);
-            let existing_id = existing.id.clone();
-            match unique.on_conflict {
-                OnConflict::Reject => {
-                    return Err(EngineError::duplicate(format!(
-                        "a job with the same unique key exists: {existing_id}"
-                    ))
-                    .with_details(json!({ "existing_job_id": existing_id })));
-                }
-                OnConflict::Ignore => {
-                    return Ok(Inserted {
-                        jobs: vec![existing],
-                        answer: Answer::Job,
-                        duplicate: true,
-                        pressure: None,
-                    });
-                }
-                OnConflict::Replace => {
-                    tx.execute(
-                        "UPDATE ojs.jobs SET state = 'cancelled', cancelled_at = now(), unique_key = NULL WHERE id = $1",
-                        &[&existing_id],
-                    )
-                    .await
-                    .map_err(EngineError::sql)?;
-                }
-            }
-        }
-        let inserted = insert_waiting(&tx, std::slice::from_ref(job), tenant, Answer::Job).await?;
+        let inserted = insert_unique(&tx, job, tenant).await?;
         tx.commit().await.map_err(EngineError::sql)?;
         Ok(inserted)
     }
@@ -286,6 +234,72 @@ impl<'a> Placement<'a> {
             ..Placement::default()
         }
     }
+}
+
+/// Inserts a job with unique options in the caller's transaction, as its `on_conflict` says when
+/// a duplicate exists: refused, answered with the duplicate, or replacing it. Duplicates are
+/// looked for among the tenant's own jobs only.
+pub(super) async fn insert_unique(
+    tx: &deadpool_postgres::Transaction<'_>,
+    job: &NewJob,
+    tenant: &str,
+) -> Result<Inserted, EngineError> {
+    let unique = job.unique.as_ref().expect("unique options");
+    // One enqueuer per key of the tenant at a time, so two duplicates cannot both see "no
+    // duplicate" (and one tenant's enqueues never wait for another's of the same key).
+    tx.execute(
+        "SELECT pg_advisory_xact_lock(hashtextextended(ojs.tenant_key($1, $2), 0))",
+        &[&tenant, &unique.key],
+    )
+    .await
+    .map_err(EngineError::sql)?;
+    let existing = tx
+        .query_opt(
+            concat!(
+                "SELECT ",
+                job_columns!(),
+                ", j.envelope FROM ojs.jobs j
+                 WHERE j.unique_key = $1 AND j.state = ANY($2) AND j.tenant = $4
+                   AND ($3::float8 IS NULL OR j.created_at > now() - $3 * interval '1 ms')
+                 ORDER BY j.created_at DESC LIMIT 1"
+            ),
+            &[&unique.key, &unique.states, &unique.period_ms, &tenant],
+        )
+        .await
+        .map_err(EngineError::sql)?;
+    if let Some(row) = existing {
+        let existing = Job::from_row(&row);
+        let existing_id = existing.id.clone();
+        match unique.on_conflict {
+            OnConflict::Reject => {
+                return Err(
+                    EngineError::duplicate(format!("a job with the same unique key exists: {existing_id}"))
+                        .with_details(json!({ "existing_job_id": existing_id })),
+                );
+            }
+            OnConflict::Ignore => {
+                return Ok(Inserted {
+                    jobs: vec![existing],
+                    answer: Answer::Job,
+                    duplicate: true,
+                    pressure: None,
+                });
+            }
+            OnConflict::Replace => {
+                // The duplicate was read unlocked: if it finished meanwhile (an ack that
+                // committed in between was answered 200), it stays as it finished. The new
+                // job goes in either way.
+                tx.execute(
+                    "UPDATE ojs.jobs SET state = 'cancelled', cancelled_at = now(), unique_key = NULL
+                     WHERE id = $1 AND state NOT IN ('completed', 'discarded', 'cancelled')",
+                    &[&existing_id],
+                )
+                .await
+                .map_err(EngineError::sql)?;
+            }
+        }
+    }
+    insert_waiting(tx, std::slice::from_ref(job), tenant, Answer::Job).await
 }
 
 /// Inserts jobs of the default tenant (cron's).

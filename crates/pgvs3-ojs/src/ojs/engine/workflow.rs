@@ -316,9 +316,23 @@ impl Queue {
                 Err(CancelError::Sql(err)) if err.code() == Some(&SqlState::T_R_DEADLOCK_DETECTED) && attempts < 3 => {}
                 Err(CancelError::Sql(err)) => return Err(EngineError::sql(err)),
                 Err(CancelError::Ojs(error)) => return Err(error),
-                Ok(workflow) => return Ok(workflow),
+                Ok(()) => break,
             }
         }
+        // The jobs the cancel skipped because another transaction held them: now that the
+        // workflow is cancelled for all to see, waiting for those holders deadlocks with nobody.
+        client
+            .execute("SELECT ojs.workflow_cancel_leftovers($1)", &[&id])
+            .await
+            .map_err(EngineError::sql)?;
+        let row = client
+            .query_one(
+                "SELECT ojs.workflow_json(w) AS workflow FROM ojs.workflows w WHERE w.id = $1",
+                &[&id],
+            )
+            .await
+            .map_err(EngineError::sql)?;
+        Ok(row.get("workflow"))
     }
 }
 
@@ -337,7 +351,7 @@ async fn cancel_workflow_once(
     client: &mut deadpool_postgres::Client,
     id: &str,
     tenant: &str,
-) -> Result<Value, CancelError> {
+) -> Result<(), CancelError> {
     let tx = client.transaction().await?;
     let state: Option<String> = tx
         .query_opt(
@@ -356,23 +370,17 @@ async fn cancel_workflow_once(
         }
     }
     // The workflow goes first, so the triggers see it cancelled and release nothing. Jobs
-    // another transaction holds are left to it (a claim, a job's own cancel or expiry): waiting
-    // for them could deadlock with its trigger waiting for the workflow row, and a cancelled
-    // workflow's jobs are not claimed anyway.
+    // another transaction holds are skipped (a claim, a job's own cancel or expiry): waiting
+    // for them here could deadlock with its trigger waiting for the workflow row. The caller
+    // cancels them once this commits.
     tx.execute(
         "UPDATE ojs.workflows SET state = 'cancelled', cancelled_at = now(), completed_at = now() WHERE id = $1",
         &[&id],
     )
     .await?;
     tx.execute("SELECT ojs.workflow_cancel_members($1)", &[&id]).await?;
-    let row = tx
-        .query_one(
-            "SELECT ojs.workflow_json(w) AS workflow FROM ojs.workflows w WHERE w.id = $1",
-            &[&id],
-        )
-        .await?;
     tx.commit().await?;
-    Ok(row.get("workflow"))
+    Ok(())
 }
 
 /// One workflow of a tree and, recursively, the workflows nested in it. `parent` is the parent
