@@ -178,6 +178,20 @@ pub(super) async fn locate(
             _ => Err(StoreError::InvalidPartNumber),
         };
     }
+    // Boxed: only a read by part number of a multipart object looks its part up, and inline
+    // this lookup would size every read's future (see `Store::get_object`).
+    Box::pin(part_span(client, sql, head, body_id, part_number)).await
+}
+
+/// The span of part `part_number` of a multipart object's body, and its head with the part's
+/// checksum (a composite one) or none (a whole-object one, unless the object is one part).
+async fn part_span(
+    client: &deadpool_postgres::Object,
+    sql: &NamespaceSql,
+    head: ObjectHead,
+    body_id: Option<i64>,
+    part_number: u32,
+) -> StoreResult<(ObjectHead, (u64, u64), bool)> {
     let statement = client.prepare_cached(&sql.bodies.part_span).await?;
     let part = client
         .query_opt(&statement, &[&body_id, &(part_number.min(i32::MAX as u32) as i32)])

@@ -411,7 +411,7 @@ impl Store {
         let row = client.query_opt(&statement, &[&bucket.id, &key]).await?;
         let row = match self.current_row(bucket, key, row, options).await? {
             Ok(row) => row,
-            Err(version) => return self.read_noncurrent(bucket, key, &version, options, false).await,
+            Err(version) => return Box::pin(self.read_noncurrent(bucket, key, &version, options, false)).await,
         };
         let (head, span, partial) = locate(
             &client,
@@ -449,7 +449,10 @@ impl Store {
             Ok(row) => row,
             Err(version) => {
                 drop(client);
-                return self.read_noncurrent(bucket, key, &version, options, true).await;
+                // Boxed, like every path a plain read does not take: a future inlines the
+                // largest of the futures it awaits, and this whole read's is moved and boxed
+                // on its way up (s3s's operation, the endpoint), once or more per request.
+                return Box::pin(self.read_noncurrent(bucket, key, &version, options, true)).await;
             }
         };
         let (head, span, partial) = locate(
@@ -481,7 +484,7 @@ impl Store {
                 body: Box::pin(futures::stream::empty()),
             });
         }
-        let client = self.streaming(client).await?;
+        let client = Box::pin(self.streaming(client)).await?;
         let (segments, rows) = body_rows(
             &client,
             &bucket.sql,
@@ -532,7 +535,7 @@ impl Store {
             }
         } else if !exists {
             return Err(match bucket.versioning {
-                Some(_) => self.missing_key(bucket, key).await,
+                Some(_) => Box::pin(self.missing_key(bucket, key)).await,
                 None => StoreError::NoSuchKey,
             });
         }
