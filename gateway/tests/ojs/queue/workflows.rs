@@ -468,8 +468,31 @@ async fn a_cancelled_workflows_lapsed_job_is_cancelled_not_offered_again() {
     )
     .await
     .unwrap();
+    // It reads as cancelled at once (what the next promotion makes it)...
     let job = promoted(&ojs, &id, "active").await;
     assert_eq!(job["state"], "cancelled", "{job}");
+    // ...and a promotion stores it so: no fetch is offered it meanwhile or after.
+    let mut stored = String::new();
+    for _ in 0..400 {
+        assert!(
+            ojs.fetch("wfl", "w2").await.is_none(),
+            "the lapsed job was offered again"
+        );
+        stored = sql
+            .query_one("SELECT state FROM ojs.jobs WHERE id = $1", &[&id])
+            .await
+            .unwrap()
+            .get("state");
+        if stored != "active" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(stored, "cancelled");
+    assert!(
+        ojs.fetch("wfl", "w2").await.is_none(),
+        "the cancelled job was offered again"
+    );
     gateway.stop().await;
 }
 

@@ -17,7 +17,8 @@ macro_rules! job_columns {
     () => {
         "j.id, j.type, j.queue, j.priority, j.state, j.attempt, j.max_attempts, j.run_at, j.visible_until, \
          j.retry_delay_ms, j.worker_id, j.expires_at, j.workflow_id, j.result, j.error, j.errors, j.created_at, \
-         j.started_at, j.completed_at, j.cancelled_at, j.progress, now() AS read_at"
+         j.started_at, j.completed_at, j.cancelled_at, j.progress, now() AS read_at, \
+         ojs.workflow_cancelled(j.workflow_id) AS workflow_cancelled"
     };
 }
 pub(crate) use job_columns;
@@ -212,11 +213,16 @@ impl Job {
         let run_at: Timestamp = row.get("run_at");
         let visible_until: Option<Timestamp> = row.get("visible_until");
         let completed_at: Option<Timestamp> = row.get("completed_at");
+        // A cancelled workflow's job that lapsed or came due is cancelled by the next promotion
+        // (claims.rs PROMOTE), not offered again: it reads as what that promotion makes it.
+        let workflow_cancelled: bool = row.get("workflow_cancelled");
         let lapsed = stored == State::Active && visible_until.is_some_and(|until| until < read_at);
+        let due = matches!(stored, State::Scheduled | State::Retryable) && run_at <= read_at;
         let state = match stored {
+            _ if (lapsed || due) && workflow_cancelled => State::Cancelled,
             State::Active if lapsed && attempt >= max_attempts => State::Discarded,
             State::Active if lapsed => State::Available,
-            State::Scheduled | State::Retryable if run_at <= read_at => State::Available,
+            _ if due => State::Available,
             stored => stored,
         };
         let error = if lapsed {
