@@ -765,6 +765,101 @@ async fn a_cron_templates_unique_option_holds_across_ticks() {
     gateway.stop().await;
 }
 
+/// A tick's enqueues take a bounded queue's lock and a unique key's, which a client's enqueue
+/// takes in the other order (the key, then the queue): each due schedule fires in a transaction
+/// of its own, so the tick never holds one schedule's lock while it waits for another's. Here a
+/// client holds the key the second schedule needs while the tick waits for it, then asks for
+/// the queue the first schedule enqueued into: it gets it (held across schedules, this was a
+/// deadlock, and one side's enqueue was lost), and each schedule fires once.
+#[tokio::test]
+async fn a_cron_tick_takes_no_lock_across_schedules() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let sql = gateway.sql().await;
+    let (status, body) = ojs
+        .call(
+            "PUT",
+            "/ojs/v1/admin/queues/q-bounded/config",
+            Some(json!({ "backpressure": { "max_depth": 10 } })),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    for (name, options) in [
+        ("bounded", json!({ "queue": "q-bounded" })),
+        (
+            "keyed",
+            json!({ "queue": "q-keyed", "unique": { "on_conflict": "reject" } }),
+        ),
+    ] {
+        let (status, body) = ojs
+            .post(
+                "/ojs/v1/cron",
+                json!({ "name": name, "cron": "0 0 1 1 *", "overlap_policy": "allow", "type": "c.task", "args": [],
+                        "options": options }),
+            )
+            .await;
+        assert_eq!(status, 201, "{body}");
+    }
+    // One tick of the keyed schedule shows its job's unique key; its job goes again.
+    tick_now(&sql, "keyed").await;
+    let row = sql
+        .query_one(
+            "DELETE FROM ojs.jobs WHERE queue = 'q-keyed' RETURNING unique_key, tenant",
+            &[],
+        )
+        .await
+        .unwrap();
+    let (key, tenant): (String, String) = (row.get("unique_key"), row.get("tenant"));
+    sql.execute("UPDATE ojs.cron SET run_count = 0", &[]).await.unwrap();
+    let mut client = gateway.sql().await;
+    let holder = client.transaction().await.unwrap();
+    holder
+        .execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended(ojs.tenant_key($1, $2), 0))",
+            &[&tenant, &key],
+        )
+        .await
+        .unwrap();
+    // The bounded schedule is due first, the keyed one after it.
+    sql.execute(
+        "UPDATE ojs.cron SET next_run = now() - CASE name WHEN 'bounded' THEN interval '2 s' ELSE interval '1 s' END",
+        &[],
+    )
+    .await
+    .unwrap();
+    common::await_statement_wait(&sql, "%pg_advisory_xact_lock(hashtextextended(ojs.tenant_key%").await;
+    holder
+        .execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended('ojs.bounded_depth ' || ojs.tenant_key($1, 'q-bounded'), 0))",
+            &[&tenant],
+        )
+        .await
+        .expect("the bounded queue's lock, with no deadlock");
+    holder.commit().await.unwrap();
+    common::eventually(Duration::from_secs(10), "both schedules fired", || async {
+        let fired: i64 = sql
+            .query_one(
+                "SELECT count(*) AS n FROM ojs.cron WHERE next_run > now() AND run_count = 1",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get("n");
+        (fired == 2).then_some(())
+    })
+    .await;
+    let jobs: i64 = sql
+        .query_one(
+            "SELECT count(*) AS n FROM ojs.jobs WHERE queue IN ('q-bounded', 'q-keyed')",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get("n");
+    assert_eq!(jobs, 2, "one job of each schedule");
+    gateway.stop().await;
+}
+
 /// Schedules belong to no tenant and enqueue as the default one: a template naming another
 /// tenant in `meta.tenant_id` is refused rather than enqueued as the default tenant's.
 #[tokio::test]

@@ -520,40 +520,53 @@ impl Queue {
             .ok_or_else(|| EngineError::not_found(format!("no cron schedule {name:?}")))
     }
 
-    /// Enqueues the jobs of every cron schedule that is due, once: the schedule row is locked
-    /// and moved to its next run in the same transaction as the enqueue, and one gateway at a time
-    /// does it (advisory lock), so any number of gateways fire each tick once.
+    /// Enqueues the jobs of every cron schedule that is due, once: each due schedule in a
+    /// transaction of its own, its row locked and moved to its next run in the same
+    /// transaction as the enqueue, and one gateway at a time does it (the advisory lock, taken
+    /// again by each transaction), so any number of gateways fire each tick once. A transaction
+    /// each, because an enqueue takes advisory locks (a unique key's, a bounded queue's) that
+    /// last until commit: held across schedules, they would be taken in the order schedules
+    /// come, not the order clients take them, and deadlock with a client's enqueue.
     pub async fn fire_due_crons(&self, max_args_bytes: usize) -> Result<usize, EngineError> {
         let mut client = self.client().await?;
-        let mut tx = client.transaction().await.map_err(EngineError::sql)?;
-        let leader: bool = tx
-            .query_one("SELECT pg_try_advisory_xact_lock($1) AS leader", &[&CRON_LOCK])
-            .await
-            .map_err(EngineError::sql)?
-            .get("leader");
-        if !leader {
-            return Ok(0);
-        }
-        let due = tx
-            .query(
-                "SELECT name, definition, ojs.ts(next_run) AS tick, extract(epoch FROM next_run)::float8 AS tick_epoch
-                 FROM ojs.cron WHERE next_run <= now() AND enabled
-                 FOR UPDATE SKIP LOCKED",
-                &[],
-            )
-            .await
-            .map_err(EngineError::sql)?;
         let mut fired = 0;
-        for row in &due {
+        // The schedules this tick has handled: one that could not even move on is not tried
+        // again until the next tick.
+        let mut handled: Vec<String> = Vec::new();
+        loop {
+            let mut tx = client.transaction().await.map_err(EngineError::sql)?;
+            let leader: bool = tx
+                .query_one("SELECT pg_try_advisory_xact_lock($1) AS leader", &[&CRON_LOCK])
+                .await
+                .map_err(EngineError::sql)?
+                .get("leader");
+            if !leader {
+                return Ok(fired);
+            }
+            let Some(row) = tx
+                .query_opt(
+                    "SELECT name, definition, ojs.ts(next_run) AS tick, extract(epoch FROM next_run)::float8 AS tick_epoch
+                     FROM ojs.cron WHERE next_run <= now() AND enabled AND name <> ALL($1)
+                     ORDER BY next_run, name LIMIT 1
+                     FOR UPDATE SKIP LOCKED",
+                    &[&handled],
+                )
+                .await
+                .map_err(EngineError::sql)?
+            else {
+                tx.commit().await.map_err(EngineError::sql)?;
+                return Ok(fired);
+            };
             let tick = Tick {
                 name: row.get("name"),
                 definition: row.get("definition"),
                 at: row.get("tick"),
                 at_epoch: row.get("tick_epoch"),
             };
-            // Each schedule under a savepoint of its own: one that cannot fire (a schedule
-            // stored before registration checked what its ticks build, say) must not stop the
-            // others. It misses this tick and moves on to its next, as a full queue makes it.
+            handled.push(tick.name.clone());
+            // Under a savepoint: a schedule that cannot fire (one stored before registration
+            // checked what its ticks build, say) misses this tick and moves on to its next, as
+            // a full queue makes it, and does not stop the others.
             let attempt = tx.transaction().await.map_err(EngineError::sql)?;
             match fire(&attempt, &tick, max_args_bytes).await {
                 Ok(triggered) => {
@@ -573,9 +586,8 @@ impl Queue {
                     }
                 }
             }
+            tx.commit().await.map_err(EngineError::sql)?;
         }
-        tx.commit().await.map_err(EngineError::sql)?;
-        Ok(fired)
     }
 }
 
