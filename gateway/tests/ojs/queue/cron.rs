@@ -580,6 +580,129 @@ async fn a_zoned_schedule_runs_once_across_the_clock_changes() {
     gateway.stop().await;
 }
 
+/// When schedule `cron` in `zone` runs next (UTC, to the minute), as the engine finds it with
+/// the database's clock at `now` while firing the tick due at `tick`.
+async fn next_run_then(gateway: &TestGateway, cron: &str, zone: &str, now: &str, tick: &str) -> String {
+    let config: tokio_postgres::Config = gateway.database_url.parse().unwrap();
+    let manager = deadpool_postgres::Manager::new(config, tokio_postgres::NoTls);
+    let pool = deadpool_postgres::Pool::builder(manager).max_size(1).build().unwrap();
+    let client = pool.get().await.unwrap();
+    let epoch = |at: &str| {
+        let (client, at) = (&client, at.to_string());
+        async move {
+            client
+                .query_one("SELECT extract(epoch FROM $1::text::timestamptz)::float8 AS e", &[&at])
+                .await
+                .unwrap()
+                .get::<_, f64>("e")
+        }
+    };
+    let (now, tick) = (epoch(now).await, epoch(tick).await);
+    let definition = json!({ "expression": cron, "timezone": zone });
+    let next = pgvs3_ojs::ojs::engine::cron::next_run(&client, &definition, Some(now), Some(tick))
+        .await
+        .unwrap()
+        .unwrap();
+    client
+        .query_one(
+            "SELECT to_char(to_timestamp($1) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI\"Z\"') AS t",
+            &[&next],
+        )
+        .await
+        .unwrap()
+        .get("t")
+}
+
+/// Where the clocks go back, a wildcard schedule (minute or hour starting with `*`) runs in
+/// both copies of the repeated hour and a fixed-time one once, as cron(8) (Vixie cron, cronie)
+/// does: New York on 2026-11-01 (02:00 EDT to 01:00 EST, 06:00Z), Sydney on 2026-04-05
+/// (03:00 AEDT to 02:00 AEST, 16:00Z), Lord Howe the same day (02:00 +11 to 01:30 +10:30,
+/// 15:00Z). A fixed-time tick fired late, in the second copy, does not come back the same day.
+#[tokio::test]
+async fn a_wildcard_schedule_runs_in_both_copies_of_a_repeated_hour() {
+    let gateway = start().await;
+    let ny = "America/New_York";
+    // (schedule, zone, now, tick, next run)
+    let cases = [
+        (
+            "*/15 * * * *",
+            ny,
+            "2026-11-01 05:45:01Z",
+            "2026-11-01 05:45Z",
+            "2026-11-01T06:00Z",
+        ),
+        (
+            "*/15 * * * *",
+            ny,
+            "2026-11-01 06:45:01Z",
+            "2026-11-01 06:45Z",
+            "2026-11-01T07:00Z",
+        ),
+        // Three hours before, the new offset's wall time (23:00) is not one that comes again.
+        (
+            "*/15 * * * *",
+            ny,
+            "2026-11-01 04:00:01Z",
+            "2026-11-01 04:00Z",
+            "2026-11-01T04:15Z",
+        ),
+        (
+            "*/15 1 * * *",
+            ny,
+            "2026-11-01 05:45:01Z",
+            "2026-11-01 05:45Z",
+            "2026-11-01T06:00Z",
+        ),
+        (
+            "0 * * * *",
+            ny,
+            "2026-11-01 05:00:01Z",
+            "2026-11-01 05:00Z",
+            "2026-11-01T06:00Z",
+        ),
+        (
+            "*/15 * * * *",
+            "Australia/Sydney",
+            "2026-04-04 15:45:01Z",
+            "2026-04-04 15:45Z",
+            "2026-04-04T16:00Z",
+        ),
+        (
+            "*/15 * * * *",
+            "Australia/Lord_Howe",
+            "2026-04-04 14:45:01Z",
+            "2026-04-04 14:45Z",
+            "2026-04-04T15:00Z",
+        ),
+        (
+            "30 1 * * *",
+            ny,
+            "2026-11-01 05:30:01Z",
+            "2026-11-01 05:30Z",
+            "2026-11-02T06:30Z",
+        ),
+        (
+            "30 1 * * *",
+            ny,
+            "2026-11-01 06:20Z",
+            "2026-11-01 05:30Z",
+            "2026-11-02T06:30Z",
+        ),
+        (
+            "0 1 * * *",
+            ny,
+            "2026-11-01 05:00:01Z",
+            "2026-11-01 05:00Z",
+            "2026-11-02T06:00Z",
+        ),
+    ];
+    for (cron, zone, now, tick, expected) in cases {
+        let next = next_run_then(&gateway, cron, zone, now, tick).await;
+        assert_eq!(next, expected, "{cron} in {zone} at {now}, tick {tick}");
+    }
+    gateway.stop().await;
+}
+
 /// Makes schedule `name` due and waits for a gateway's ticker to fire it (it moves on).
 async fn tick_now(sql: &tokio_postgres::Client, name: &str) {
     sql.execute(
@@ -639,6 +762,101 @@ async fn a_cron_templates_unique_option_holds_across_ticks() {
         .unwrap_or_else(|| panic!("a skipped tick: {events:?}"));
     assert_eq!(skipped["data"]["reason"], "duplicate", "{skipped}");
     assert!(skipped["data"]["existing_job_id"].is_string(), "{skipped}");
+    gateway.stop().await;
+}
+
+/// A tick's enqueues take a bounded queue's lock and a unique key's, which a client's enqueue
+/// takes in the other order (the key, then the queue): each due schedule fires in a transaction
+/// of its own, so the tick never holds one schedule's lock while it waits for another's. Here a
+/// client holds the key the second schedule needs while the tick waits for it, then asks for
+/// the queue the first schedule enqueued into: it gets it (held across schedules, this was a
+/// deadlock, and one side's enqueue was lost), and each schedule fires once.
+#[tokio::test]
+async fn a_cron_tick_takes_no_lock_across_schedules() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let sql = gateway.sql().await;
+    let (status, body) = ojs
+        .call(
+            "PUT",
+            "/ojs/v1/admin/queues/q-bounded/config",
+            Some(json!({ "backpressure": { "max_depth": 10 } })),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    for (name, options) in [
+        ("bounded", json!({ "queue": "q-bounded" })),
+        (
+            "keyed",
+            json!({ "queue": "q-keyed", "unique": { "on_conflict": "reject" } }),
+        ),
+    ] {
+        let (status, body) = ojs
+            .post(
+                "/ojs/v1/cron",
+                json!({ "name": name, "cron": "0 0 1 1 *", "overlap_policy": "allow", "type": "c.task", "args": [],
+                        "options": options }),
+            )
+            .await;
+        assert_eq!(status, 201, "{body}");
+    }
+    // One tick of the keyed schedule shows its job's unique key; its job goes again.
+    tick_now(&sql, "keyed").await;
+    let row = sql
+        .query_one(
+            "DELETE FROM ojs.jobs WHERE queue = 'q-keyed' RETURNING unique_key, tenant",
+            &[],
+        )
+        .await
+        .unwrap();
+    let (key, tenant): (String, String) = (row.get("unique_key"), row.get("tenant"));
+    sql.execute("UPDATE ojs.cron SET run_count = 0", &[]).await.unwrap();
+    let mut client = gateway.sql().await;
+    let holder = client.transaction().await.unwrap();
+    holder
+        .execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended(ojs.tenant_key($1, $2), 0))",
+            &[&tenant, &key],
+        )
+        .await
+        .unwrap();
+    // The bounded schedule is due first, the keyed one after it.
+    sql.execute(
+        "UPDATE ojs.cron SET next_run = now() - CASE name WHEN 'bounded' THEN interval '2 s' ELSE interval '1 s' END",
+        &[],
+    )
+    .await
+    .unwrap();
+    common::await_statement_wait(&sql, "%pg_advisory_xact_lock(hashtextextended(ojs.tenant_key%").await;
+    holder
+        .execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended('ojs.bounded_depth ' || ojs.tenant_key($1, 'q-bounded'), 0))",
+            &[&tenant],
+        )
+        .await
+        .expect("the bounded queue's lock, with no deadlock");
+    holder.commit().await.unwrap();
+    common::eventually(Duration::from_secs(10), "both schedules fired", || async {
+        let fired: i64 = sql
+            .query_one(
+                "SELECT count(*) AS n FROM ojs.cron WHERE next_run > now() AND run_count = 1",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get("n");
+        (fired == 2).then_some(())
+    })
+    .await;
+    let jobs: i64 = sql
+        .query_one(
+            "SELECT count(*) AS n FROM ojs.jobs WHERE queue IN ('q-bounded', 'q-keyed')",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get("n");
+    assert_eq!(jobs, 2, "one job of each schedule");
     gateway.stop().await;
 }
 

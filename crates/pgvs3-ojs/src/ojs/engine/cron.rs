@@ -165,6 +165,10 @@ pub struct Schedule {
     special: SpecialDays,
     /// Both day fields restricted: a day matches when either does (classic cron).
     either_day: bool,
+    /// The minute or hour field starts with `*` (Vixie cron's "wildcard" job, `*/15 * * * *`,
+    /// `0 * * * *`): it runs in both copies of an hour the clocks repeat, where a fixed-time
+    /// job (`30 1 * * *`) runs once.
+    wildcard: bool,
 }
 
 /// ojs-cron §3.3: `L` (the month's last day) and `15W` (the weekday nearest the 15th, within
@@ -235,6 +239,7 @@ impl Schedule {
             weekdays,
             special,
             either_day: *day != "*" && *weekday != "*",
+            wildcard: minute.starts_with('*') || hour.starts_with('*'),
         })
     }
 
@@ -418,7 +423,7 @@ impl Queue {
                 return Err(EngineError::invalid(format!("unknown time zone {zone:?}")));
             }
         }
-        let next = next_run(&client, &cron.definition, None)
+        let next = next_run(&client, &cron.definition, None, None)
             .await?
             .ok_or_else(|| EngineError::invalid("the cron expression never matches"))?;
         // A replacement keeps the schedule's count and registration time (§2.2: since
@@ -487,7 +492,7 @@ impl Queue {
         let definition: Value = row.get("definition");
         let mut next = None;
         if enabled && !row.get::<_, bool>("enabled") {
-            next = next_run(&tx, &definition, None).await?;
+            next = next_run(&tx, &definition, None, None).await?;
         }
         let row = tx
             .query_one(
@@ -515,40 +520,53 @@ impl Queue {
             .ok_or_else(|| EngineError::not_found(format!("no cron schedule {name:?}")))
     }
 
-    /// Enqueues the jobs of every cron schedule that is due, once: the schedule row is locked
-    /// and moved to its next run in the same transaction as the enqueue, and one gateway at a time
-    /// does it (advisory lock), so any number of gateways fire each tick once.
+    /// Enqueues the jobs of every cron schedule that is due, once: each due schedule in a
+    /// transaction of its own, its row locked and moved to its next run in the same
+    /// transaction as the enqueue, and one gateway at a time does it (the advisory lock, taken
+    /// again by each transaction), so any number of gateways fire each tick once. A transaction
+    /// each, because an enqueue takes advisory locks (a unique key's, a bounded queue's) that
+    /// last until commit: held across schedules, they would be taken in the order schedules
+    /// come, not the order clients take them, and deadlock with a client's enqueue.
     pub async fn fire_due_crons(&self, max_args_bytes: usize) -> Result<usize, EngineError> {
         let mut client = self.client().await?;
-        let mut tx = client.transaction().await.map_err(EngineError::sql)?;
-        let leader: bool = tx
-            .query_one("SELECT pg_try_advisory_xact_lock($1) AS leader", &[&CRON_LOCK])
-            .await
-            .map_err(EngineError::sql)?
-            .get("leader");
-        if !leader {
-            return Ok(0);
-        }
-        let due = tx
-            .query(
-                "SELECT name, definition, ojs.ts(next_run) AS tick, extract(epoch FROM next_run)::float8 AS tick_epoch
-                 FROM ojs.cron WHERE next_run <= now() AND enabled
-                 FOR UPDATE SKIP LOCKED",
-                &[],
-            )
-            .await
-            .map_err(EngineError::sql)?;
         let mut fired = 0;
-        for row in &due {
+        // The schedules this tick has handled: one that could not even move on is not tried
+        // again until the next tick.
+        let mut handled: Vec<String> = Vec::new();
+        loop {
+            let mut tx = client.transaction().await.map_err(EngineError::sql)?;
+            let leader: bool = tx
+                .query_one("SELECT pg_try_advisory_xact_lock($1) AS leader", &[&CRON_LOCK])
+                .await
+                .map_err(EngineError::sql)?
+                .get("leader");
+            if !leader {
+                return Ok(fired);
+            }
+            let Some(row) = tx
+                .query_opt(
+                    "SELECT name, definition, ojs.ts(next_run) AS tick, extract(epoch FROM next_run)::float8 AS tick_epoch
+                     FROM ojs.cron WHERE next_run <= now() AND enabled AND name <> ALL($1)
+                     ORDER BY next_run, name LIMIT 1
+                     FOR UPDATE SKIP LOCKED",
+                    &[&handled],
+                )
+                .await
+                .map_err(EngineError::sql)?
+            else {
+                tx.commit().await.map_err(EngineError::sql)?;
+                return Ok(fired);
+            };
             let tick = Tick {
                 name: row.get("name"),
                 definition: row.get("definition"),
                 at: row.get("tick"),
                 at_epoch: row.get("tick_epoch"),
             };
-            // Each schedule under a savepoint of its own: one that cannot fire (a schedule
-            // stored before registration checked what its ticks build, say) must not stop the
-            // others. It misses this tick and moves on to its next, as a full queue makes it.
+            handled.push(tick.name.clone());
+            // Under a savepoint: a schedule that cannot fire (one stored before registration
+            // checked what its ticks build, say) misses this tick and moves on to its next, as
+            // a full queue makes it, and does not stop the others.
             let attempt = tx.transaction().await.map_err(EngineError::sql)?;
             match fire(&attempt, &tick, max_args_bytes).await {
                 Ok(triggered) => {
@@ -568,9 +586,8 @@ impl Queue {
                     }
                 }
             }
+            tx.commit().await.map_err(EngineError::sql)?;
         }
-        tx.commit().await.map_err(EngineError::sql)?;
-        Ok(fired)
     }
 }
 
@@ -588,17 +605,22 @@ pub fn tick_job(
 }
 
 /// When a schedule runs next (`None`: never again), in Unix seconds: the first minute its
-/// fields match in its `timezone`'s wall time (UTC when none) after now, and after `tick` (the
-/// tick being fired) — the database's clock decided that it was due, so the next one is found
-/// from at least that time, whatever the gateway's clock says.
+/// fields match in its `timezone`'s wall time (UTC when none) after `now` (the database's clock
+/// when `None`) and after `tick` (the tick being fired) — the database's clock decided that it
+/// was due, so the next one is found from at least that time, whatever the gateway's clock says.
 ///
 /// The zone's rules are PostgreSQL's, applied at that wall time (a schedule registered in winter
-/// for a summer day gets the summer offset). A wall time that happens twice (the hour the
-/// clocks go back) runs once, at its first occurrence; one that does not happen (the hour they
-/// go forward) runs when the clock jumps past it, as cron(8) runs what the jump skipped.
-async fn next_run(
+/// for a summer day gets the summer offset). Where the clocks go back, a wildcard schedule (its
+/// minute or hour field starts with `*`) runs in both copies of the repeated wall times, and a fixed-time one
+/// once, at the first: its wall time is taken from the tick (or now, if later by the wall
+/// clock), so a tick fired late, after the clocks went back, does not run it again in the second
+/// copy. This is cron(8)'s rule (Vixie cron, cronie). A wall time that does not happen (the hour
+/// the clocks go forward) runs when the clock jumps past it, as cron(8) runs what the jump
+/// skipped.
+pub async fn next_run(
     client: &impl GenericClient,
     definition: &Value,
+    now: Option<f64>,
     tick: Option<f64>,
 ) -> Result<Option<f64>, EngineError> {
     let schedule = Schedule::parse(definition["expression"].as_str().unwrap_or_default())?;
@@ -607,34 +629,60 @@ async fn next_run(
         Some(&SqlState::INVALID_PARAMETER_VALUE) => EngineError::invalid(format!("unknown time zone {zone:?}")),
         _ => EngineError::sql(err),
     };
+    // `shifted_wall`: the wall time of `after` in the offset three hours on (cron(8) repeats
+    // a step back of less than three hours); earlier than `wall` only just before the clocks go back.
     let row = client
         .query_one(
-            "SELECT extract(epoch FROM a AT TIME ZONE $2)::float8 AS wall, extract(epoch FROM a)::float8 AS after
-             FROM (SELECT greatest(now(), to_timestamp($1)) AS a) p",
-            &[&tick, &zone],
+            "SELECT extract(epoch FROM a AT TIME ZONE $2)::float8 AS wall,
+                    extract(epoch FROM ((a + interval '3 hours') AT TIME ZONE $2) - interval '3 hours')::float8 AS shifted_wall,
+                    extract(epoch FROM greatest(n AT TIME ZONE $2, to_timestamp($1) AT TIME ZONE $2))::float8 AS fixed_wall,
+                    extract(epoch FROM a)::float8 AS after
+             FROM (SELECT n, greatest(n, to_timestamp($1)) AS a FROM (SELECT coalesce(to_timestamp($3), now()) AS n) c) p",
+            &[&tick, &zone, &now],
         )
         .await
         .map_err(unknown_zone)?;
-    let (wall, after): (f64, f64) = (row.get("wall"), row.get("after"));
-    let wall = OffsetDateTime::from_unix_timestamp(wall.floor() as i64)
-        .map_err(|_| EngineError::invalid("the time is out of range"))?;
-    let Some(next) = schedule.next_wall_after(PrimitiveDateTime::new(wall.date(), wall.time())) else {
+    let after: f64 = row.get("after");
+    let (wall, shifted_wall): (f64, f64) = match schedule.wildcard {
+        true => (row.get("wall"), row.get("shifted_wall")),
+        false => (row.get("fixed_wall"), row.get("fixed_wall")),
+    };
+    let instant = |wall: f64| {
+        let schedule = &schedule;
+        async move {
+            let wall = OffsetDateTime::from_unix_timestamp(wall.floor() as i64)
+                .map_err(|_| EngineError::invalid("the time is out of range"))?;
+            let Some(next) = schedule.next_wall_after(PrimitiveDateTime::new(wall.date(), wall.time())) else {
+                return Ok(None);
+            };
+            let row = client
+                .query_one(
+                    WALL_TIME_TO_INSTANT,
+                    &[&(next.assume_utc().unix_timestamp() as f64), &zone, &after],
+                )
+                .await
+                .map_err(unknown_zone)?;
+            Ok::<_, EngineError>(Some((row.get::<_, Option<f64>>("next"), row.get::<_, bool>("exact"))))
+        }
+    };
+    let Some((next, _)) = instant(wall).await? else {
         return Ok(None);
     };
-    let row = client
-        .query_one(
-            WALL_TIME_TO_INSTANT,
-            &[&(next.assume_utc().unix_timestamp() as f64), &zone, &after],
-        )
-        .await
-        .map_err(unknown_zone)?;
-    Ok(row.get("next"))
+    // Just before the clocks go back, the matching wall time after `after` in the new offset
+    // may come first (the repeated copy of the hour); it counts only where that wall time
+    // really happens after `after`.
+    if shifted_wall < wall
+        && let Some((Some(repeated), true)) = instant(shifted_wall).await?
+    {
+        return Ok(Some(next.map_or(repeated, |next| next.min(repeated))));
+    }
+    Ok(next)
 }
 
 /// The first instant after $3 (Unix seconds) at which wall time $1 (Unix seconds read as a wall
 /// time) comes in zone $2: of the instants whose wall time it is (one; two where the clocks go
-/// back, a day's offsets around it covering both), the earliest; where the clocks jump over it,
-/// the first minute whose wall time is past it.
+/// back, a day's offsets around it covering both), the earliest (`exact`); where the clocks jump
+/// over it, the first minute whose wall time is past it.
 const WALL_TIME_TO_INSTANT: &str = "
 WITH p AS (
     SELECT to_timestamp($1) AT TIME ZONE 'UTC' AS w, $2::text AS z, to_timestamp($3) AS after
@@ -644,15 +692,15 @@ WITH p AS (
 ), instants AS (
     SELECT (w - ((x AT TIME ZONE z) - (x AT TIME ZONE 'UTC'))) AT TIME ZONE 'UTC' AS u, w, z, after FROM around
 )
-SELECT extract(epoch FROM coalesce(
-    (SELECT min(u) FROM instants WHERE (u AT TIME ZONE z) = w AND u > after),
+SELECT extract(epoch FROM coalesce(e.u,
     (SELECT min(u) FROM p, generate_series(date_trunc('minute', (p.w AT TIME ZONE p.z) - interval '1 day'),
                                            (p.w AT TIME ZONE p.z) + interval '1 day', interval '1 minute') u
-     WHERE (u AT TIME ZONE p.z) >= p.w AND u > p.after)))::float8 AS next";
+     WHERE (u AT TIME ZONE p.z) >= p.w AND u > p.after)))::float8 AS next, e.u IS NOT NULL AS exact
+FROM (SELECT (SELECT min(u) FROM instants WHERE (u AT TIME ZONE z) = w AND u > after) AS u) e";
 
 /// A tick that failed: the schedule is not run, only moved to its next run.
 async fn move_on(tx: &deadpool_postgres::Transaction<'_>, tick: &Tick) -> Result<(), EngineError> {
-    let next = next_run(tx, &tick.definition, Some(tick.at_epoch)).await?;
+    let next = next_run(tx, &tick.definition, None, Some(tick.at_epoch)).await?;
     tx.execute(
         "UPDATE ojs.cron SET next_run = coalesce(to_timestamp($2), 'infinity') WHERE name = $1",
         &[&tick.name, &next],
@@ -680,7 +728,7 @@ async fn fire(
     max_args_bytes: usize,
 ) -> Result<bool, EngineError> {
     let (name, definition) = (&tick.name, &tick.definition);
-    let next = next_run(tx, definition, Some(tick.at_epoch)).await?;
+    let next = next_run(tx, definition, None, Some(tick.at_epoch)).await?;
     let policy = definition["overlap_policy"].as_str().unwrap_or("allow");
     let job = tick_job(name, definition, &tick.at, max_args_bytes)?;
     let running = match policy {
