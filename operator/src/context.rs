@@ -248,6 +248,11 @@ pub enum Error {
     /// `kube_ops::claim`): left alone, and reported until it is renamed or deleted.
     #[error("{0}")]
     Exists(String),
+    /// An orphaned child was not adopted because its owner is being deleted (see
+    /// `kube_ops::guard`): the reconcile that would have adopted it read the owner before its
+    /// deletion; the next one sees the deletion.
+    #[error("{0}")]
+    OwnerGone(String),
     /// The API server's service-account issuer could not be read (OIDC discovery, JWKS).
     #[error("service-account issuer: {0}")]
     Issuer(String),
@@ -272,6 +277,7 @@ impl Error {
             Error::PendingWriteBack(_) => "PendingWriteBack",
             Error::Issuer(_) => "Issuer",
             Error::Exists(_) => RESOURCE_EXISTS,
+            Error::OwnerGone(_) => "OwnerGone",
         }
     }
 }

@@ -4,9 +4,9 @@
 use std::fmt::Debug;
 
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, Preconditions};
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
@@ -25,31 +25,84 @@ pub const FIELD_MANAGER: &str = "pgvs3-operator";
 /// the desired object replaces what is there with a JSON merge patch (lists replaced whole),
 /// and the apply runs again to own its fields.
 ///
-/// An object of that name the resource does not control is left alone (see [`claim`]).
+/// An object of that name the resource does not control is left alone (see [`claim`]), and
+/// every write is conditional on the version that was judged (see [`guard`]).
 pub async fn apply<K>(api: &Api<K>, object: &K) -> Result<K>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + Debug,
 {
+    apply_kind(api, object, &K::kind(&())).await
+}
+
+/// How many times [`apply_kind`] reads and writes again when the object changed in between:
+/// a Deployment's status is written by its controller every few seconds during a rollout.
+pub const APPLY_ATTEMPTS: u32 = 5;
+
+/// [`apply`] for any kind (a ServiceMonitor is a `DynamicObject`); `kind` names it in refusals.
+pub async fn apply_kind<K>(api: &Api<K>, object: &K, kind: &str) -> Result<K>
+where
+    K: Resource + Clone + DeserializeOwned + Serialize + Debug,
+{
+    let mut attempt = 1;
+    loop {
+        let existing = api.get_opt(&object.name_any()).await?;
+        match apply_judged(api, object, kind, existing).await {
+            // Changed since it was judged: judged again as it is now.
+            Err(Error::Kube(kube::Error::Api(status))) if status.code == 409 && attempt < APPLY_ATTEMPTS => {
+                attempt += 1;
+            }
+            applied => return applied,
+        }
+    }
+}
+
+/// One attempt of [`apply_kind`]: `object` written over `existing` (the object of that name as
+/// it was read, or `None`) if [`guard`] allows it, conditional on `existing`'s version (409
+/// when it changed since).
+pub async fn apply_judged<K>(api: &Api<K>, object: &K, kind: &str, existing: Option<K>) -> Result<K>
+where
+    K: Resource + Clone + DeserializeOwned + Serialize + Debug,
+{
     let name = object.name_any();
-    claim(
-        api.get_opt(&name).await?.as_ref().map(|existing| existing.meta()),
-        object.meta(),
-        &K::kind(&()),
-    )?;
+    let client = api.clone().into_client();
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    match api.patch(&name, &params, &Patch::Apply(object)).await {
+    let mut object = object.clone();
+    object.meta_mut().resource_version = guard(
+        &client,
+        existing.as_ref().map(|existing| existing.meta()),
+        object.meta(),
+        kind,
+    )
+    .await?;
+    match api.patch(&name, &params, &Patch::Apply(&object)).await {
         Err(kube::Error::Api(status)) if status.code == 422 => {
             tracing::info!(object = %name, refusal = %status.message, "apply refused: writing over the drift");
             // Writing over fails too when there was no drift to write over (the object does
             // not exist yet: 404; the desired object itself is invalid: 422 again): the
-            // apply's refusal is what to report.
-            if api.patch(&name, &manager(), &Patch::Merge(object)).await.is_err() {
-                return Err(kube::Error::Api(status).into());
+            // apply's refusal is what to report, unless the object changed meanwhile (409).
+            match api.patch(&name, &manager(), &Patch::Merge(&object)).await {
+                Ok(written) => {
+                    object.meta_mut().resource_version = written.meta().resource_version.clone();
+                    Ok(api.patch(&name, &params, &Patch::Apply(&object)).await?)
+                }
+                Err(kube::Error::Api(conflict)) if conflict.code == 409 => Err(kube::Error::Api(conflict).into()),
+                Err(_) => Err(kube::Error::Api(status).into()),
             }
-            Ok(api.patch(&name, &params, &Patch::Apply(object)).await?)
         }
         applied => Ok(applied?),
     }
+}
+
+/// How an existing object stands to the resource that would write it (see [`claim`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// Nothing of that name exists, or the desired object names no owner.
+    Free,
+    /// The desired object's owner controls it.
+    Held,
+    /// Nobody controls it and it carries the operator's labels: the resource's own child,
+    /// orphaned by a deletion with `propagationPolicy: Orphan`, to be adopted.
+    Orphan,
 }
 
 /// Whether the operator may write `desired` over `existing` (an object of the same name), as a
@@ -59,21 +112,14 @@ where
 /// Orphan`, adopted as a ReplicaSet adopts its orphaned pods). Anything else — an application's
 /// Secret named like a Bucket's, a Service of another resource — is somebody else's: writing
 /// over it would take it, and the garbage collector would delete it with the resource.
-pub fn claim(existing: Option<&ObjectMeta>, desired: &ObjectMeta, kind: &str) -> Result<()> {
+pub fn claim(existing: Option<&ObjectMeta>, desired: &ObjectMeta, kind: &str) -> Result<Claim> {
     let Some(existing) = existing else {
-        return Ok(());
-    };
-    let controller = |meta: &ObjectMeta| {
-        meta.owner_references
-            .iter()
-            .flatten()
-            .find(|reference| reference.controller == Some(true))
-            .cloned()
+        return Ok(Claim::Free);
     };
     let name = existing.name.as_deref().unwrap_or_default();
     let Some(owner) = controller(desired) else {
         // Never stored (no uid): nothing to own it by; the write is the caller's to decide.
-        return Ok(());
+        return Ok(Claim::Free);
     };
     let refusal = |holder: String| {
         Error::Exists(format!(
@@ -81,7 +127,7 @@ pub fn claim(existing: Option<&ObjectMeta>, desired: &ObjectMeta, kind: &str) ->
         ))
     };
     match controller(existing) {
-        Some(current) if current.uid == owner.uid => Ok(()),
+        Some(current) if current.uid == owner.uid => Ok(Claim::Held),
         Some(current) => Err(refusal(format!("controlled by {} {}", current.kind, current.name))),
         None => {
             let labels = existing.labels.clone().unwrap_or_default();
@@ -89,12 +135,60 @@ pub fn claim(existing: Option<&ObjectMeta>, desired: &ObjectMeta, kind: &str) ->
                 !(key.starts_with("pgvs3.io/") || key == MANAGED_BY) || labels.get(key) == Some(value)
             }) && labels.get(MANAGED_BY).map(String::as_str) == Some(FIELD_MANAGER);
             if ours {
-                Ok(())
+                Ok(Claim::Orphan)
             } else {
                 Err(refusal(format!("not {} {}'s", owner.kind, owner.name)))
             }
         }
     }
+}
+
+fn controller(meta: &ObjectMeta) -> Option<OwnerReference> {
+    meta.owner_references
+        .iter()
+        .flatten()
+        .find(|reference| reference.controller == Some(true))
+        .cloned()
+}
+
+/// [`claim`], and for an orphan a fresh read of its would-be owner: the resourceVersion of
+/// `existing`, on which the write must be conditional.
+///
+/// The two races the garbage collector runs against a reconcile that started before its
+/// resource was deleted with `propagationPolicy: Orphan` (the reconcile's copy of the resource
+/// does not show the deletion): the collector removes the owner reference after the child was
+/// read and before it is written (the write is conditional on the version read: 409, and the
+/// retry sees the deletion), or before it was read (the child reads as an orphan, and the owner
+/// read from the API server, not the cache, shows it being deleted). Either way, writing the
+/// reference back would leave the child with an owner about to be gone, and the collector would
+/// delete what the deletion meant to keep. Kubernetes' controllers recheck an owner before they
+/// adopt for the same reason.
+pub async fn guard(
+    client: &kube::Client,
+    existing: Option<&ObjectMeta>,
+    desired: &ObjectMeta,
+    kind: &str,
+) -> Result<Option<String>> {
+    if claim(existing, desired, kind)? == Claim::Orphan
+        && let Some(owner) = controller(desired)
+    {
+        let resource = ApiResource::from_gvk(&GroupVersionKind::from(owner.clone()));
+        let namespace = desired.namespace.as_deref().unwrap_or_default();
+        let owners: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
+        let fresh = owners.get_opt(&owner.name).await?;
+        let live = fresh.is_some_and(|fresh| {
+            fresh.metadata.uid.as_deref() == Some(owner.uid.as_str()) && fresh.metadata.deletion_timestamp.is_none()
+        });
+        if !live {
+            return Err(Error::OwnerGone(format!(
+                "{kind} {} is not adopted: {} {} is being deleted",
+                existing.and_then(|meta| meta.name.as_deref()).unwrap_or_default(),
+                owner.kind,
+                owner.name
+            )));
+        }
+    }
+    Ok(existing.and_then(|meta| meta.resource_version.clone()))
 }
 
 /// Deletes `name` if `owner` controls it (gone already is fine); an object of that name that

@@ -120,6 +120,10 @@ async fn reconcile_in(pool: &GatewayPool, ctx: &Context, namespace: &str) -> Res
     let objects = build::build(pool, &inputs);
 
     let (deployment, mut refused) = apply_children(ctx, pool, namespace, &objects).await;
+    if let Some(at) = refused.iter().position(|(_, err)| matches!(err, Error::OwnerGone(_))) {
+        // This reconcile's copy of the pool predates its deletion: the next one releases it.
+        return Err(refused.swap_remove(at).1);
+    }
     if !refused.is_empty() {
         // Refused by the API server (a quota, an admission plugin, a webhook, a value the
         // schema let through): the pool says which children and why, then retries with
@@ -459,18 +463,8 @@ async fn apply_children(
     if let Some(monitor) = &objects.service_monitor {
         let monitors: Api<DynamicObject> =
             Api::namespaced_with(client.clone(), namespace, &build::service_monitor_resource());
-        let outcome = async {
-            let existing = monitors.get_opt(&pool.name_any()).await?;
-            let existing = existing.as_ref().map(|monitor| &monitor.metadata);
-            kube_ops::claim(existing, &monitor.metadata, "ServiceMonitor")?;
-            let params = PatchParams::apply(FIELD_MANAGER).force();
-            monitors
-                .patch(&pool.name_any(), &params, &Patch::Apply(monitor))
-                .await?;
-            Ok(())
-        }
-        .await;
-        note(&mut refused, "ServiceMonitor", outcome);
+        let outcome = kube_ops::apply_kind(&monitors, monitor, "ServiceMonitor").await;
+        note(&mut refused, "ServiceMonitor", outcome.map(drop));
     }
     (deployment, refused)
 }

@@ -248,9 +248,22 @@ async fn existing_master_key_is_never_overwritten() {
 #[tokio::test]
 async fn conflicts_and_server_errors_back_off_exponentially_and_reset_on_success() {
     let (ctx, fake) = setup("Primary");
-    fake.fail(Method::PATCH, "/deployments/objects", 409, 1);
-    fake.fail(Method::PATCH, "/deployments/objects", 500, 1);
     let pool = Arc::new(fake.typed::<GatewayPool>(POOL));
+    // One conflict (the Deployment changed between its read and the write, as its controller's
+    // status writes make it do) is read and judged again at once: no failure.
+    fake.fail(Method::PATCH, "/deployments/objects", 409, 1);
+    reconcile(&ctx, &fake).await.unwrap();
+    assert_eq!(fake.requests_to(Method::PATCH, "/deployments/objects").len(), 2);
+    assert_eq!(ctx.metrics.failures("GatewayPool", "Conflict"), 0);
+
+    // Conflicts on every attempt fail the reconcile, which backs off.
+    fake.fail(
+        Method::PATCH,
+        "/deployments/objects",
+        409,
+        pgvs3_operator::kube_ops::APPLY_ATTEMPTS,
+    );
+    fake.fail(Method::PATCH, "/deployments/objects", 500, 1);
 
     let conflict = reconcile(&ctx, &fake).await.unwrap_err();
     assert_eq!(conflict.reason(), "Conflict");

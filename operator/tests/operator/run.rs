@@ -491,6 +491,18 @@ async fn the_chart_grants_exactly_the_verbs_the_operator_uses() {
         "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "origin-ca", "namespace": "team"},
         "data": {"ca.crt": FIXTURE_CA},
     }));
+    // Their credentials Secrets were orphaned (`--cascade=orphan`): adopting them reads the
+    // resource first.
+    for (name, label) in [
+        ("photos-credentials", "bucket"),
+        ("datasets-cache-credentials", "origincache"),
+    ] {
+        let owner = name.trim_end_matches("-credentials").trim_end_matches("-cache");
+        fake.insert(json!({
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": "team", "labels": {
+                "app.kubernetes.io/managed-by": "pgvs3-operator", format!("pgvs3.io/{label}"): owner}},
+        }));
+    }
     for (kind, plural, name, pool) in [
         ("Bucket", "buckets", "photos", "objects"),
         ("OriginCache", "origincaches", "datasets", "objects"),
