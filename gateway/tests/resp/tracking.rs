@@ -103,6 +103,37 @@ async fn redis_rs_gets_invalidation_pushes_for_the_keys_it_read() {
     assert_eq!(next().await, vec![redis::Value::Nil]);
 }
 
+/// FLUSHALL tells a tracking client once (one null), as Redis's flush does, however many
+/// databases it empties (it told once per database). The fence: a key read after the flush and
+/// written then is told next; a second null, queued with the first, would come before it.
+#[tokio::test]
+async fn flushall_tells_a_tracking_client_once() {
+    let gateway = TestGateway::with_resp(&["--resp-flushdb", "--resp-databases", "1=second,2=third"]).await;
+    let (pushes, mut received) = tokio::sync::mpsc::unbounded_channel();
+    let mut tracker = redis_rs::open_with_pushes(&redis_rs::client(&gateway, "?protocol=resp3"), pushes).await;
+    let mut writer = redis_rs::connect(&gateway).await;
+    let _: () = redis_rs::query(&mut writer, &["SET", "read", "1"]).await;
+    let _: () = redis_rs::query(&mut tracker, &["CLIENT", "TRACKING", "ON"]).await;
+    let _: String = redis_rs::query(&mut tracker, &["GET", "read"]).await;
+    let mut next = async || {
+        let push = tokio::time::timeout(Duration::from_secs(20), received.recv())
+            .await
+            .expect("an invalidation within 20 s")
+            .expect("the connection stays open");
+        assert_eq!(push.kind, redis::PushKind::Invalidate, "{push:?}");
+        push.data
+    };
+    let _: () = redis_rs::query(&mut writer, &["FLUSHALL"]).await;
+    assert_eq!(next().await, vec![redis::Value::Nil]);
+    let fence: Option<String> = redis_rs::query(&mut tracker, &["GET", "fence"]).await;
+    assert_eq!(fence, None);
+    let _: () = redis_rs::query(&mut writer, &["SET", "fence", "1"]).await;
+    assert_eq!(
+        next().await,
+        vec![redis::Value::Array(vec![redis::Value::BulkString(b"fence".to_vec())])]
+    );
+}
+
 /// The RESP2 redirect mode (a subscriber of `__redis__:invalidate` gets the invalidations of
 /// the client that redirects to it), BCAST with prefixes, NOLOOP in both modes, and OPTIN /
 /// OPTOUT with CLIENT CACHING, as Redis's unit/tracking drives them.

@@ -403,25 +403,30 @@ impl PubSub {
         Ok(self.receivers(namespace, shard, channel))
     }
 
-    /// A keyspace was flushed (FLUSHDB, FLUSHALL): every gateway's tracking clients forget
-    /// all their keys (after the flush committed). This gateway's table is emptied even when
-    /// no one tracks now, as Redis's flush empties its table: keys read by clients that have
-    /// since turned tracking off would otherwise be told of later writes once they track again.
-    pub async fn flushed(&self, bucket: &str) -> Result<(), Reply> {
-        // This gateway's clients at once (before the reply); the others by the message, which
-        // names this gateway so that it is not applied here twice.
+    /// Keyspaces were flushed (FLUSHDB: one; FLUSHALL: each this server maps): every
+    /// gateway's tracking clients forget all their keys (after the flush committed), told once
+    /// per flush as Redis tells them (one null, however many databases FLUSHALL emptied). This
+    /// gateway's table is emptied even when no one tracks now, as Redis's flush empties its
+    /// table: keys read by clients that have since turned tracking off would otherwise be told
+    /// of later writes once they track again.
+    pub async fn flushed(&self, buckets: &[&str]) -> Result<(), Reply> {
+        // This gateway's clients at once (before the reply); the others by one message, which
+        // names this gateway so that it is not applied here twice. A gateway that gets it
+        // forgets every key whichever keyspace it names: the first tracked one is enough.
         self.tracking.invalidate_all();
-        let tracked = self
-            .events
-            .flags(bucket)
-            .await
-            .map_err(super::connection::store_error)?;
-        if !tracked.tracked() {
-            return Ok(());
+        for bucket in buckets {
+            let tracked = self
+                .events
+                .flags(bucket)
+                .await
+                .map_err(super::connection::store_error)?;
+            if tracked.tracked() {
+                let mut tagged = vec![notify::FLUSHED];
+                tagged.extend_from_slice(bucket.as_bytes());
+                return self.send(&tagged, &self.events.token.to_be_bytes()).await;
+            }
         }
-        let mut tagged = vec![notify::FLUSHED];
-        tagged.extend_from_slice(bucket.as_bytes());
-        self.send(&tagged, &self.events.token.to_be_bytes()).await
+        Ok(())
     }
 
     /// Sends a message on `tagged` (a channel after its kind) through the database to every

@@ -36,7 +36,7 @@ impl Connection {
                 match self.keyspace(Access::Write).await {
                     Ok(keyspace) => match keyspace.flush().await {
                         Ok(()) => {
-                            self.flushed(keyspace.bucket()).await;
+                            self.flushed(&[keyspace.bucket()]).await;
                             Reply::OK
                         }
                         Err(err) => store_error(err),
@@ -48,18 +48,27 @@ impl Connection {
                 if let Err(reply) = self.flush_allowed(spec, args) {
                     return reply;
                 }
-                // Every database this server maps, one after the other (each its own statement).
+                // Every database this server maps, one after the other (each its own statement);
+                // tracking clients are told once, of those that were flushed.
+                let mut flushed = Vec::new();
+                let mut refused = None;
                 for db in self.server.settings.databases.keys() {
-                    let flushed = match self.keyspace_of(*db, Access::Write).await {
-                        Ok(keyspace) => keyspace.flush().await.map_err(store_error).map(|()| keyspace),
+                    let outcome = match self.keyspace_of(*db, Access::Write).await {
+                        Ok(keyspace) => keyspace.flush().await.map_err(store_error),
                         Err(reply) => Err(reply),
                     };
-                    match flushed {
-                        Ok(keyspace) => self.flushed(keyspace.bucket()).await,
-                        Err(reply) => return reply,
+                    match outcome {
+                        Ok(()) => flushed.push(self.server.settings.databases[db].as_str()),
+                        Err(reply) => {
+                            refused = Some(reply);
+                            break;
+                        }
                     }
                 }
-                Reply::OK
+                if !flushed.is_empty() {
+                    self.flushed(&flushed).await;
+                }
+                refused.unwrap_or(Reply::OK)
             }
             "memory" => memory_command(args),
             other => unreachable!("{other} is not a server command"),
@@ -86,9 +95,9 @@ impl Connection {
     /// client that nothing was flushed (and stopped FLUSHALL before its other databases). A
     /// failure is logged: this gateway's clients were told before it, but those of the others
     /// that missed it keep what they cached of the keyspace until told of its keys again.
-    pub(crate) async fn flushed(&self, bucket: &str) {
-        if let Err(why) = self.server.pubsub.flushed(bucket).await {
-            tracing::warn!(error = ?why, bucket, "a flush's invalidation was not sent to the other gateways");
+    pub(crate) async fn flushed(&self, buckets: &[&str]) {
+        if let Err(why) = self.server.pubsub.flushed(buckets).await {
+            tracing::warn!(error = ?why, ?buckets, "a flush's invalidation was not sent to the other gateways");
         }
     }
 

@@ -336,18 +336,12 @@ impl Connection {
                     self.count(spec, share, &reply);
                     match spec.name {
                         "scan" => self.scan_reply(reply),
+                        // Committed: OK whatever comes of telling the tracking clients, and the
+                        // keyspace is the selected database's (no lookup that could fail).
                         "flushdb" | "flushall" if reply == Reply::OK => {
-                            let bucket = self
-                                .keyspace(Access::Read)
-                                .await
-                                .map(|keyspace| keyspace.bucket().to_owned());
-                            match bucket {
-                                Ok(bucket) => {
-                                    self.flushed(&bucket).await;
-                                    Reply::OK
-                                }
-                                Err(reply) => reply,
-                            }
+                            let bucket = self.server.settings.databases[&self.db].clone();
+                            self.flushed(&[&bucket]).await;
+                            Reply::OK
                         }
                         _ => reply,
                     }
