@@ -1116,6 +1116,7 @@ CREATE FUNCTION pgvs3.delete_access_key(key_id text) RETURNS boolean
     LANGUAGE plpgsql
     AS $$
 BEGIN
+    PERFORM 1 FROM pgvs3.buckets WHERE owner = key_id ORDER BY id FOR NO KEY UPDATE;
     UPDATE pgvs3.buckets b
        SET notifications = (SELECT jsonb_build_object('rules', jsonb_agg(r.rule ORDER BY r.n))
                               FROM jsonb_array_elements(b.notifications -> 'rules') WITH ORDINALITY AS r(rule, n)
@@ -1733,20 +1734,42 @@ $$;
 --
 
 CREATE FUNCTION pgvs3.put_bucket_notifications(bucket text, rules jsonb) RETURNS void
+    LANGUAGE sql
+    AS $$
+    SELECT pgvs3.put_bucket_notifications(bucket, rules, NULL, NULL)
+$$;
+
+--
+-- Name: put_bucket_notifications(text, jsonb, text, text); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.put_bucket_notifications(bucket text, rules jsonb, caller text, authorized_owner text) RETURNS void
     LANGUAGE plpgsql
     AS $_$
 DECLARE
     b pgvs3.buckets;
+    privileged boolean := caller IS NULL
+                          OR EXISTS (SELECT 1 FROM pgvs3.access_keys WHERE access_key = caller AND is_root);
     owner_tenant text;
     rule jsonb;
     stored jsonb := CASE WHEN coalesce(jsonb_array_length(rules), 0) = 0 THEN NULL
                          ELSE jsonb_build_object('rules', rules) END;
 BEGIN
-    SELECT * INTO b FROM pgvs3.buckets WHERE name = bucket;
+    SELECT * INTO b FROM pgvs3.buckets WHERE name = bucket FOR NO KEY UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'bucket % does not exist', bucket USING ERRCODE = 'no_data_found';
     END IF;
+    IF NOT privileged AND b.owner IS DISTINCT FROM authorized_owner THEN
+        RAISE EXCEPTION 'Access Denied' USING ERRCODE = 'insufficient_privilege',
+            DETAIL = format('bucket %s is no longer owned by %s', bucket, coalesce(authorized_owner, 'the root key'));
+    END IF;
+    -- The one tenant a rule may name (NULL: any): a bucket's jobs are its owner's tenant's
+    -- (functions/objects.sql), `default` for the root key's, whose rules a root key may send
+    -- to any tenant.
     SELECT access_key INTO owner_tenant FROM pgvs3.access_keys WHERE access_key = b.owner AND NOT is_root;
+    IF owner_tenant IS NULL AND NOT privileged THEN
+        owner_tenant := 'default';
+    END IF;
     FOR rule IN SELECT value FROM jsonb_array_elements(coalesce(rules, '[]')) LOOP
         IF coalesce(rule->>'webhook', '') <> '' THEN
             PERFORM 1 FROM pgvs3.webhook_targets WHERE name = rule->>'webhook' FOR KEY SHARE;
@@ -1770,11 +1793,9 @@ BEGIN
                             '(not an OJS queue name, or not an OJS tenant)', coalesce(rule->>'tenant', ''), rule->>'queue'
                 USING ERRCODE = 'invalid_parameter_value', HINT = 'UnknownDestination';
         ELSIF rule ? 'tenant' AND owner_tenant IS NOT NULL AND rule->>'tenant' <> owner_tenant THEN
-            -- A bucket's jobs are its owner's tenant's (functions/objects.sql): only the root
-            -- key's buckets may send them to another tenant's queues.
             RAISE EXCEPTION 'Unable to validate the following destination configurations: arn:pgvs3:ojs::%:% '
-                            '(the events of a bucket owned by access key % go to OJS tenant %)',
-                            rule->>'tenant', rule->>'queue', b.owner, owner_tenant
+                            '(the events of bucket % go to its owner''s OJS tenant, %)',
+                            rule->>'tenant', rule->>'queue', bucket, owner_tenant
                 USING ERRCODE = 'invalid_parameter_value', HINT = 'UnknownDestination';
         END IF;
     END LOOP;

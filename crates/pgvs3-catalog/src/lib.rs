@@ -33,6 +33,9 @@ pub enum ErrorKind {
     ObjectLocked,
     /// The call names a bucket the catalog does not have (`set_bucket_quota`).
     NoSuchBucket,
+    /// `put_bucket_notifications_as`: the caller may no longer configure the bucket (its owner
+    /// changed since the request was authorized).
+    AccessDenied,
     /// The catalog refused the call's arguments: a negative quota, a quota on a cache bucket, a
     /// cache over an existing ordinary bucket, a cache bucket name the naming rules refuse.
     Refused,

@@ -196,22 +196,66 @@ impl Notifications {
     }
 }
 
-/// Replaces the bucket's notification rules (none removes them). A missing bucket is
-/// [`ErrorKind::NoSuchBucket`]; an unregistered webhook target or a queue name OJS refuses,
-/// [`ErrorKind::UnknownDestination`]; a cache bucket, [`ErrorKind::Refused`].
+/// Who puts a bucket's rules through S3: the key that asks and the owner its request was
+/// authorized against.
+#[derive(Debug, Clone, Copy)]
+pub struct Caller<'a> {
+    /// The signing key ('' when unsigned).
+    pub access_key: &'a str,
+    /// The bucket's owner as the request's authorization saw it (`None`: the root key). The
+    /// caller's own key when it owns the bucket.
+    pub authorized_owner: Option<&'a str>,
+}
+
+/// Replaces the bucket's notification rules (none removes them), as the control API (the
+/// operator): no caller to check. A missing bucket is [`ErrorKind::NoSuchBucket`]; an
+/// unregistered webhook target or a queue name OJS refuses, [`ErrorKind::UnknownDestination`];
+/// a cache bucket, [`ErrorKind::Refused`].
 pub async fn put_bucket_notifications(client: &impl GenericClient, bucket: &str, rules: &Notifications) -> Result<()> {
+    put(client, bucket, rules, None).await
+}
+
+/// [`put_bucket_notifications`] for a key's request (layout v71): unless `caller` is a root
+/// key, a bucket whose owner is no longer the one the request was authorized against is
+/// [`ErrorKind::AccessDenied`], and a rule may name only the owner's OJS tenant.
+pub async fn put_bucket_notifications_as(
+    client: &impl GenericClient,
+    bucket: &str,
+    rules: &Notifications,
+    caller: Caller<'_>,
+) -> Result<()> {
+    put(client, bucket, rules, Some(caller)).await
+}
+
+async fn put(
+    client: &impl GenericClient,
+    bucket: &str,
+    rules: &Notifications,
+    caller: Option<Caller<'_>>,
+) -> Result<()> {
     const REFUSALS: Refusals = &[
         (Refusal::Code(SqlState::NO_DATA_FOUND), ErrorKind::NoSuchBucket),
+        (Refusal::Code(SqlState::INSUFFICIENT_PRIVILEGE), ErrorKind::AccessDenied),
         (Refusal::Hint("UnknownDestination"), ErrorKind::UnknownDestination),
         (Refusal::Code(SqlState::FEATURE_NOT_SUPPORTED), ErrorKind::Refused),
     ];
-    client
-        .execute(
-            "SELECT pgvs3.put_bucket_notifications($1, $2)",
-            &[&bucket, &Json(&rules.rules)],
-        )
-        .await
-        .map_err(classify(REFUSALS))?;
+    let rules = Json(&rules.rules);
+    match caller {
+        None => {
+            client
+                .execute("SELECT pgvs3.put_bucket_notifications($1, $2)", &[&bucket, &rules])
+                .await
+        }
+        Some(caller) => {
+            client
+                .execute(
+                    "SELECT pgvs3.put_bucket_notifications($1, $2, $3, $4)",
+                    &[&bucket, &rules, &caller.access_key, &caller.authorized_owner],
+                )
+                .await
+        }
+    }
+    .map_err(classify(REFUSALS))?;
     Ok(())
 }
 

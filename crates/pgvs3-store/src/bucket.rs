@@ -295,11 +295,13 @@ impl<'a> BucketHandle<'a> {
         self.store().notifications(&self.info).await
     }
 
-    /// Replaces the bucket's notification rules. A cache bucket's rules see the writes made
-    /// through it (not those made at its origin directly, nor its fills: docs/events.md).
-    pub async fn set_notifications(&self, rules: &Notifications) -> StoreResult<()> {
+    /// Replaces the bucket's notification rules, as `caller` asks (the principal it was opened
+    /// for; the database checks again that the bucket is still the owner's this handle saw). A
+    /// cache bucket's rules see the writes made through it (not those made at its origin
+    /// directly, nor its fills: docs/events.md).
+    pub async fn set_notifications(&self, caller: &Principal, rules: &Notifications) -> StoreResult<()> {
         self.writable()?;
-        self.store().set_notifications(&self.info, rules).await
+        self.store().set_notifications(caller, &self.info, rules).await
     }
 
     /// The bucket's lifecycle rules (S3's 404 when it has none).

@@ -200,9 +200,14 @@ $$;
 -- would from then on send the bucket's events into the root tenant's queues and channels
 -- (`default`'s), under names the key chose, where it could never send them itself. Webhook
 -- rules (targets the administrator registered, no tenant's) stay. Whoever adopts the bucket,
--- or the root key, configures it anew (docs/events.md).
+-- or the root key, configures it anew (docs/events.md). The key's buckets are locked first, in
+-- id order (layout v71): a PutBucketNotificationConfiguration of the key that holds a bucket's
+-- row is waited for, and the rules it committed are among those dropped, not put past the
+-- UPDATE's snapshot onto a bucket then the root key's; one that comes after finds the root key
+-- the owner and is refused (put_bucket_notifications, functions/events.sql).
 CREATE OR REPLACE FUNCTION pgvs3.delete_access_key(key_id text) RETURNS boolean LANGUAGE plpgsql AS $$
 BEGIN
+    PERFORM 1 FROM pgvs3.buckets WHERE owner = key_id ORDER BY id FOR NO KEY UPDATE;
     UPDATE pgvs3.buckets b
        SET notifications = (SELECT jsonb_build_object('rules', jsonb_agg(r.rule ORDER BY r.n))
                               FROM jsonb_array_elements(b.notifications -> 'rules') WITH ORDINALITY AS r(rule, n)

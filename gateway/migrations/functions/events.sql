@@ -122,20 +122,47 @@ $$;
 -- it already raises its event (a cache bucket's, in s3w: its writes raise events there, see
 -- functions/cache.sql); they are created only when missing (creating a trigger locks the
 -- namespace's tables), and the same rules re-put change no row.
-CREATE OR REPLACE FUNCTION pgvs3.put_bucket_notifications(bucket text, rules jsonb) RETURNS void
-LANGUAGE plpgsql AS $$
+--
+-- S3's calls (layout v71) name the access key that asks (`caller`; '' when unsigned) and the
+-- owner its request was authorized against (`authorized_owner`, NULL: the root key's bucket):
+-- the caller itself when it owns the bucket, the bucket's owner then when a policy granted it.
+-- Unless the caller is a root key, a bucket whose owner is no longer that one is refused
+-- (INSUFFICIENT_PRIVILEGE, S3's AccessDenied): a key deleted while its request was on the way
+-- leaves its buckets to the root key with their queue and channel rules dropped
+-- (delete_access_key), and its rules must not land on them after that. The bucket's row is
+-- locked before it is read, so that check and the rules written hold until the commit:
+-- delete_access_key locks the key's buckets before it drops their rules, so it either waits
+-- for this call and drops what it wrote, or this call waits for it and finds the root key the
+-- owner. Only a root key, or the control API (`caller` NULL: the operator, the two-argument
+-- form), may name another tenant than `default` for a root key's bucket: a key a policy lets
+-- configure one may send its events only into the owner's tenant.
+CREATE OR REPLACE FUNCTION pgvs3.put_bucket_notifications(bucket text, rules jsonb, caller text,
+                                                          authorized_owner text)
+RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     b pgvs3.buckets;
+    privileged boolean := caller IS NULL
+                          OR EXISTS (SELECT 1 FROM pgvs3.access_keys WHERE access_key = caller AND is_root);
     owner_tenant text;
     rule jsonb;
     stored jsonb := CASE WHEN coalesce(jsonb_array_length(rules), 0) = 0 THEN NULL
                          ELSE jsonb_build_object('rules', rules) END;
 BEGIN
-    SELECT * INTO b FROM pgvs3.buckets WHERE name = bucket;
+    SELECT * INTO b FROM pgvs3.buckets WHERE name = bucket FOR NO KEY UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'bucket % does not exist', bucket USING ERRCODE = 'no_data_found';
     END IF;
+    IF NOT privileged AND b.owner IS DISTINCT FROM authorized_owner THEN
+        RAISE EXCEPTION 'Access Denied' USING ERRCODE = 'insufficient_privilege',
+            DETAIL = format('bucket %s is no longer owned by %s', bucket, coalesce(authorized_owner, 'the root key'));
+    END IF;
+    -- The one tenant a rule may name (NULL: any): a bucket's jobs are its owner's tenant's
+    -- (functions/objects.sql), `default` for the root key's, whose rules a root key may send
+    -- to any tenant.
     SELECT access_key INTO owner_tenant FROM pgvs3.access_keys WHERE access_key = b.owner AND NOT is_root;
+    IF owner_tenant IS NULL AND NOT privileged THEN
+        owner_tenant := 'default';
+    END IF;
     FOR rule IN SELECT value FROM jsonb_array_elements(coalesce(rules, '[]')) LOOP
         IF coalesce(rule->>'webhook', '') <> '' THEN
             PERFORM 1 FROM pgvs3.webhook_targets WHERE name = rule->>'webhook' FOR KEY SHARE;
@@ -159,11 +186,9 @@ BEGIN
                             '(not an OJS queue name, or not an OJS tenant)', coalesce(rule->>'tenant', ''), rule->>'queue'
                 USING ERRCODE = 'invalid_parameter_value', HINT = 'UnknownDestination';
         ELSIF rule ? 'tenant' AND owner_tenant IS NOT NULL AND rule->>'tenant' <> owner_tenant THEN
-            -- A bucket's jobs are its owner's tenant's (functions/objects.sql): only the root
-            -- key's buckets may send them to another tenant's queues.
             RAISE EXCEPTION 'Unable to validate the following destination configurations: arn:pgvs3:ojs::%:% '
-                            '(the events of a bucket owned by access key % go to OJS tenant %)',
-                            rule->>'tenant', rule->>'queue', b.owner, owner_tenant
+                            '(the events of bucket % go to its owner''s OJS tenant, %)',
+                            rule->>'tenant', rule->>'queue', bucket, owner_tenant
                 USING ERRCODE = 'invalid_parameter_value', HINT = 'UnknownDestination';
         END IF;
     END LOOP;
@@ -177,6 +202,12 @@ BEGIN
     UPDATE pgvs3.buckets SET notifications = stored
      WHERE id = b.id AND notifications IS DISTINCT FROM stored;
 END $$;
+
+-- The control API's form (the operator's, and S3's before layout v71): no caller to check.
+CREATE OR REPLACE FUNCTION pgvs3.put_bucket_notifications(bucket text, rules jsonb) RETURNS void
+LANGUAGE sql AS $$
+    SELECT pgvs3.put_bucket_notifications(bucket, rules, NULL, NULL)
+$$;
 
 -- Dead-lettered deliveries made due again (all, or one target's / webhook's); how many.
 CREATE OR REPLACE FUNCTION pgvs3.retry_dead_deliveries(endpoint text DEFAULT NULL) RETURNS bigint

@@ -95,6 +95,7 @@ const NEW_SINCE_V10: &[&str] = &[
     "pgvs3.owe_object_event(text,text,jsonb)",
     "pgvs3.publish_object_event(text,jsonb)",
     "pgvs3.put_bucket_notifications(text,jsonb)",
+    "pgvs3.put_bucket_notifications(text,jsonb,text,text)",
     "pgvs3.put_oidc_issuer(text,jsonb)",
     "pgvs3.put_role(text,jsonb,jsonb,integer)",
     "pgvs3.put_webhook_target(text,text,text)",
@@ -512,7 +513,9 @@ fn origin<'a>(bucket: &'a str, endpoint: &'a str, sealed_secret: &'a [u8]) -> pg
 /// and a catalog older than the client's layout is `CatalogOutdated`.
 #[tokio::test]
 async fn the_control_api_refuses_with_typed_errors() {
-    use pgvs3_catalog::notifications::{NotificationRule, Notifications, put_bucket_notifications};
+    use pgvs3_catalog::notifications::{
+        Caller, NotificationRule, Notifications, put_bucket_notifications, put_bucket_notifications_as,
+    };
     use pgvs3_catalog::{ErrorKind, ORDINARY_NAMESPACE};
 
     let url = common::fresh_database().await;
@@ -579,6 +582,14 @@ async fn the_control_api_refuses_with_typed_errors() {
     assert_eq!(kind(unregistered), ErrorKind::UnknownDestination);
     let bad_queue = put_bucket_notifications(&sql, "plain", &rules("arn:pgvs3:ojs:::Not_A_Queue")).await;
     assert_eq!(kind(bad_queue), ErrorKind::UnknownDestination);
+    // Layout v71: S3's form refuses a caller whose request saw another owner than the bucket
+    // has now (the root key's, when it was authorized; `owner-key` adopted it since).
+    let stale = Caller {
+        access_key: "owner-key",
+        authorized_owner: None,
+    };
+    let stale = put_bucket_notifications_as(&sql, "plain", &rules("arn:pgvs3:ojs:::q"), stale).await;
+    assert_eq!(kind(stale), ErrorKind::AccessDenied);
     put_bucket_notifications(&sql, "plain", &rules("arn:pgvs3:ojs:::q"))
         .await
         .unwrap();

@@ -7,6 +7,8 @@
 //! targets (`arn:pgvs3:pubsub:::<channel>`) publish them at the commit to redis-rs subscribers
 //! on every gateway of the database.
 
+mod access;
+
 use pgvs3_testkit as common;
 use pgvs3_testkit::receiver;
 

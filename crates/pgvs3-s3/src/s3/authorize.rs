@@ -986,6 +986,14 @@ mod tests {
         assert_eq!(action_of("ListObjectsV2", false), Some("s3:ListBucket"));
         assert_eq!(action_of("CompleteMultipartUpload", false), Some("s3:PutObject"));
         assert_eq!(action_of("DeleteBucketCors", false), Some("s3:PutBucketCORS"));
+        assert_eq!(
+            action_of("PutBucketNotificationConfiguration", false),
+            Some("s3:PutBucketNotification")
+        );
+        assert_eq!(
+            action_of("GetBucketNotificationConfiguration", false),
+            Some("s3:GetBucketNotification")
+        );
         assert_eq!(action_of("ListBuckets", false), None);
     }
 

@@ -10,10 +10,11 @@
 //! published at the commit.
 
 use pgvs3_catalog::ErrorKind;
+use pgvs3_catalog::notifications::Caller;
 pub use pgvs3_catalog::notifications::{MAX_RULES, NotificationRule, Notifications, RuleError};
 use tokio_postgres::types::Json;
 
-use super::{BucketInfo, Store, StoreError, StoreResult};
+use super::{BucketInfo, Principal, Store, StoreError, StoreResult};
 
 impl Store {
     /// A bucket's notification rules, read from the database (not the catalog cache: a
@@ -30,18 +31,31 @@ impl Store {
             .unwrap_or_default())
     }
 
-    /// Replaces a bucket's notification rules (none removes them). The namespace's event
+    /// Replaces a bucket's notification rules (none removes them) for `caller`, whose request
+    /// was authorized against `bucket` as this gateway has it: the database refuses it
+    /// (AccessDenied) when the bucket has changed owner since, unless `caller` is a root key,
+    /// and sends a rule's events into the owner's OJS tenant only. The namespace's event
     /// triggers are installed in the same transaction, so the first write after the answer
     /// already raises its event.
-    pub(crate) async fn set_notifications(&self, bucket: &BucketInfo, rules: &Notifications) -> StoreResult<()> {
+    pub(crate) async fn set_notifications(
+        &self,
+        caller: &Principal,
+        bucket: &BucketInfo,
+        rules: &Notifications,
+    ) -> StoreResult<()> {
         let client = self.client().await?;
-        pgvs3_catalog::notifications::put_bucket_notifications(&**client, &bucket.name, rules)
+        let caller = Caller {
+            access_key: &caller.access_key,
+            authorized_owner: bucket.owner.as_deref(),
+        };
+        pgvs3_catalog::notifications::put_bucket_notifications_as(&**client, &bucket.name, rules, caller)
             .await
             .map_err(|err| match err.kind() {
                 ErrorKind::NoSuchBucket => {
                     self.catalog.forget_bucket(&bucket.name);
                     StoreError::NoSuchBucket
                 }
+                ErrorKind::AccessDenied => StoreError::AccessDenied,
                 ErrorKind::UnknownDestination => StoreError::InvalidArgument(err.message()),
                 ErrorKind::Refused => StoreError::NotImplemented(err.message()),
                 _ => StoreError::from(err.into_source()),

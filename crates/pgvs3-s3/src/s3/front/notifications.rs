@@ -126,8 +126,10 @@ pub(super) async fn put_bucket_notification_configuration(
     req: S3Request<PutBucketNotificationConfigurationInput>,
 ) -> S3Result<S3Response<PutBucketNotificationConfigurationOutput>> {
     let rules = rules_from(&req.input.notification_configuration)?;
-    let bucket = &cx.bucket;
-    bucket.set_notifications(&rules).await.map_err(|e| fail(&req, e))?;
+    cx.bucket
+        .set_notifications(&cx.principal, &rules)
+        .await
+        .map_err(|e| fail(&req, e))?;
     Ok(S3Response::new(PutBucketNotificationConfigurationOutput::default()))
 }
 

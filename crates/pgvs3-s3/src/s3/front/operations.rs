@@ -308,7 +308,9 @@ const OPERATIONS: &[Operation] = &[
         .action("s3:PutBucketPublicAccessBlock")
         .with_body(),
     Operation::new("DeletePublicAccessBlock", B, WRITE).action("s3:PutBucketPublicAccessBlock"),
-    // Lifecycle, default encryption, notifications (the last two granted by no policy).
+    // Lifecycle, default encryption (granted by no policy), notifications (a rule a key a
+    // policy lets configure them puts still sends the events into the owner's OJS tenant
+    // alone: pgvs3.put_bucket_notifications, functions/events.sql).
     Operation::new("GetBucketLifecycleConfiguration", B, READ).action("s3:GetLifecycleConfiguration"),
     Operation::new("PutBucketLifecycleConfiguration", B, WRITE)
         .action("s3:PutLifecycleConfiguration")
@@ -317,8 +319,10 @@ const OPERATIONS: &[Operation] = &[
     Operation::new("GetBucketEncryption", B, READ),
     Operation::new("PutBucketEncryption", B, WRITE).with_body(),
     Operation::new("DeleteBucketEncryption", B, WRITE),
-    Operation::new("GetBucketNotificationConfiguration", B, READ),
-    Operation::new("PutBucketNotificationConfiguration", B, WRITE).with_body(),
+    Operation::new("GetBucketNotificationConfiguration", B, READ).action("s3:GetBucketNotification"),
+    Operation::new("PutBucketNotificationConfiguration", B, WRITE)
+        .action("s3:PutBucketNotification")
+        .with_body(),
     // Server access logging.
     Operation::new("GetBucketLogging", B, READ).action("s3:GetBucketLogging"),
     Operation::new("PutBucketLogging", B, WRITE)

@@ -1,0 +1,13 @@
+-- PutBucketNotificationConfiguration checks its caller where it writes (layout v71):
+-- functions/events.sql gains put_bucket_notifications(bucket, rules, caller, authorized_owner),
+-- which locks the bucket's row, refuses (AccessDenied) a caller that is not a root key when the
+-- bucket's owner is no longer the one its request was authorized against, and lets only a root
+-- key name another tenant than `default` for a root key's bucket; the two-argument form stays
+-- for the operator and for gateways of v70. delete_access_key (functions/catalog.sql) locks the
+-- key's buckets before it drops their queue and channel rules. A key's PutBucketNotification-
+-- Configuration racing the deletion of the key put its queue and channel rules on the bucket
+-- after it became the root key's (v68 drops them at the deletion), where they sent its events
+-- into `default`'s queues and channels; and with s3:PutBucketNotification granted by bucket
+-- policies (this version), a key a policy lets configure a root key's bucket could otherwise
+-- send its events into any tenant.
+SELECT 1;
