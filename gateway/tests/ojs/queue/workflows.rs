@@ -534,6 +534,10 @@ async fn a_workflow_cancel_cancels_the_jobs_held_elsewhere_at_that_moment() {
         (200, Some("cancelled")),
         "{body}"
     );
+    assert_eq!(
+        body["workflow"]["jobs"][0]["state"], "cancelled",
+        "the answer shows the swept job as it is now: {body}"
+    );
     let (_, body) = ojs.get(&format!("/ojs/v1/jobs/{held}")).await;
     assert_eq!(body["job"]["state"], "cancelled", "{body}");
     gateway.stop().await;
@@ -666,7 +670,7 @@ async fn a_workflow_cancel_whose_sweep_fails_answers_cancelled_and_maintenance_s
     );
 
     let sweep = || pgvs3_gateway::maintenance::sweep_stopped_workflows(&pool);
-    assert_eq!(sweep().await.unwrap(), 0, "the pass waited for the holder");
+    assert_eq!(sweep().await.unwrap(), 0, "the pass swept a job its holder still holds");
     pgvs3_gateway::maintenance::reap_finished_jobs(&pool, Duration::ZERO)
         .await
         .unwrap();
@@ -752,7 +756,7 @@ async fn a_failing_chain_whose_sweep_fails_leaves_its_held_step_to_maintenance()
     assert_eq!(ojs.fail(&first).await["state"], "discarded");
     assert_eq!(stored_state(&sql, &held).await, "pending", "the held step was skipped");
     let sweep = || pgvs3_gateway::maintenance::sweep_stopped_workflows(&pool);
-    assert_eq!(sweep().await.unwrap(), 0, "the pass waited for the holder");
+    assert_eq!(sweep().await.unwrap(), 0, "the pass swept a job its holder still holds");
     hold.rollback().await.unwrap();
     assert_eq!(sweep().await.unwrap(), 1);
     assert_eq!(stored_state(&sql, &held).await, "cancelled");
