@@ -807,3 +807,32 @@ async fn cancelling_a_nested_workflow_sweeps_the_step_its_stopped_chain_skipped(
     assert_eq!(chain["steps"][2]["state"], "cancelled", "{chain}");
     gateway.stop().await;
 }
+
+/// A chain step's own cancel stops the chain too; that cancel sweeps up the later step another
+/// transaction held at that moment, once the holder is done.
+#[tokio::test]
+async fn cancelling_a_chain_step_sweeps_the_later_step_held_elsewhere() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let sql = gateway.sql().await;
+    let mut holder = gateway.sql().await;
+    let hold = holder.transaction().await.unwrap();
+    let (wid, first, held) = chain_with_a_held_step(&ojs, "chc", &hold).await;
+    let canceller = ojs.clone();
+    let cancel = tokio::spawn(async move {
+        canceller
+            .post(
+                &format!("/ojs/v1/jobs/{}/cancel", first["id"].as_str().unwrap()),
+                json!({}),
+            )
+            .await
+    });
+    until_waiting(&sql, "workflow_cancel_leftovers", 1).await;
+    hold.rollback().await.unwrap();
+    let (status, body) = cancel.await.unwrap();
+    assert_eq!((status, &body["job"]["state"]), (200, &json!("cancelled")), "{body}");
+    assert_eq!(stored_state(&sql, &held).await, "cancelled");
+    let chain = ojs.workflow(&json!(wid)).await;
+    assert_eq!(chain["state"], "failed", "{chain}");
+    gateway.stop().await;
+}
