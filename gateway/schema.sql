@@ -463,20 +463,17 @@ CREATE FUNCTION ojs.workflow_cancel_leftovers(wid text) RETURNS void
     LANGUAGE plpgsql
     AS $$
 DECLARE
-    ids text[];
+    roots text[];
 BEGIN
-    WITH RECURSIVE tree AS (
-        SELECT id FROM ojs.workflows WHERE id = wid AND state = 'cancelled'
+    WITH RECURSIVE up AS (
+        SELECT id, parent_id, has_leftovers FROM ojs.workflows WHERE id = wid
         UNION ALL
-        SELECT w.id FROM ojs.workflows w JOIN tree t ON w.parent_id = t.id WHERE w.state = 'cancelled'
-    ), held AS (
-        SELECT j.id FROM ojs.jobs j
-        WHERE j.workflow_id IN (SELECT id FROM tree) AND j.state IN ('pending', 'available', 'scheduled', 'retryable')
-        ORDER BY j.id FOR UPDATE
+        SELECT w.id, w.parent_id, w.has_leftovers FROM ojs.workflows w JOIN up ON w.id = up.parent_id
     )
-    SELECT array_agg(id) INTO ids FROM held;
-    UPDATE ojs.jobs SET state = 'cancelled', cancelled_at = now()
-    WHERE id = ANY(ids) AND state IN ('pending', 'available', 'scheduled', 'retryable');
+    SELECT array_agg(id) INTO roots FROM up WHERE has_leftovers;
+    IF roots IS NOT NULL THEN
+        PERFORM ojs.workflow_sweep(roots, true);
+    END IF;
 END $$;
 
 --
@@ -486,6 +483,8 @@ END $$;
 CREATE FUNCTION ojs.workflow_cancel_members(wid text) RETURNS void
     LANGUAGE plpgsql
     AS $$
+DECLARE
+    skipped boolean;
 BEGIN
     WITH RECURSIVE tree AS (
         SELECT id FROM ojs.workflows WHERE parent_id = wid AND state IN ('pending', 'running')
@@ -495,12 +494,22 @@ BEGIN
         UPDATE ojs.workflows SET state = 'cancelled', cancelled_at = now(), completed_at = now()
         WHERE id IN (SELECT id FROM tree)
         RETURNING id
+    ), doomed AS (
+        SELECT id FROM ojs.jobs
+        WHERE (workflow_id = wid OR workflow_id IN (SELECT id FROM settled))
+          AND state IN ('pending', 'available', 'scheduled', 'retryable')
+    ), cancelled AS (
+        -- The state again: a job whose holder committed a move out of these states is left be.
+        UPDATE ojs.jobs SET state = 'cancelled', cancelled_at = now()
+        WHERE id IN (SELECT id FROM ojs.jobs
+                     WHERE id IN (SELECT id FROM doomed) AND state IN ('pending', 'available', 'scheduled', 'retryable')
+                     FOR UPDATE SKIP LOCKED)
+        RETURNING id
     )
-    UPDATE ojs.jobs SET state = 'cancelled', cancelled_at = now()
-    WHERE id IN (SELECT id FROM ojs.jobs
-                 WHERE (workflow_id = wid OR workflow_id IN (SELECT id FROM settled))
-                   AND state IN ('pending', 'available', 'scheduled', 'retryable')
-                 FOR UPDATE SKIP LOCKED);
+    SELECT (SELECT count(*) FROM doomed) > (SELECT count(*) FROM cancelled) INTO skipped;
+    IF skipped THEN
+        UPDATE ojs.workflows SET has_leftovers = true WHERE id = wid;
+    END IF;
 END $$;
 
 --
@@ -635,6 +644,7 @@ CREATE TABLE ojs.workflows (
     parent_step integer,
     started_at timestamp with time zone,
     tenant text,
+    has_leftovers boolean DEFAULT false NOT NULL,
     CONSTRAINT workflows_state CHECK ((state = ANY (ARRAY['pending'::text, 'running'::text, 'completed'::text, 'failed'::text, 'cancelled'::text]))),
     CONSTRAINT workflows_type_check CHECK ((type = ANY (ARRAY['chain'::text, 'group'::text, 'batch'::text])))
 );
@@ -696,6 +706,25 @@ CREATE FUNCTION ojs.workflow_json(w ojs.workflows) RETURNS jsonb
             'job_count', w.jobs_total, 'completed_count', w.jobs_completed, 'failed_count', w.jobs_failed)
     )) || jsonb_build_object(CASE WHEN w.type = 'chain' THEN 'steps' ELSE 'jobs' END, s.jobs)
     FROM summary s
+$$;
+
+--
+-- Name: workflow_leftovers(text[]); Type: FUNCTION; Schema: ojs; Owner: -
+--
+
+CREATE FUNCTION ojs.workflow_leftovers(roots text[]) RETURNS SETOF text
+    LANGUAGE sql STABLE
+    AS $$
+    WITH RECURSIVE tree AS (
+        SELECT id, state FROM ojs.workflows WHERE id = ANY(roots)
+        UNION ALL
+        SELECT w.id, w.state FROM ojs.workflows w JOIN tree t ON w.parent_id = t.id
+    )
+    SELECT j.id FROM ojs.jobs j JOIN tree t ON j.workflow_id = t.id
+    WHERE CASE t.state WHEN 'cancelled' THEN j.state IN ('pending', 'available', 'scheduled', 'retryable')
+                       WHEN 'failed' THEN j.state = 'pending'
+                       WHEN 'completed' THEN j.state = 'pending'
+                       ELSE false END
 $$;
 
 --
@@ -893,6 +922,46 @@ BEGIN
         PERFORM ojs.workflow_release(wid, 0, CASE WHEN w.type = 'chain' THEN 0 ELSE w.jobs_total - 1 END, inputs);
     END IF;
 END $$;
+
+--
+-- Name: workflow_sweep(text[], boolean); Type: FUNCTION; Schema: ojs; Owner: -
+--
+
+CREATE FUNCTION ojs.workflow_sweep(roots text[], wait boolean) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    ids text[];
+    swept int;
+BEGIN
+    IF wait THEN
+        SELECT array_agg(id) INTO ids FROM (
+            SELECT id FROM ojs.jobs
+            WHERE id IN (SELECT ojs.workflow_leftovers(roots)) AND state IN ('pending', 'available', 'scheduled', 'retryable')
+            ORDER BY id FOR UPDATE) held;
+    ELSE
+        SELECT array_agg(id) INTO ids FROM (
+            SELECT id FROM ojs.jobs
+            WHERE id IN (SELECT ojs.workflow_leftovers(roots)) AND state IN ('pending', 'available', 'scheduled', 'retryable')
+            ORDER BY id FOR UPDATE SKIP LOCKED) free;
+    END IF;
+    UPDATE ojs.jobs SET state = 'cancelled', cancelled_at = now()
+    WHERE id = ANY(ids) AND state IN ('pending', 'available', 'scheduled', 'retryable');
+    GET DIAGNOSTICS swept = ROW_COUNT;
+    UPDATE ojs.workflows w SET has_leftovers = false
+    WHERE w.id = ANY(roots) AND w.has_leftovers AND NOT EXISTS (SELECT 1 FROM ojs.workflow_leftovers(ARRAY[w.id]));
+    RETURN swept;
+END $$;
+
+--
+-- Name: workflow_sweep_marked(integer); Type: FUNCTION; Schema: ojs; Owner: -
+--
+
+CREATE FUNCTION ojs.workflow_sweep_marked(batch integer) RETURNS integer
+    LANGUAGE sql
+    AS $$
+    SELECT ojs.workflow_sweep(ARRAY(SELECT id FROM ojs.workflows WHERE has_leftovers ORDER BY id LIMIT batch), false)
+$$;
 
 --
 -- Name: workflow_tenant_of_jobs(); Type: FUNCTION; Schema: ojs; Owner: -
@@ -6292,6 +6361,12 @@ END));
 --
 
 CREATE INDEX workflows_finished ON ojs.workflows USING btree (completed_at) WHERE (state <> 'running'::text);
+
+--
+-- Name: workflows_has_leftovers; Type: INDEX; Schema: ojs; Owner: -
+--
+
+CREATE INDEX workflows_has_leftovers ON ojs.workflows USING btree (id) WHERE has_leftovers;
 
 --
 -- Name: workflows_parent; Type: INDEX; Schema: ojs; Owner: -

@@ -1,7 +1,8 @@
 //! The maintenance reaper: one leader per database (an advisory lock) deletes retired bodies
-//! after their grace period, expired objects and finished OJS jobs past their retention, in
-//! small batches that never hold long locks. What to delete, and how, is the store's (and the
-//! job queue's); this module decides who runs it and when.
+//! after their grace period, expired objects and finished OJS jobs past their retention (after
+//! cancelling the jobs stopped workflows left behind), in small batches that never hold long
+//! locks. What to delete, and how, is the store's (and the job queue's); this module decides who
+//! runs it and when.
 
 use std::time::Duration;
 
@@ -32,6 +33,19 @@ pub async fn reap_finished_jobs(pool: &Pool, retention: Duration) -> anyhow::Res
             return Ok(reaped);
         }
     }
+}
+
+/// Stopped OJS workflows swept per pass; each normally has a job or two left over, if any.
+const WORKFLOW_SWEEP_BATCH: i32 = 1000;
+
+/// Cancels the jobs that stopped OJS workflows still leave behind (see
+/// [`crate::ojs::engine::Queue::sweep_stopped_workflows`]): what a cancel's or a failing chain's
+/// own sweep could not do. Returns how many jobs it cancelled.
+pub async fn sweep_stopped_workflows(pool: &Pool) -> anyhow::Result<u64> {
+    crate::ojs::engine::Queue::new(pool.clone())
+        .sweep_stopped_workflows(WORKFLOW_SWEEP_BATCH)
+        .await
+        .map_err(|error| anyhow::anyhow!("{error:?}"))
 }
 
 /// Runs the reaper every `interval` while this gateway holds the leader lock; gateways that do
@@ -91,6 +105,8 @@ impl Maintenance {
         // grace period ends.
         self.apply_lifecycle().await;
         self.reap_sessions().await;
+        // Before the jobs are reaped: a workflow is kept while it has a job not finished.
+        self.sweep_workflows().await;
         self.reap_jobs().await;
         self.reap_retired().await;
     }
@@ -138,6 +154,20 @@ impl Maintenance {
                     .inc_by(sessions.unsigned_abs());
             }
             Err(err) => tracing::warn!(error = %err, "reaping expired STS sessions failed"),
+        }
+    }
+
+    async fn sweep_workflows(&self) {
+        match sweep_stopped_workflows(&self.pool).await {
+            Ok(0) => {}
+            Ok(jobs) => {
+                self.metrics
+                    .maintenance_reaped
+                    .with_label_values(&["ojs_workflow_leftovers"])
+                    .inc_by(jobs);
+                tracing::info!(jobs, "cancelled jobs that stopped OJS workflows left behind");
+            }
+            Err(err) => tracing::warn!(error = %err, "sweeping stopped OJS workflows failed"),
         }
     }
 

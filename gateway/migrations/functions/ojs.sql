@@ -329,9 +329,12 @@ $$;
 -- Cancels what has not run of a workflow: its waiting or queued jobs, and its nested workflows
 -- (with theirs). The caller settles the workflow itself first, so nothing is released after.
 -- Jobs another transaction holds are skipped (waiting for them here could deadlock with their
--- holder's trigger waiting for the workflow row); a workflow's cancel sweeps them up after it
--- commits (ojs.workflow_cancel_leftovers).
+-- holder's trigger waiting for the workflow row): the workflow is then marked has_leftovers,
+-- and the sweep (ojs.workflow_sweep) cancels them once this commits, or later, by the
+-- maintenance pass, if that sweep never ran or failed.
 CREATE OR REPLACE FUNCTION ojs.workflow_cancel_members(wid text) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    skipped boolean;
 BEGIN
     WITH RECURSIVE tree AS (
         SELECT id FROM ojs.workflows WHERE parent_id = wid AND state IN ('pending', 'running')
@@ -341,38 +344,96 @@ BEGIN
         UPDATE ojs.workflows SET state = 'cancelled', cancelled_at = now(), completed_at = now()
         WHERE id IN (SELECT id FROM tree)
         RETURNING id
+    ), doomed AS (
+        SELECT id FROM ojs.jobs
+        WHERE (workflow_id = wid OR workflow_id IN (SELECT id FROM settled))
+          AND state IN ('pending', 'available', 'scheduled', 'retryable')
+    ), cancelled AS (
+        -- The state again: a job whose holder committed a move out of these states is left be.
+        UPDATE ojs.jobs SET state = 'cancelled', cancelled_at = now()
+        WHERE id IN (SELECT id FROM ojs.jobs
+                     WHERE id IN (SELECT id FROM doomed) AND state IN ('pending', 'available', 'scheduled', 'retryable')
+                     FOR UPDATE SKIP LOCKED)
+        RETURNING id
     )
-    UPDATE ojs.jobs SET state = 'cancelled', cancelled_at = now()
-    WHERE id IN (SELECT id FROM ojs.jobs
-                 WHERE (workflow_id = wid OR workflow_id IN (SELECT id FROM settled))
-                   AND state IN ('pending', 'available', 'scheduled', 'retryable')
-                 FOR UPDATE SKIP LOCKED);
+    SELECT (SELECT count(*) FROM doomed) > (SELECT count(*) FROM cancelled) INTO skipped;
+    IF skipped THEN
+        UPDATE ojs.workflows SET has_leftovers = true WHERE id = wid;
+    END IF;
 END $$;
 
--- The second half of a workflow's cancel, run after the first committed it: cancels the jobs of
--- the cancelled workflow `wid` and of its cancelled nested workflows that the first skipped
--- because another transaction held them then (a claim that locked more than it took, a
--- promotion, a dependency's enqueue). Locks them all, in id order and waiting for their holders,
--- before cancelling any (whose triggers lock the workflows): it holds nothing those holders wait
--- for. Nobody moves such a job back out of these states (a cancelled workflow's jobs are not
--- claimed, and promotion cancels them), so one sweep leaves none.
-CREATE OR REPLACE FUNCTION ojs.workflow_cancel_leftovers(wid text) RETURNS void LANGUAGE plpgsql AS $$
+-- The jobs that a stop of the workflows `roots` (a cancel, or a chain that failed) left behind,
+-- there and in the workflows nested in them: those of a cancelled workflow not yet finished (no
+-- claim takes them; a promotion cancels them when they come due), and those of a failed or
+-- completed one still waiting (nothing releases them). Not locked.
+CREATE OR REPLACE FUNCTION ojs.workflow_leftovers(roots text[]) RETURNS SETOF text LANGUAGE sql STABLE AS $$
+    WITH RECURSIVE tree AS (
+        SELECT id, state FROM ojs.workflows WHERE id = ANY(roots)
+        UNION ALL
+        SELECT w.id, w.state FROM ojs.workflows w JOIN tree t ON w.parent_id = t.id
+    )
+    SELECT j.id FROM ojs.jobs j JOIN tree t ON j.workflow_id = t.id
+    WHERE CASE t.state WHEN 'cancelled' THEN j.state IN ('pending', 'available', 'scheduled', 'retryable')
+                       WHEN 'failed' THEN j.state = 'pending'
+                       WHEN 'completed' THEN j.state = 'pending'
+                       ELSE false END
+$$;
+
+-- Cancels the leftovers of the workflows `roots` and clears the has_leftovers of each that has
+-- none left. `wait`: whether to wait for the transactions that hold them (after the stop
+-- committed, in the request that made it) or skip them for a later pass (the maintenance
+-- pass, which must not stall behind one). Locks them all, in id order, before cancelling any
+-- (whose triggers lock the workflows): it holds nothing those holders wait for. Nobody moves
+-- such a job back out of these states, so one sweep that waits leaves none. Returns how many
+-- jobs it cancelled.
+CREATE OR REPLACE FUNCTION ojs.workflow_sweep(roots text[], wait boolean) RETURNS int LANGUAGE plpgsql AS $$
 DECLARE
     ids text[];
+    swept int;
 BEGIN
-    WITH RECURSIVE tree AS (
-        SELECT id FROM ojs.workflows WHERE id = wid AND state = 'cancelled'
-        UNION ALL
-        SELECT w.id FROM ojs.workflows w JOIN tree t ON w.parent_id = t.id WHERE w.state = 'cancelled'
-    ), held AS (
-        SELECT j.id FROM ojs.jobs j
-        WHERE j.workflow_id IN (SELECT id FROM tree) AND j.state IN ('pending', 'available', 'scheduled', 'retryable')
-        ORDER BY j.id FOR UPDATE
-    )
-    SELECT array_agg(id) INTO ids FROM held;
+    IF wait THEN
+        SELECT array_agg(id) INTO ids FROM (
+            SELECT id FROM ojs.jobs
+            WHERE id IN (SELECT ojs.workflow_leftovers(roots)) AND state IN ('pending', 'available', 'scheduled', 'retryable')
+            ORDER BY id FOR UPDATE) held;
+    ELSE
+        SELECT array_agg(id) INTO ids FROM (
+            SELECT id FROM ojs.jobs
+            WHERE id IN (SELECT ojs.workflow_leftovers(roots)) AND state IN ('pending', 'available', 'scheduled', 'retryable')
+            ORDER BY id FOR UPDATE SKIP LOCKED) free;
+    END IF;
     UPDATE ojs.jobs SET state = 'cancelled', cancelled_at = now()
     WHERE id = ANY(ids) AND state IN ('pending', 'available', 'scheduled', 'retryable');
+    GET DIAGNOSTICS swept = ROW_COUNT;
+    UPDATE ojs.workflows w SET has_leftovers = false
+    WHERE w.id = ANY(roots) AND w.has_leftovers AND NOT EXISTS (SELECT 1 FROM ojs.workflow_leftovers(ARRAY[w.id]));
+    RETURN swept;
 END $$;
+
+-- The sweep after a stop committed, by the request that made it: cancels the leftovers of
+-- workflow `wid` and of its ancestors that the stop marked (cancelling a nested workflow fails
+-- the chain it is a step of), waiting for their holders.
+CREATE OR REPLACE FUNCTION ojs.workflow_cancel_leftovers(wid text) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    roots text[];
+BEGIN
+    WITH RECURSIVE up AS (
+        SELECT id, parent_id, has_leftovers FROM ojs.workflows WHERE id = wid
+        UNION ALL
+        SELECT w.id, w.parent_id, w.has_leftovers FROM ojs.workflows w JOIN up ON w.id = up.parent_id
+    )
+    SELECT array_agg(id) INTO roots FROM up WHERE has_leftovers;
+    IF roots IS NOT NULL THEN
+        PERFORM ojs.workflow_sweep(roots, true);
+    END IF;
+END $$;
+
+-- The maintenance pass's sweep: up to `batch` marked workflows, skipping the leftovers another
+-- transaction holds (their workflows stay marked for the next pass). Returns how many jobs it
+-- cancelled.
+CREATE OR REPLACE FUNCTION ojs.workflow_sweep_marked(batch int) RETURNS int LANGUAGE sql AS $$
+    SELECT ojs.workflow_sweep(ARRAY(SELECT id FROM ojs.workflows WHERE has_leftovers ORDER BY id LIMIT batch), false)
+$$;
 
 -- A member of a workflow (a job, or a nested workflow) changed outcome; outcomes are job
 -- states (a nested workflow that failed counts as discarded). Keeps the counts and, when the

@@ -73,6 +73,9 @@ const NEW_SINCE_V10: &[&str] = &[
     "ojs.webhook_json(ojs.webhooks)",
     "ojs.workflow_cancel_leftovers(text)",
     "ojs.workflow_cancelled(text)",
+    "ojs.workflow_leftovers(text[])",
+    "ojs.workflow_sweep(text[],boolean)",
+    "ojs.workflow_sweep_marked(integer)",
     "ojs.workflow_tenant_of_jobs()",
     "pgvs3.access_key_secret(text)",
     "pgvs3.bucket_held(bigint)",
@@ -176,11 +179,13 @@ const NEW_SINCE_V10: &[&str] = &[
 /// v23 raises the event a superseded cache write still owed; v24 counts every version in bucket quotas;
 /// v52 keys OJS workers and rate-limit keys by tenant; v67 holds a cache bucket for its removal as
 /// DeleteBucket holds a bucket, and drops it as DeleteBucket does, and a deleted key's buckets lose
-/// the notification rules into its tenant (v68).
+/// the notification rules into its tenant (v68); v72 marks a stopped workflow whose jobs another
+/// transaction held, for the sweeps.
 const CHANGED_SINCE_V10: &[&str] = &[
     "ojs.cron_json(ojs.cron)",
     "ojs.rate_limit_json(ojs.rate_limits)",
     "ojs.worker_json(ojs.workers)",
+    "ojs.workflow_cancel_members(text)",
     "pgvs3.count_bucket_usage()",
     "pgvs3.delete_access_key(text)",
     "pgvs3.drop_bucket(text,boolean)",

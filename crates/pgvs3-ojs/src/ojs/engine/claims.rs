@@ -604,7 +604,9 @@ impl Queue {
             .await
             .map_err(EngineError::sql)?;
         tx.commit().await.map_err(EngineError::sql)?;
-        Ok(Job::from_row(&row))
+        let job = Job::from_row(&row);
+        super::workflow::after_member_settled(&client, &job).await;
+        Ok(job)
     }
 
     /// Extends the claims a worker still holds and records the worker's state (both statements

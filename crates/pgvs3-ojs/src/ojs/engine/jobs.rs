@@ -150,7 +150,11 @@ impl Queue {
             .await
             .map_err(EngineError::sql)?;
         match row {
-            Some(row) => Ok(Job::from_row(&row)),
+            Some(row) => {
+                let job = Job::from_row(&row);
+                super::workflow::after_member_settled(&client, &job).await;
+                Ok(job)
+            }
             None => Err(self.explain_refusal(&client, id, tenant, "cancelled").await),
         }
     }

@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use tokio_postgres::error::SqlState;
 
 use super::envelope::{self, NewJob};
+use super::job::{Job, State};
 use super::jobs::{Answer, Placement, insert_placed};
 use super::{EngineError, ErrorKind, Queue};
 
@@ -310,29 +311,74 @@ impl Queue {
         // Cancelling walks down the tree while a settling nested workflow walks up it, so the
         // two can deadlock; PostgreSQL then aborts one of them, and a cancel tries again.
         let mut attempts = 0;
-        loop {
+        let cancelled = loop {
             attempts += 1;
             match cancel_workflow_once(&mut client, id, tenant).await {
                 Err(CancelError::Sql(err)) if err.code() == Some(&SqlState::T_R_DEADLOCK_DETECTED) && attempts < 3 => {}
                 Err(CancelError::Sql(err)) => return Err(EngineError::sql(err)),
                 Err(CancelError::Ojs(error)) => return Err(error),
-                Ok(()) => break,
+                Ok(cancelled) => break cancelled,
             }
+        };
+        // The cancel has committed: from here on it is answered as done, whatever fails (a
+        // second cancel would only be told it is already cancelled).
+        if !sweep_leftovers(&client, id).await || !cancelled.left_over {
+            return Ok(cancelled.workflow);
         }
-        // The jobs the cancel skipped because another transaction held them: now that the
-        // workflow is cancelled for all to see, waiting for those holders deadlocks with nobody.
-        client
-            .execute("SELECT ojs.workflow_cancel_leftovers($1)", &[&id])
-            .await
-            .map_err(EngineError::sql)?;
-        let row = client
+        // The sweep cancelled jobs the answer read before: read them again.
+        match client
             .query_one(
                 "SELECT ojs.workflow_json(w) AS workflow FROM ojs.workflows w WHERE w.id = $1",
                 &[&id],
             )
             .await
+        {
+            Ok(row) => Ok(row.get("workflow")),
+            Err(err) => {
+                tracing::warn!(workflow_id = id, error = %err, "reading a cancelled workflow again failed");
+                Ok(cancelled.workflow)
+            }
+        }
+    }
+
+    /// The maintenance pass's sweep: cancels the leftovers of up to `batch` stopped workflows
+    /// still marked as having some (their stop's own sweep failed or never ran), skipping those
+    /// another transaction holds for a later pass. Returns how many jobs it cancelled.
+    pub async fn sweep_stopped_workflows(&self, batch: i32) -> Result<u64, EngineError> {
+        let client = self.client().await?;
+        let row = client
+            .query_one("SELECT ojs.workflow_sweep_marked($1) AS swept", &[&batch])
+            .await
             .map_err(EngineError::sql)?;
-        Ok(row.get("workflow"))
+        Ok(row.get::<_, i32>("swept").unsigned_abs().into())
+    }
+}
+
+/// After a transaction that settled `job` committed: a workflow member that failed or was
+/// cancelled stops its chain (and a chain it is nested in), whose waiting steps are cancelled;
+/// this sweeps up those that another transaction held at that moment.
+pub(super) async fn after_member_settled(client: &tokio_postgres::Client, job: &Job) {
+    if let Some(workflow_id) = &job.workflow_id
+        && matches!(job.state, State::Discarded | State::Cancelled)
+    {
+        sweep_leftovers(client, workflow_id).await;
+    }
+}
+
+/// The sweep after a stop of workflow `id`, or of a chain above it, committed (a cancel, a step
+/// that failed for good): cancels the jobs the stop skipped because another transaction held
+/// them, waiting for those holders; now that the stop is there for all to see, waiting for them
+/// deadlocks with nobody. Whether it ran: a failure is logged and left to the maintenance pass
+/// (the stopped workflows stay marked), since the stop itself happened and its request answers
+/// so.
+async fn sweep_leftovers(client: &tokio_postgres::Client, id: &str) -> bool {
+    match client.execute("SELECT ojs.workflow_cancel_leftovers($1)", &[&id]).await {
+        Ok(_) => true,
+        Err(err) => {
+            tracing::warn!(workflow_id = id, error = %err,
+                "sweeping a stopped workflow's leftovers failed; the maintenance pass will");
+            false
+        }
     }
 }
 
@@ -347,11 +393,18 @@ impl From<tokio_postgres::Error> for CancelError {
     }
 }
 
+/// A committed cancel: the workflow as it then was, and whether the cancel skipped jobs another
+/// transaction held.
+struct Cancelled {
+    workflow: Value,
+    left_over: bool,
+}
+
 async fn cancel_workflow_once(
     client: &mut deadpool_postgres::Client,
     id: &str,
     tenant: &str,
-) -> Result<(), CancelError> {
+) -> Result<Cancelled, CancelError> {
     let tx = client.transaction().await?;
     let state: Option<String> = tx
         .query_opt(
@@ -372,15 +425,25 @@ async fn cancel_workflow_once(
     // The workflow goes first, so the triggers see it cancelled and release nothing. Jobs
     // another transaction holds are skipped (a claim, a job's own cancel or expiry): waiting
     // for them here could deadlock with its trigger waiting for the workflow row. The caller
-    // cancels them once this commits.
+    // sweeps them up once this commits.
     tx.execute(
         "UPDATE ojs.workflows SET state = 'cancelled', cancelled_at = now(), completed_at = now() WHERE id = $1",
         &[&id],
     )
     .await?;
     tx.execute("SELECT ojs.workflow_cancel_members($1)", &[&id]).await?;
+    // Read before the commit, so that the answer needs nothing more of the database after it.
+    let row = tx
+        .query_one(
+            "SELECT ojs.workflow_json(w) AS workflow, w.has_leftovers FROM ojs.workflows w WHERE w.id = $1",
+            &[&id],
+        )
+        .await?;
     tx.commit().await?;
-    Ok(())
+    Ok(Cancelled {
+        workflow: row.get("workflow"),
+        left_over: row.get("has_leftovers"),
+    })
 }
 
 /// One workflow of a tree and, recursively, the workflows nested in it. `parent` is the parent
