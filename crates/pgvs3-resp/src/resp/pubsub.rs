@@ -413,20 +413,32 @@ impl PubSub {
         // This gateway's clients at once (before the reply); the others by one message, which
         // names this gateway so that it is not applied here twice. A gateway that gets it
         // forgets every key whichever keyspace it names: the first tracked one is enough.
+        // A keyspace whose flags cannot be read may be tracked: told all the same (a null too
+        // many costs a tracking client a re-read; one too few, stale values).
         self.tracking.invalidate_all();
+        let Some(first) = buckets.first() else {
+            return Ok(());
+        };
+        let mut named = None;
         for bucket in buckets {
-            let tracked = self
-                .events
-                .flags(bucket)
-                .await
-                .map_err(super::connection::store_error)?;
-            if tracked.tracked() {
-                let mut tagged = vec![notify::FLUSHED];
-                tagged.extend_from_slice(bucket.as_bytes());
-                return self.send(&tagged, &self.events.token.to_be_bytes()).await;
+            match self.events.flags(bucket).await {
+                Ok(flags) if flags.tracked() => {
+                    named = Some(bucket);
+                    break;
+                }
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::warn!(%error, bucket, "a flushed keyspace's tracking flags unread: telling the other gateways");
+                    named = named.or(Some(first));
+                }
             }
         }
-        Ok(())
+        let Some(bucket) = named else {
+            return Ok(());
+        };
+        let mut tagged = vec![notify::FLUSHED];
+        tagged.extend_from_slice(bucket.as_bytes());
+        self.send(&tagged, &self.events.token.to_be_bytes()).await
     }
 
     /// Sends a message on `tagged` (a channel after its kind) through the database to every

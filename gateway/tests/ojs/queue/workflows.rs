@@ -688,6 +688,56 @@ async fn a_workflow_cancel_whose_sweep_fails_answers_cancelled_and_maintenance_s
     gateway.stop().await;
 }
 
+/// The same with the held job a nested workflow's: the stop marks only the workflow cancelled,
+/// and the reaper, which looks at a workflow's own jobs, must keep it while the mark stands
+/// (before, it deleted the outer workflow with its mark, and the nested job was never swept).
+#[tokio::test]
+async fn a_cancelled_workflow_is_kept_until_its_nested_workflows_leftovers_are_swept() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let pool = gateway.gateway.store.pool().clone();
+    let sql = gateway.sql().await;
+    let workflow = ojs
+        .create_workflow(json!({ "type": "group", "jobs": [
+            { "type": "group", "jobs": [job_in("wfn", "w.a", json!([1])), job_in("wfn", "w.b", json!([2]))] },
+            job_in("wfn", "w.c", json!([3])) ] }))
+        .await;
+    let wid = workflow["id"].as_str().unwrap().to_string();
+    break_the_sweep_after_commit(&sql).await;
+    let mut holder = gateway.sql().await;
+    let hold = holder.transaction().await.unwrap();
+    let held: String = hold
+        .query_one(
+            "SELECT j.id FROM ojs.jobs j JOIN ojs.workflows w ON w.id = j.workflow_id
+             WHERE w.parent_id = $1 ORDER BY j.workflow_step LIMIT 1 FOR UPDATE OF j",
+            &[&wid],
+        )
+        .await
+        .unwrap()
+        .get("id");
+    let (status, body) = ojs.post(&format!("/ojs/v1/workflows/{wid}/cancel"), json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(stored_state(&sql, &held).await, "available", "the held job was skipped");
+    pgvs3_gateway::maintenance::reap_finished_jobs(&pool, Duration::ZERO)
+        .await
+        .unwrap();
+    let (status, _) = ojs.get(&format!("/ojs/v1/workflows/{wid}")).await;
+    assert_eq!(
+        status, 200,
+        "the workflow was reaped with its nested workflow's job left"
+    );
+    hold.rollback().await.unwrap();
+    let sweep = || pgvs3_gateway::maintenance::sweep_stopped_workflows(&pool);
+    assert_eq!(sweep().await.unwrap(), 1);
+    assert_eq!(stored_state(&sql, &held).await, "cancelled");
+    pgvs3_gateway::maintenance::reap_finished_jobs(&pool, Duration::ZERO)
+        .await
+        .unwrap();
+    let (status, body) = ojs.get(&format!("/ojs/v1/workflows/{wid}")).await;
+    assert_eq!(status, 404, "the swept workflow stays: {body}");
+    gateway.stop().await;
+}
+
 /// A chain of three steps on `queue` whose first step is claimed, and a transaction holding
 /// its second step's row (as a claim, a promotion or another sweep may for a moment): returns
 /// the chain's id, the claimed first step, and the held step's id.

@@ -420,6 +420,9 @@ impl Queue {
                        -- let finish) or not yet swept up: the job's workflow decides its fate.
                        AND NOT EXISTS (SELECT 1 FROM ojs.jobs j WHERE j.workflow_id = w.id
                                        AND j.state NOT IN ('completed', 'discarded', 'cancelled'))
+                       -- Jobs a stop skipped may be its nested workflows' (found only by
+                       -- walking down from this mark): kept until the sweep clears it.
+                       AND NOT w.has_leftovers
                      ORDER BY w.completed_at LIMIT $2 FOR UPDATE OF w SKIP LOCKED)",
                 &[&seconds, &limit],
             )
