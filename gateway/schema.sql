@@ -1185,6 +1185,7 @@ CREATE FUNCTION pgvs3.delete_access_key(key_id text) RETURNS boolean
     LANGUAGE plpgsql
     AS $$
 BEGIN
+    PERFORM 1 FROM pgvs3.access_keys WHERE access_key = key_id AND NOT is_root FOR UPDATE;
     PERFORM 1 FROM pgvs3.buckets WHERE owner = key_id ORDER BY id FOR NO KEY UPDATE;
     UPDATE pgvs3.buckets b
        SET notifications = (SELECT jsonb_build_object('rules', jsonb_agg(r.rule ORDER BY r.n))

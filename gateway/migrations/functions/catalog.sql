@@ -204,9 +204,13 @@ $$;
 -- id order (layout v71): a PutBucketNotificationConfiguration of the key that holds a bucket's
 -- row is waited for, and the rules it committed are among those dropped, not put past the
 -- UPDATE's snapshot onto a bucket then the root key's; one that comes after finds the root key
--- the owner and is refused (put_bucket_notifications, functions/events.sql).
+-- the owner and is refused (put_bucket_notifications, functions/events.sql). Before that the
+-- key's own row (layout v73): a bucket the key is creating holds it (the foreign key's share
+-- lock) until it commits, and is then among the key's buckets found here; looked for first, it
+-- was found by no statement but the DELETE, which left it to the root key with its rules.
 CREATE OR REPLACE FUNCTION pgvs3.delete_access_key(key_id text) RETURNS boolean LANGUAGE plpgsql AS $$
 BEGIN
+    PERFORM 1 FROM pgvs3.access_keys WHERE access_key = key_id AND NOT is_root FOR UPDATE;
     PERFORM 1 FROM pgvs3.buckets WHERE owner = key_id ORDER BY id FOR NO KEY UPDATE;
     UPDATE pgvs3.buckets b
        SET notifications = (SELECT jsonb_build_object('rules', jsonb_agg(r.rule ORDER BY r.n))

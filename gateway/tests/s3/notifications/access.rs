@@ -213,3 +213,44 @@ async fn a_put_racing_its_keys_deletion_leaves_no_rule_into_the_root_tenant() {
     assert!(drain(&ojs, "billing").await.is_empty(), "no job in default's queue");
     gw.stop().await;
 }
+
+/// A bucket the key creates while the key is deleted: its creation holds the key's row (the
+/// foreign key's share lock) and, in the same transaction, configures a queue rule. The
+/// deletion waits for it and then drops the rule with the key's others. Fails before (layout
+/// v72): the deletion looked for the key's buckets before it waited, found none, and its DELETE
+/// left the new bucket to the root key with its rule into the root tenant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_bucket_created_while_its_key_is_deleted_keeps_no_rule_into_the_root_tenant() {
+    let gw = TestGateway::start().await;
+    add_key(&gw, "CAROLKEY").await;
+    let holder = gw.sql().await;
+    let watcher = gw.sql().await;
+    holder.batch_execute("BEGIN").await.unwrap();
+    holder
+        .execute("SELECT pgvs3.ensure_bucket('carols', 'CAROLKEY')", &[])
+        .await
+        .unwrap();
+    holder
+        .execute(
+            "SELECT pgvs3.put_bucket_notifications('carols', $1::text::jsonb, 'CAROLKEY', 'CAROLKEY')",
+            &[&r#"[{"id": "bills", "queue": "billing", "events": ["s3:ObjectCreated:*"]}]"#],
+        )
+        .await
+        .unwrap();
+    let deleter = gw.sql().await;
+    let delete = tokio::spawn(async move {
+        deleter
+            .query_one("SELECT pgvs3.delete_access_key('CAROLKEY')", &[])
+            .await
+            .unwrap()
+            .get::<_, bool>(0)
+    });
+    await_statement_wait(&watcher, "%delete_access_key%").await;
+    holder.batch_execute("COMMIT").await.unwrap();
+    assert!(delete.await.unwrap());
+    assert!(
+        arns(&gw, "carols").await.is_empty(),
+        "a rule into the root tenant stayed"
+    );
+    gw.stop().await;
+}
