@@ -194,10 +194,10 @@ async fn a_put_racing_its_keys_deletion_leaves_no_rule_into_the_root_tenant() {
     let deleter = gw.sql().await;
     let delete = tokio::spawn(async move {
         deleter
-            .query_one("SELECT pgvs3.delete_access_key('BOBKEY')", &[])
+            .query_one("SELECT pgvs3.delete_access_key('BOBKEY') AS deleted", &[])
             .await
             .unwrap()
-            .get::<_, bool>(0)
+            .get::<_, bool>("deleted")
     });
     while !delete.is_finished() && !statement_waits(&watcher, "%delete_access_key%").await {
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -240,10 +240,10 @@ async fn a_bucket_created_while_its_key_is_deleted_keeps_no_rule_into_the_root_t
     let deleter = gw.sql().await;
     let delete = tokio::spawn(async move {
         deleter
-            .query_one("SELECT pgvs3.delete_access_key('CAROLKEY')", &[])
+            .query_one("SELECT pgvs3.delete_access_key('CAROLKEY') AS deleted", &[])
             .await
             .unwrap()
-            .get::<_, bool>(0)
+            .get::<_, bool>("deleted")
     });
     await_statement_wait(&watcher, "%delete_access_key%").await;
     holder.batch_execute("COMMIT").await.unwrap();
