@@ -29,6 +29,16 @@ async fn next_push(client: &mut RawResp) -> Value {
         .expect("the connection stays open")
 }
 
+/// The next push redis-rs got, an invalidation (within 20 s): its data.
+async fn next_invalidation(received: &mut tokio::sync::mpsc::UnboundedReceiver<redis::PushInfo>) -> Vec<redis::Value> {
+    let push = tokio::time::timeout(Duration::from_secs(20), received.recv())
+        .await
+        .expect("an invalidation within 20 s")
+        .expect("the connection stays open");
+    assert_eq!(push.kind, redis::PushKind::Invalidate, "{push:?}");
+    push.data
+}
+
 fn invalidate(keys: &[&str]) -> Value {
     Value::Push(vec![
         bulk("invalidate"),
@@ -72,14 +82,6 @@ async fn redis_rs_gets_invalidation_pushes_for_the_keys_it_read() {
     let value: String = redis_rs::query(&mut tracker, &["GET", "read"]).await;
     assert_eq!(value, "1");
     let _: String = redis_rs::query(&mut tracker, &["GET", "fence"]).await;
-    let mut next = async || {
-        let push = tokio::time::timeout(Duration::from_secs(20), received.recv())
-            .await
-            .expect("an invalidation within 20 s")
-            .expect("the connection stays open");
-        assert_eq!(push.kind, redis::PushKind::Invalidate, "{push:?}");
-        push.data
-    };
     let keys = |key: &str| {
         vec![redis::Value::Array(vec![redis::Value::BulkString(
             key.as_bytes().to_vec(),
@@ -88,19 +90,19 @@ async fn redis_rs_gets_invalidation_pushes_for_the_keys_it_read() {
     // Written before the key read is: had it been told, it would come first.
     let _: () = redis_rs::query(&mut writer, &["SET", "unread", "2"]).await;
     let _: () = redis_rs::query(&mut writer, &["SET", "read", "2"]).await;
-    assert_eq!(next().await, keys("read"));
+    assert_eq!(next_invalidation(&mut received).await, keys("read"));
     // Told once: the next change of the key, not read again, is not told (the fence's change,
     // committed after it, comes first).
     let _: () = redis_rs::query(&mut writer, &["SET", "read", "3"]).await;
     let _: () = redis_rs::query(&mut writer, &["SET", "fence", "2"]).await;
-    assert_eq!(next().await, keys("fence"));
+    assert_eq!(next_invalidation(&mut received).await, keys("fence"));
     // Read again, it is told again, of the client's own write too.
     let _: String = redis_rs::query(&mut tracker, &["GET", "read"]).await;
     let _: () = redis_rs::query(&mut tracker, &["SET", "read", "mine"]).await;
-    assert_eq!(next().await, keys("read"));
+    assert_eq!(next_invalidation(&mut received).await, keys("read"));
     let _: String = redis_rs::query(&mut tracker, &["GET", "read"]).await;
     let _: () = redis_rs::query(&mut writer, &["FLUSHDB"]).await;
-    assert_eq!(next().await, vec![redis::Value::Nil]);
+    assert_eq!(next_invalidation(&mut received).await, vec![redis::Value::Nil]);
 }
 
 /// FLUSHALL tells a tracking client once (one null), as Redis's flush does, however many
@@ -115,21 +117,13 @@ async fn flushall_tells_a_tracking_client_once() {
     let _: () = redis_rs::query(&mut writer, &["SET", "read", "1"]).await;
     let _: () = redis_rs::query(&mut tracker, &["CLIENT", "TRACKING", "ON"]).await;
     let _: String = redis_rs::query(&mut tracker, &["GET", "read"]).await;
-    let mut next = async || {
-        let push = tokio::time::timeout(Duration::from_secs(20), received.recv())
-            .await
-            .expect("an invalidation within 20 s")
-            .expect("the connection stays open");
-        assert_eq!(push.kind, redis::PushKind::Invalidate, "{push:?}");
-        push.data
-    };
     let _: () = redis_rs::query(&mut writer, &["FLUSHALL"]).await;
-    assert_eq!(next().await, vec![redis::Value::Nil]);
+    assert_eq!(next_invalidation(&mut received).await, vec![redis::Value::Nil]);
     let fence: Option<String> = redis_rs::query(&mut tracker, &["GET", "fence"]).await;
     assert_eq!(fence, None);
     let _: () = redis_rs::query(&mut writer, &["SET", "fence", "1"]).await;
     assert_eq!(
-        next().await,
+        next_invalidation(&mut received).await,
         vec![redis::Value::Array(vec![redis::Value::BulkString(b"fence".to_vec())])]
     );
 }

@@ -632,27 +632,44 @@ async fn stored_state(sql: &tokio_postgres::Client, id: &str) -> String {
 /// lets go; only then does the reaper take the workflow.
 #[tokio::test]
 async fn a_workflow_cancel_whose_sweep_fails_answers_cancelled_and_maintenance_sweeps_later() {
+    cancel_with_a_held_job_and_a_failing_sweep(
+        json!({ "type": "group", "jobs": [job_in("wfs", "w.a", json!([1])), job_in("wfs", "w.b", json!([2]))] }),
+        "wfs",
+        "SELECT id FROM ojs.jobs WHERE workflow_id = $1 ORDER BY workflow_step LIMIT 1 FOR UPDATE",
+    )
+    .await;
+}
+
+/// The same with the held job a nested workflow's: the stop marks only the workflow cancelled,
+/// and the reaper, which looks at a workflow's own jobs, must keep it while the mark stands
+/// (before, it deleted the outer workflow with its mark, and the nested job was never swept).
+#[tokio::test]
+async fn a_cancelled_workflow_is_kept_until_its_nested_workflows_leftovers_are_swept() {
+    cancel_with_a_held_job_and_a_failing_sweep(
+        json!({ "type": "group", "jobs": [
+            { "type": "group", "jobs": [job_in("wfn", "w.a", json!([1])), job_in("wfn", "w.b", json!([2]))] },
+            job_in("wfn", "w.c", json!([3])) ] }),
+        "wfn",
+        "SELECT j.id FROM ojs.jobs j JOIN ojs.workflows w ON w.id = j.workflow_id
+         WHERE w.parent_id = $1 ORDER BY j.workflow_step LIMIT 1 FOR UPDATE OF j",
+    )
+    .await;
+}
+
+/// Creates `workflow` (its jobs on `queue`), holds the job `held_query` selects for the
+/// workflow's id, cancels the workflow with its sweep after commit failing, and follows the
+/// held job through the maintenance pass and the reaper.
+async fn cancel_with_a_held_job_and_a_failing_sweep(workflow: Value, queue: &str, held_query: &str) {
     let gateway = start().await;
     let ojs = Ojs::of(&gateway);
     let pool = gateway.gateway.store.pool().clone();
     let sql = gateway.sql().await;
-    let workflow = ojs
-        .create_workflow(
-            json!({ "type": "group", "jobs": [job_in("wfs", "w.a", json!([1])), job_in("wfs", "w.b", json!([2]))] }),
-        )
-        .await;
+    let workflow = ojs.create_workflow(workflow).await;
     let wid = workflow["id"].as_str().unwrap().to_string();
     break_the_sweep_after_commit(&sql).await;
     let mut holder = gateway.sql().await;
     let hold = holder.transaction().await.unwrap();
-    let held: String = hold
-        .query_one(
-            "SELECT id FROM ojs.jobs WHERE workflow_id = $1 ORDER BY workflow_step LIMIT 1 FOR UPDATE",
-            &[&wid],
-        )
-        .await
-        .unwrap()
-        .get("id");
+    let held: String = hold.query_one(held_query, &[&wid]).await.unwrap().get("id");
     let cancel = format!("/ojs/v1/workflows/{wid}/cancel");
     let (status, body) = ojs.post(&cancel, json!({})).await;
     assert_eq!(
@@ -665,7 +682,7 @@ async fn a_workflow_cancel_whose_sweep_fails_answers_cancelled_and_maintenance_s
     assert_eq!(ojs.workflow(&json!(wid)).await["state"], "cancelled");
     assert_eq!(stored_state(&sql, &held).await, "available", "the held job was skipped");
     assert!(
-        ojs.fetch("wfs", "w").await.is_none(),
+        ojs.fetch(queue, "w").await.is_none(),
         "a cancelled workflow's job is handed out"
     );
 
@@ -680,56 +697,6 @@ async fn a_workflow_cancel_whose_sweep_fails_answers_cancelled_and_maintenance_s
     assert_eq!(sweep().await.unwrap(), 1);
     assert_eq!(stored_state(&sql, &held).await, "cancelled");
     assert_eq!(sweep().await.unwrap(), 0, "a job was cancelled twice");
-    pgvs3_gateway::maintenance::reap_finished_jobs(&pool, Duration::ZERO)
-        .await
-        .unwrap();
-    let (status, body) = ojs.get(&format!("/ojs/v1/workflows/{wid}")).await;
-    assert_eq!(status, 404, "the swept workflow stays: {body}");
-    gateway.stop().await;
-}
-
-/// The same with the held job a nested workflow's: the stop marks only the workflow cancelled,
-/// and the reaper, which looks at a workflow's own jobs, must keep it while the mark stands
-/// (before, it deleted the outer workflow with its mark, and the nested job was never swept).
-#[tokio::test]
-async fn a_cancelled_workflow_is_kept_until_its_nested_workflows_leftovers_are_swept() {
-    let gateway = start().await;
-    let ojs = Ojs::of(&gateway);
-    let pool = gateway.gateway.store.pool().clone();
-    let sql = gateway.sql().await;
-    let workflow = ojs
-        .create_workflow(json!({ "type": "group", "jobs": [
-            { "type": "group", "jobs": [job_in("wfn", "w.a", json!([1])), job_in("wfn", "w.b", json!([2]))] },
-            job_in("wfn", "w.c", json!([3])) ] }))
-        .await;
-    let wid = workflow["id"].as_str().unwrap().to_string();
-    break_the_sweep_after_commit(&sql).await;
-    let mut holder = gateway.sql().await;
-    let hold = holder.transaction().await.unwrap();
-    let held: String = hold
-        .query_one(
-            "SELECT j.id FROM ojs.jobs j JOIN ojs.workflows w ON w.id = j.workflow_id
-             WHERE w.parent_id = $1 ORDER BY j.workflow_step LIMIT 1 FOR UPDATE OF j",
-            &[&wid],
-        )
-        .await
-        .unwrap()
-        .get("id");
-    let (status, body) = ojs.post(&format!("/ojs/v1/workflows/{wid}/cancel"), json!({})).await;
-    assert_eq!(status, 200, "{body}");
-    assert_eq!(stored_state(&sql, &held).await, "available", "the held job was skipped");
-    pgvs3_gateway::maintenance::reap_finished_jobs(&pool, Duration::ZERO)
-        .await
-        .unwrap();
-    let (status, _) = ojs.get(&format!("/ojs/v1/workflows/{wid}")).await;
-    assert_eq!(
-        status, 200,
-        "the workflow was reaped with its nested workflow's job left"
-    );
-    hold.rollback().await.unwrap();
-    let sweep = || pgvs3_gateway::maintenance::sweep_stopped_workflows(&pool);
-    assert_eq!(sweep().await.unwrap(), 1);
-    assert_eq!(stored_state(&sql, &held).await, "cancelled");
     pgvs3_gateway::maintenance::reap_finished_jobs(&pool, Duration::ZERO)
         .await
         .unwrap();
