@@ -367,6 +367,22 @@ pub struct TypedRow {
     pub cut: Option<Cut>,
 }
 
+/// A typed key's elements as a working set's load statement answered them, in the shape its
+/// family's predictor reads (pgvs3-resp's `working_set`). A load statement takes `$1` the
+/// bucket's id, `$2` the key and `$3` the most elements it loads, and answers one row:
+/// `present` (the key exists, judged by the batch's clock), `too_large` (it has more elements
+/// than `$3`: the arrays then come empty), and the arrays `items`, `vals`, `scores`, `ints`
+/// (NULL for empty).
+#[derive(Debug, Clone, Default)]
+pub struct Loaded {
+    pub present: bool,
+    pub too_large: bool,
+    pub items: Vec<Bytes>,
+    pub vals: Vec<Bytes>,
+    pub scores: Vec<f64>,
+    pub ints: Vec<i64>,
+}
+
 /// The statements of one namespace: a call per family, and the typed keys' share of the
 /// keyspace statements.
 #[derive(Debug)]

@@ -1,0 +1,104 @@
+//! The working set: what a gateway holds in memory of the typed keys its scripts touch, to
+//! answer a script's typed `redis.call`s without a round trip each (issue 39).
+//!
+//! A call a predictor can answer from the key's value is answered at once, and its effect
+//! applied to the value; the call itself still runs in its family's SQL function, later, in
+//! one round trip with the others, each with the reply it was answered (a *speculated* call).
+//! PostgreSQL checks every speculated call's reply against what the function answers, and a
+//! difference aborts the transaction (`pgvs3.resp_expect`, functions/resp_keys.sql): the run
+//! starts over without speculation. So the database stays the only truth, a predictor that is
+//! wrong costs a run's time, never a wrong reply, and the effects are written by the very
+//! functions a client's commands run (encodings, lengths, events, wake-ups of blocked pops).
+//!
+//! A predictor answers `None` whenever it is not sure (an error would result, a key it does not
+//! know, a form of the command it does not model, a reply past the call's limit): the call then
+//! runs at once, as without a working set, and the key's value is loaded again after it in the
+//! same round trip.
+
+pub mod hash;
+pub mod list;
+pub mod set;
+pub mod stream;
+pub mod zset;
+
+use std::collections::HashMap;
+use std::time::SystemTime;
+
+use crate::store::{Family, KeyType, Loaded, TypedCall, TypedRow};
+
+/// A typed key's value, as far as the working set holds it.
+#[derive(Debug, Clone)]
+pub enum Value {
+    Hash(hash::Hash),
+    Set(set::Set),
+    Zset(zset::Zset),
+    List(list::List),
+    Stream(stream::Stream),
+}
+
+/// The keys a run knows the values of: `Some(value)`, or `None` for a key known to be absent.
+/// A key not in the map is not known, and no call on it is predicted.
+pub type Known = HashMap<String, Option<Value>>;
+
+impl Value {
+    /// The statement that loads a key of this type (see [`Loaded`]).
+    pub fn load_sql(kind: KeyType) -> &'static str {
+        match kind {
+            KeyType::Hash => hash::LOAD,
+            KeyType::Set => set::LOAD,
+            KeyType::Zset => zset::LOAD,
+            KeyType::List => list::LOAD,
+            KeyType::Stream => stream::LOAD,
+        }
+    }
+
+    /// The value a load answered; `None` when the key is absent or was too large to load
+    /// (the caller tells them apart by `loaded.present`).
+    pub fn from_loaded(kind: KeyType, loaded: Loaded) -> Option<Value> {
+        if !loaded.present || loaded.too_large {
+            return None;
+        }
+        match kind {
+            KeyType::Hash => hash::Hash::from_loaded(loaded).map(Value::Hash),
+            KeyType::Set => set::Set::from_loaded(loaded).map(Value::Set),
+            KeyType::Zset => zset::Zset::from_loaded(loaded).map(Value::Zset),
+            KeyType::List => list::List::from_loaded(loaded).map(Value::List),
+            KeyType::Stream => stream::Stream::from_loaded(loaded).map(Value::Stream),
+        }
+    }
+
+    pub fn kind(&self) -> KeyType {
+        match self {
+            Value::Hash(_) => KeyType::Hash,
+            Value::Set(_) => KeyType::Set,
+            Value::Zset(_) => KeyType::Zset,
+            Value::List(_) => KeyType::List,
+            Value::Stream(_) => KeyType::Stream,
+        }
+    }
+
+    /// About the memory the value takes (its elements' bytes and some per element).
+    pub fn bytes(&self) -> usize {
+        match self {
+            Value::Hash(value) => value.bytes(),
+            Value::Set(value) => value.bytes(),
+            Value::Zset(value) => value.bytes(),
+            Value::List(value) => value.bytes(),
+            Value::Stream(value) => value.bytes(),
+        }
+    }
+}
+
+/// The row `call` will answer, predicted from the values in `known`, whose entries it then
+/// changes as the call will (a key the call empties becomes `None`). `None`: not predicted,
+/// and `known` is left as it was. `now` is the batch's clock (a stream's new IDs).
+pub fn predict(call: &TypedCall, known: &mut Known, now: SystemTime) -> Option<TypedRow> {
+    match call.family() {
+        Family::Hash => hash::predict(call, known),
+        Family::Set => set::predict(call, known),
+        Family::Zset => zset::predict(call, known),
+        Family::List => list::predict(call, known),
+        Family::Stream => stream::predict(call, known, now),
+        Family::Keys | Family::StreamGroup => None,
+    }
+}
