@@ -44,7 +44,12 @@ fn random_call(rng: &mut Rng) -> String {
         1 => vec!["HMSET".into(), "1".into(), f(rng), v(rng)],
         2 => vec!["HGET".into(), "1".into(), f(rng)],
         3 => vec!["HMGET".into(), "1".into(), f(rng), f(rng), f(rng)],
-        4 => vec!["HINCRBY".into(), "1".into(), f(rng), (rng.below(7) as i64 - 3).to_string()],
+        4 => vec![
+            "HINCRBY".into(),
+            "1".into(),
+            f(rng),
+            (rng.below(7) as i64 - 3).to_string(),
+        ],
         5 => vec!["HDEL".into(), "1".into(), f(rng), f(rng)],
         6 => vec!["HGETALL".into(), "1".into()],
         7 => vec!["HEXISTS".into(), "1".into(), f(rng)],
@@ -64,10 +69,33 @@ fn random_call(rng: &mut Rng) -> String {
         21 => vec!["ZADD".into(), "4".into(), rng.below(5).to_string(), m(rng)],
         22 => vec!["ZREM".into(), "4".into(), m(rng)],
         23 => vec!["ZCARD".into(), "4".into()],
-        24 => vec!["ZRANGEBYSCORE".into(), "4".into(), "1".into(), "+inf".into(), "LIMIT".into(), "0".into(), "2".into()],
+        24 => vec![
+            "ZRANGEBYSCORE".into(),
+            "4".into(),
+            "1".into(),
+            "+inf".into(),
+            "LIMIT".into(),
+            "0".into(),
+            "2".into(),
+        ],
         25 => vec!["ZSCORE".into(), "4".into(), m(rng)],
-        26 => vec!["ZRANGE".into(), "4".into(), "0".into(), "-1".into(), "WITHSCORES".into()],
-        27 => vec!["XADD".into(), "5".into(), "MAXLEN".into(), "~".into(), "100".into(), "*".into(), "f".into(), v(rng)],
+        26 => vec![
+            "ZRANGE".into(),
+            "4".into(),
+            "0".into(),
+            "-1".into(),
+            "WITHSCORES".into(),
+        ],
+        27 => vec![
+            "XADD".into(),
+            "5".into(),
+            "MAXLEN".into(),
+            "~".into(),
+            "100".into(),
+            "*".into(),
+            "f".into(),
+            v(rng),
+        ],
         28 => vec!["XLEN".into(), "5".into()],
         _ => vec!["XTRIM".into(), "5".into(), "MAXLEN".into(), "~".into(), "100".into()],
     };
@@ -86,7 +114,9 @@ fn without_ids(value: Value) -> Value {
         Value::Bulk(bytes) => {
             let text = String::from_utf8_lossy(&bytes);
             match text.split_once('-') {
-                Some((ms, seq)) if ms.len() >= 13 && ms.bytes().all(|b| b.is_ascii_digit()) && seq.parse::<u64>().is_ok() => {
+                Some((ms, seq))
+                    if ms.len() >= 13 && ms.bytes().all(|b| b.is_ascii_digit()) && seq.parse::<u64>().is_ok() =>
+                {
                     Value::bulk("ID")
                 }
                 _ => Value::Bulk(bytes),
@@ -99,7 +129,10 @@ fn without_ids(value: Value) -> Value {
 
 /// The five keys of a script, under `prefix`.
 fn keys(prefix: &str) -> Vec<String> {
-    ["h", "l", "s", "z", "x"].iter().map(|kind| format!("{prefix}:{kind}")).collect()
+    ["h", "l", "s", "z", "x"]
+        .iter()
+        .map(|kind| format!("{prefix}:{kind}"))
+        .collect()
 }
 
 async fn eval(con: &mut RawResp, script: &str, keys: &[String]) -> Value {
@@ -110,7 +143,10 @@ async fn eval(con: &mut RawResp, script: &str, keys: &[String]) -> Value {
 }
 
 async fn metric(gateway: &TestGateway, name: &str) -> f64 {
-    gateway.metric(name).await.unwrap_or_else(|| panic!("{name} is exported"))
+    gateway
+        .metric(name)
+        .await
+        .unwrap_or_else(|| panic!("{name} is exported"))
 }
 
 #[tokio::test]
@@ -133,11 +169,20 @@ async fn speculated_calls_answer_as_calls_run_one_by_one() {
     for round in 0..60 {
         let calls: Vec<String> = (0..1 + rng.below(10)).map(|_| random_call(&mut rng)).collect();
         let script = format!("return {{{}}}", calls.join(", "));
-        let (got, want) = (eval(&mut a, &script, &keys_a).await, eval(&mut b, &script, &keys_b).await);
+        let (got, want) = (
+            eval(&mut a, &script, &keys_a).await,
+            eval(&mut b, &script, &keys_b).await,
+        );
         assert_eq!(without_ids(got), without_ids(want), "round {round}: {script}");
     }
     // The keys hold the same, read by the gateway without a working set.
-    for (read, at) in [("HGETALL", 0), ("LRANGE", 1), ("SMEMBERS", 2), ("ZRANGE", 3), ("XLEN", 4)] {
+    for (read, at) in [
+        ("HGETALL", 0),
+        ("LRANGE", 1),
+        ("SMEMBERS", 2),
+        ("ZRANGE", 3),
+        ("XLEN", 4),
+    ] {
         let read_of = |keys: &[String]| -> Vec<String> {
             let mut words = vec![read.to_owned(), keys[at].clone()];
             if matches!(read, "LRANGE" | "ZRANGE") {
@@ -181,9 +226,12 @@ async fn a_value_the_database_no_longer_holds_is_caught_and_the_script_runs_agai
     // bug would): the working set's value is wrong, the check catches it, and the run starts
     // over in the database.
     let sql = gateway.sql().await;
-    sql.execute("UPDATE pgvs3.resp_hash SET value = 'active' WHERE key = 'job:1' AND field = 'state'", &[])
-        .await
-        .unwrap();
+    sql.execute(
+        "UPDATE pgvs3.resp_hash SET value = 'active' WHERE key = 'job:1' AND field = 'state'",
+        &[],
+    )
+    .await
+    .unwrap();
     assert_eq!(eval(&mut con, get, &key).await, Value::bulk("active"));
     assert_eq!(metric(&gateway, "pgvs3_resp_speculation_misses_total").await, 1.0);
 

@@ -483,7 +483,8 @@ impl Scripts {
         let mut speculate = write && !standby && self.working_set.is_some();
         let mut locking = locking;
         loop {
-            match self.attempt(&run, locking, speculate, &accept).await {
+            // Boxed: a run's future is large (its session, the script's calls), and it starts over.
+            match Box::pin(self.attempt(&run, locking, speculate, &accept)).await {
                 Ok(Attempt::Done(replies)) => return Ok(replies),
                 Ok(Attempt::Contended) if locking == Locking::Keyspace => {
                     unreachable!("no key lock is held elsewhere while the keyspace is held")
@@ -612,8 +613,7 @@ impl Scripts {
         };
         match session.speculation.take() {
             Some(speculation) => {
-                let confirmed = speculation.confirmed;
-                speculation.commit(session.batch).await?;
+                let confirmed = Box::pin(speculation.commit(session.batch)).await?;
                 self.metrics.resp_speculated_calls.inc_by(confirmed);
             }
             None => session.batch.commit().await?,
@@ -858,7 +858,7 @@ impl Session {
             // do not follow.
             let keys = command.keys();
             if speculation.owes(&keys) {
-                speculation.flush(&mut self.batch).await?;
+                Box::pin(speculation.flush(&mut self.batch)).await?;
             }
             speculation.forget(keys);
         }
@@ -899,7 +899,10 @@ impl Session {
             recorder.before(command, &self.batch);
         }
         let reply = match (command, &mut self.speculation) {
-            (KeyCommand::Typed(typed), Some(speculation)) => speculation.call(typed, &mut self.batch, &self.stale).await?,
+            (KeyCommand::Typed(typed), Some(speculation)) => {
+                // Boxed: its round trip's futures are large, and a script's calls nest deep.
+                Box::pin(speculation.call(typed, &mut self.batch, &self.stale)).await?
+            }
             _ => keys::apply_all(&[command], &mut self.batch, false)
                 .await?
                 .into_iter()

@@ -519,43 +519,47 @@ where
         .map(|k| expectation(k).map(|row| (row.items.iter().map(|item| item.as_deref()).collect(), row)))
         .collect();
     let (statements, checks) = (&statements, &checks);
-    let queries = calls.iter().zip(&args).zip(&predicted).map(|((call, args), predicted)| {
-        let index = call.family as usize;
-        async move {
-            match predicted {
-                Some((items, row)) => {
-                    let params: [&(dyn ToSql + Sync); 10] = [
-                        &call.op,
-                        &bucket.id,
-                        &call.keys,
-                        args,
-                        &call.ints,
-                        &call.floats,
-                        &expired_strings_deleted,
-                        &row.n,
-                        items,
-                        &row.scores,
-                    ];
-                    let statement = checks[index].as_ref().expect("prepared above");
-                    client.query_one(statement, &params).await.map(|_| None)
-                }
-                None => {
-                    let params: [&(dyn ToSql + Sync); 8] = [
-                        &call.op,
-                        &bucket.id,
-                        &call.keys,
-                        args,
-                        &call.ints,
-                        &call.floats,
-                        &call.reply_limit,
-                        &expired_strings_deleted,
-                    ];
-                    let statement = statements[index].as_ref().expect("prepared above");
-                    client.query_one(statement, &params).await.map(Some)
+    let queries = calls
+        .iter()
+        .zip(&args)
+        .zip(&predicted)
+        .map(|((call, args), predicted)| {
+            let index = call.family as usize;
+            async move {
+                match predicted {
+                    Some((items, row)) => {
+                        let params: [&(dyn ToSql + Sync); 10] = [
+                            &call.op,
+                            &bucket.id,
+                            &call.keys,
+                            args,
+                            &call.ints,
+                            &call.floats,
+                            &expired_strings_deleted,
+                            &row.n,
+                            items,
+                            &row.scores,
+                        ];
+                        let statement = checks[index].as_ref().expect("prepared above");
+                        client.query_one(statement, &params).await.map(|_| None)
+                    }
+                    None => {
+                        let params: [&(dyn ToSql + Sync); 8] = [
+                            &call.op,
+                            &bucket.id,
+                            &call.keys,
+                            args,
+                            &call.ints,
+                            &call.floats,
+                            &call.reply_limit,
+                            &expired_strings_deleted,
+                        ];
+                        let statement = statements[index].as_ref().expect("prepared above");
+                        client.query_one(statement, &params).await.map(Some)
+                    }
                 }
             }
-        }
-    });
+        });
     // `ahead_done` once `before` and the calls answered, `after` still under way.
     let ahead = async {
         let ahead = futures::try_join!(before, futures::future::try_join_all(queries));

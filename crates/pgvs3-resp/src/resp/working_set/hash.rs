@@ -73,7 +73,10 @@ impl Hash {
     }
 
     pub fn bytes(&self) -> usize {
-        self.fields.iter().map(|(field, value)| 2 * field.len() + value.len() + 64).sum()
+        self.fields
+            .iter()
+            .map(|(field, value)| 2 * field.len() + value.len() + 64)
+            .sum()
     }
 
     fn get(&self, field: &[u8]) -> Option<&Bytes> {

@@ -16,9 +16,9 @@
 //! same round trip.
 
 mod cache;
-mod run;
 pub mod hash;
 pub mod list;
+mod run;
 pub mod set;
 pub mod stream;
 pub mod zset;
@@ -127,6 +127,9 @@ pub fn within_limit(call: &TypedCall, items: &[Option<bytes::Bytes>]) -> bool {
     let Some(limit) = call.reply_limit else {
         return true;
     };
-    let bytes: usize = items.iter().map(|item| item.as_ref().map_or(0, bytes::Bytes::len) + 16).sum();
+    let bytes: usize = items
+        .iter()
+        .map(|item| item.as_ref().map_or(0, bytes::Bytes::len) + 16)
+        .sum();
     i64::try_from(bytes).is_ok_and(|bytes| bytes <= limit / 4)
 }

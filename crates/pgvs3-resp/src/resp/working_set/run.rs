@@ -19,7 +19,7 @@ pub struct RunSet {
     /// Calls answered from `known`, not sent yet, with the rows they were answered.
     pending: Vec<(TypedCall, TypedRow)>,
     /// Calls answered so far whose check in the database passed.
-    pub confirmed: u64,
+    confirmed: u64,
 }
 
 impl RunSet {
@@ -72,7 +72,11 @@ impl RunSet {
         }
         let kind = family_type(call.family());
         let loads = match kind {
-            Some(kind) => call.keys.iter().map(|key| (Value::load_sql(kind), key.clone())).collect(),
+            Some(kind) => call
+                .keys
+                .iter()
+                .map(|key| (Value::load_sql(kind), key.clone()))
+                .collect(),
             None => Vec::new(),
         };
         let mut rows = self.send(batch, Some(call), loads, Vec::new(), false).await?;
@@ -126,10 +130,10 @@ impl RunSet {
         self.forget(&keys);
     }
 
-
     /// Commits the batch, with the calls still owed, and leaves the values the run knows in
-    /// the working set at the versions their keys commit with.
-    pub async fn commit(mut self, mut batch: KvBatch) -> StoreResult<()> {
+    /// the working set at the versions their keys commit with. Answers how many of the run's
+    /// calls were answered from the working set (all checked by then).
+    pub async fn commit(mut self, mut batch: KvBatch) -> StoreResult<u64> {
         let held: Vec<String> = self
             .known
             .iter()
@@ -137,7 +141,8 @@ impl RunSet {
             .map(|(key, _)| key.clone())
             .collect();
         if self.pending.is_empty() && held.is_empty() {
-            return batch.commit().await;
+            batch.commit().await?;
+            return Ok(self.confirmed);
         }
         let sent = self.send(&mut batch, None, Vec::new(), held, true).await?;
         for (key, version) in sent.versions {
@@ -145,7 +150,7 @@ impl RunSet {
                 self.set.put(self.bucket, key, version, value);
             }
         }
-        Ok(())
+        Ok(self.confirmed)
     }
 
     /// Sends the owed calls, then `call` (run as usual), then the loads, and reads `versions`;

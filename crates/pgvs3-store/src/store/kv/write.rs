@@ -107,10 +107,13 @@ impl KvBatch {
             false => Some(client.prepare_cached(TYPED_VERSIONS).await?),
         };
         let after = async {
-            let loads = load_statements.iter().zip(&speculation.loads).map(|(statement, (_, key))| async move {
-                let params: [&(dyn ToSql + Sync); 3] = [&id, key, &speculation.load_limit];
-                client.query_one(statement, &params).await
-            });
+            let loads = load_statements
+                .iter()
+                .zip(&speculation.loads)
+                .map(|(statement, (_, key))| async move {
+                    let params: [&(dyn ToSql + Sync); 3] = [&id, key, &speculation.load_limit];
+                    client.query_one(statement, &params).await
+                });
             let versions = async {
                 match &versions {
                     Some(statement) => client.query(statement, &[&id, &speculation.versions]).await,
@@ -550,7 +553,8 @@ const BATCH_NOTIFY: &str = "SELECT pgvs3.resp_batch_notify($1, $2, $3)";
 pub(super) const NOTIFY: &str = "SELECT pgvs3.resp_notify($1, $2, $3)";
 
 /// The versions of typed keys, as the batch's loads give them (`t<version>`).
-const TYPED_VERSIONS: &str = "SELECT key, 't' || version AS version FROM pgvs3.resp_keys WHERE bucket_id = $1 AND key = ANY($2)";
+const TYPED_VERSIONS: &str =
+    "SELECT key, 't' || version AS version FROM pgvs3.resp_keys WHERE bucket_id = $1 AND key = ANY($2)";
 
 /// A working set's load as it answered (see [`Loaded`]).
 fn loaded_value(row: &tokio_postgres::Row) -> Loaded {
