@@ -484,6 +484,7 @@ pub(super) const DELETE_EXPIRED: &str = "DELETE FROM pgvs3.resp_keys WHERE ctid 
 /// calls' rows, and what `after` answered. A call with a row in `expected` (by position) is
 /// sent to be checked against it, and answers it (see [`TypedSql::expecting`]). `expired_strings_deleted`: `before` deletes the
 /// expired strings among the keys, so the calls take every string row left as live.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn send_calls<B, A, T>(
     client: &deadpool_postgres::Object,
     bucket: &BucketInfo,
@@ -515,7 +516,9 @@ where
         .iter()
         .map(|call| call.args.iter().map(|arg| &arg[..]).collect())
         .collect();
-    let predicted: Vec<Option<(Vec<Option<&[u8]>>, &TypedRow)>> = (0..calls.len())
+    // A predicted row's items as the check's parameter takes them, beside the row.
+    type Predicted<'a> = Option<(Vec<Option<&'a [u8]>>, &'a TypedRow)>;
+    let predicted: Vec<Predicted> = (0..calls.len())
         .map(|k| expectation(k).map(|row| (row.items.iter().map(|item| item.as_deref()).collect(), row)))
         .collect();
     let (statements, checks) = (&statements, &checks);
