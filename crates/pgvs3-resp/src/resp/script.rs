@@ -590,6 +590,10 @@ impl Scripts {
                     session.declared = request.keys.clone();
                     let outcome = self.evaluate(&mut session, request).await;
                     if let Some(err) = session.failure.take() {
+                        if matches!(err, StoreError::Mispredicted) {
+                            // Rolled back, and the connection kept for the run's next attempt.
+                            session.batch.rollback().await?;
+                        }
                         return Err(err);
                     }
                     if session.contended {

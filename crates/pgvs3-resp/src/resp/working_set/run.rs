@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::{Known, Value, WorkingSet, family_type, predict};
 use crate::resp::codec::Reply;
 use crate::resp::typed::Typed;
-use crate::store::{KvBatch, KvValue, Speculation, StoreResult, TypedCall, TypedRow};
+use crate::store::{KvBatch, KvValue, Speculation, StoreError, StoreResult, TypedCall, TypedRow};
 
 /// The most elements of one key a run loads into the working set.
 const LOAD_LIMIT: i64 = 10_000;
@@ -144,7 +144,15 @@ impl RunSet {
             batch.commit().await?;
             return Ok(self.confirmed);
         }
-        let sent = self.send(&mut batch, None, Vec::new(), held, true).await?;
+        let sent = match self.send(&mut batch, None, Vec::new(), held, true).await {
+            // The COMMIT went out behind the failed check and rolled back: the connection is
+            // fine to keep (a batch dropped in its transaction closes its connection).
+            Err(StoreError::Mispredicted) => {
+                batch.rollback().await?;
+                return Err(StoreError::Mispredicted);
+            }
+            sent => sent?,
+        };
         for (key, version) in sent.versions {
             if let Some(Some(value)) = self.known.remove(&key) {
                 self.set.put(self.bucket, key, version, value);
