@@ -13,8 +13,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 
-use super::zset::{fits, row};
-use super::{Known, Value};
+use super::zset::row;
+use super::{Known, Value, within_limit};
 use crate::store::{Loaded, TypedCall, TypedRow};
 
 /// Loads a stream key (see [`Loaded`]): in `ints` its last ID (two halves), length, node size
@@ -303,10 +303,11 @@ pub fn predict(call: &TypedCall, known: &mut Known, now: SystemTime) -> Option<T
                 }
                 None => Vec::new(),
             };
-            let answer = row(None, vec![Some(id_bytes(id))], scores);
-            if !fits(call, 16, 2) {
+            let items = vec![Some(id_bytes(id))];
+            if !within_limit(call, &items) {
                 return None;
             }
+            let answer = row(None, items, scores);
             *slot = Some(Value::Stream(added));
             answer
         }

@@ -10,7 +10,7 @@ use std::ops::Bound;
 
 use bytes::Bytes;
 
-use super::{Known, Value};
+use super::{Known, Value, within_limit};
 use crate::store::{Loaded, TypedCall, TypedRow};
 
 /// Loads a zset key (see [`Loaded`]): its members in `items`, their scores in `scores`.
@@ -237,15 +237,6 @@ impl Range {
     }
 }
 
-/// Whether a reply of `elements` items and scores, the items of `bytes` bytes, is surely far
-/// within the call's `reply_limit`: a reply near it may be cut, which is not predicted.
-pub(super) fn fits(call: &TypedCall, bytes: usize, elements: usize) -> bool {
-    call.reply_limit.is_none_or(|limit| {
-        let size = bytes.saturating_add(elements.saturating_mul(16));
-        u64::try_from(size).is_ok_and(|size| size <= u64::try_from(limit).unwrap_or(0) / 4)
-    })
-}
-
 pub(super) fn row(n: Option<i64>, items: Vec<Option<Bytes>>, scores: Vec<Option<f64>>) -> TypedRow {
     TypedRow {
         err: None,
@@ -294,7 +285,8 @@ pub fn predict(call: &TypedCall, known: &mut Known) -> Option<TypedRow> {
             Some(row(None, Vec::new(), vec![read.and_then(|zset| zset.score(member))]))
         }
         "zmscore" => {
-            if call.args.is_empty() || !fits(call, 0, call.args.len()) {
+            // Its scores as long a reply as the members asked for would be, at most.
+            if call.args.is_empty() || !within_limit(call, &vec![None; call.args.len()]) {
                 return None;
             }
             let scores = call.args.iter().map(|member| read.and_then(|zset| zset.score(member)));
@@ -318,17 +310,7 @@ pub fn predict(call: &TypedCall, known: &mut Known) -> Option<TypedRow> {
                 None => Vec::new(),
             };
             match call.op() {
-                "zrange" => {
-                    let bytes = selected.iter().map(|(member, _)| member.len()).sum();
-                    if !fits(call, bytes, 2 * selected.len()) {
-                        return None;
-                    }
-                    let (items, scores) = selected
-                        .into_iter()
-                        .map(|(member, score)| (Some(member), Some(score)))
-                        .unzip();
-                    Some(row(None, items, scores))
-                }
+                "zrange" => members(call, selected),
                 "zcount" | "zlexcount" => count(selected.len()),
                 _ => {
                     if let Some(zset) = slot_zset(slot) {
@@ -353,24 +335,26 @@ pub fn predict(call: &TypedCall, known: &mut Known) -> Option<TypedRow> {
                     .collect(),
                 _ => Vec::new(),
             };
-            let bytes = popped.iter().map(|(member, _)| member.len()).sum();
-            if !fits(call, bytes, 2 * popped.len()) {
-                return None;
-            }
+            let answer = members(call, popped.clone())?;
             if let Some(zset) = slot_zset(slot) {
                 for (member, _) in &popped {
                     zset.remove(member);
                 }
             }
             settle(slot);
-            let (items, scores) = popped
-                .into_iter()
-                .map(|(member, score)| (Some(member), Some(score)))
-                .unzip();
-            Some(row(None, items, scores))
+            Some(answer)
         }
         _ => None,
     }
+}
+
+/// The row of members and their scores, when surely within the call's reply limit.
+fn members(call: &TypedCall, selected: Vec<(Bytes, f64)>) -> Option<TypedRow> {
+    let (items, scores): (Vec<_>, Vec<_>) = selected
+        .into_iter()
+        .map(|(member, score)| (Some(member), Some(score)))
+        .unzip();
+    within_limit(call, &items).then(|| row(None, items, scores))
 }
 
 fn slot_zset(slot: &mut Option<Value>) -> Option<&mut Zset> {
@@ -856,10 +840,10 @@ pub(super) mod tests {
         assert!(predict(&call("ZADD k 1 a"), &mut other).is_none());
         let mut known = sample();
         let mut limited = call("ZRANGE k 0 -1");
-        // 7 members of 11 bytes and 14 elements: 235 bytes, past a quarter of 900 (225).
-        limited.reply_limit = Some(900);
+        // 7 members of 11 bytes, and 16 bytes each: 123, past a quarter of 491.
+        limited.reply_limit = Some(491);
         assert!(predict(&limited, &mut known).is_none());
-        limited.reply_limit = Some(1000);
+        limited.reply_limit = Some(492);
         assert!(predict(&limited, &mut known).is_some());
         let mut pop = call("ZPOPMIN k 7");
         pop.reply_limit = Some(100);
