@@ -3957,7 +3957,7 @@ CREATE FUNCTION pgvs3.resp_stream_next_id(mode bigint, ms bigint, seq bigint, la
     LANGUAGE plpgsql STABLE
     AS $$
 DECLARE
-    now_ms bigint := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint + pgvs3.resp_stream_min();
+    now_ms bigint := floor(extract(epoch FROM pgvs3.resp_now()) * 1000)::bigint + pgvs3.resp_stream_min();
 BEGIN
     IF mode = 0 THEN
         IF now_ms > last_ms THEN

@@ -158,10 +158,14 @@ END $$;
 
 -- The ID XADD gives an entry, after the stream's last ID (`last_ms`, `last_seq`): `mode` 0 is
 -- `*` (now, or after the last), 1 is `<ms>-*`, 2 an explicit ID. NULLs: the ID is too small.
+-- `*` reads the batch's clock (layout v74, `pgvs3.resp_now`): the instant the gateway's working
+-- set predicts a script's XADD by (resp/working_set/stream.rs), where clock_timestamp() came
+-- later and gave every speculated XADD another ID. The IDs of one batch then share its
+-- milliseconds and count up in their sequence, after the stream's last ID as ever.
 CREATE OR REPLACE FUNCTION pgvs3.resp_stream_next_id(mode bigint, ms bigint, seq bigint, last_ms bigint, last_seq bigint,
     OUT id_ms bigint, OUT id_seq bigint) LANGUAGE plpgsql STABLE AS $$
 DECLARE
-    now_ms bigint := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint + pgvs3.resp_stream_min();
+    now_ms bigint := floor(extract(epoch FROM pgvs3.resp_now()) * 1000)::bigint + pgvs3.resp_stream_min();
 BEGIN
     IF mode = 0 THEN
         IF now_ms > last_ms THEN
