@@ -17,6 +17,7 @@
 
 pub mod hash;
 pub mod list;
+mod reply;
 pub mod set;
 pub mod stream;
 pub mod zset;
