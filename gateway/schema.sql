@@ -2118,6 +2118,20 @@ BEGIN
 END $$;
 
 --
+-- Name: resp_expect(boolean); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_expect(kept boolean) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF kept IS NOT TRUE THEN
+        RAISE EXCEPTION 'a speculated reply differs from the call''s' USING HINT = 'Mispredicted';
+    END IF;
+    RETURN true;
+END $$;
+
+--
 -- Name: resp_fits(bigint, text, "char"); Type: FUNCTION; Schema: pgvs3; Owner: -
 --
 

@@ -23,6 +23,8 @@ pub struct Metrics {
     pub resp_group_reads: IntCounter,
     pub resp_group_read_batches: IntCounter,
     pub resp_output_limit_closed: IntCounter,
+    pub resp_speculated_calls: IntCounter,
+    pub resp_speculation_misses: IntCounter,
     pub replication_lag_seconds: Gauge,
     pub admission_active: IntGaugeVec,
     pub admission_waiting: IntGaugeVec,
@@ -47,6 +49,8 @@ impl Metrics {
             resp_group_reads,
             resp_group_read_batches,
             resp_output_limit_closed,
+            resp_speculated_calls,
+            resp_speculation_misses,
         ] = resp_counters(r);
         let (admission_active, admission_waiting, admitted_after_wait, admission_rejected) = admission_metrics(r);
         let build_info = register(
@@ -71,6 +75,8 @@ impl Metrics {
             resp_group_reads,
             resp_group_read_batches,
             resp_output_limit_closed,
+            resp_speculated_calls,
+            resp_speculation_misses,
             replication_lag_seconds,
             admission_active,
             admission_waiting,
@@ -227,7 +233,7 @@ fn maintenance_metrics(r: &Registry) -> (IntCounterVec, IntGauge, IntGaugeVec) {
 }
 
 /// RESP's group commit and group read, and the connections closed for their output.
-fn resp_counters(r: &Registry) -> [IntCounter; 6] {
+fn resp_counters(r: &Registry) -> [IntCounter; 8] {
     [
         counter(
             r,
@@ -259,6 +265,16 @@ fn resp_counters(r: &Registry) -> [IntCounter; 6] {
             "pgvs3_resp_client_output_limit_closed_total",
             "RESP connections closed because a reply passed --resp-output-limit \
              (Redis's client-output-buffer-limit for normal clients)",
+        ),
+        counter(
+            r,
+            "pgvs3_resp_speculated_calls_total",
+            "Script calls answered from the working set and checked in the database in a later round trip",
+        ),
+        counter(
+            r,
+            "pgvs3_resp_speculation_misses_total",
+            "Script runs started over without the working set because a call answered otherwise than predicted",
         ),
     ]
 }

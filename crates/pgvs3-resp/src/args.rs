@@ -75,6 +75,14 @@ pub struct RespArgs {
     #[arg(long, env = "PGVS3_RESP_SCRIPT_MAX_MEMORY", default_value = "64MiB", value_parser = parse_bytes)]
     pub resp_script_max_memory: u64,
 
+    /// Memory for the working set: the values of typed keys (hashes, lists, sets, sorted sets,
+    /// streams' last IDs) that scripts touched, kept so that a script's calls on them are
+    /// answered at once and checked in the database together when the script commits (issue
+    /// 39; a key with more than 10,000 elements, or past a quarter of this, is not kept).
+    /// `0`: every call of a script runs in the database as it is made.
+    #[arg(long, env = "PGVS3_RESP_WORKING_SET", default_value = "64MiB", value_parser = parse_bytes)]
+    pub resp_working_set: u64,
+
     /// Lua scripts that may run at once (default: the machine's cores, at least 2); a script
     /// that finds them all busy for `--admission-wait` is answered `BUSY`, as Redis answers
     /// while a script runs. Bounds the CPU and memory scripts can take (this times

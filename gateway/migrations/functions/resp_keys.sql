@@ -17,6 +17,19 @@ $$ SELECT 'wrongtype' $$;
 -- `pgvs3.resp_now` for its transaction (store/kv/sql.rs BATCH_CLOCK), so every call of a
 -- script or MULTI/EXEC judges every key at one instant, as Redis 7.0 does; outside a batch's
 -- transaction, now.
+-- A speculated call's check (layout v74): the gateway answered a script's call from its
+-- working set before the call ran, and sends the call with that answer; `kept` is whether the
+-- function answered the same. When not, the transaction must not commit (the script acted on
+-- an answer the database did not give): the error aborts it, and the gateway, told by the
+-- hint, runs the script again without speculation.
+CREATE OR REPLACE FUNCTION pgvs3.resp_expect(kept boolean) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    IF kept IS NOT TRUE THEN
+        RAISE EXCEPTION 'a speculated reply differs from the call''s' USING HINT = 'Mispredicted';
+    END IF;
+    RETURN true;
+END $$;
+
 CREATE OR REPLACE FUNCTION pgvs3.resp_now() RETURNS timestamptz LANGUAGE sql STABLE AS $$
     SELECT coalesce(nullif(current_setting('pgvs3.resp_now', true), '')::timestamptz, clock_timestamp())
 $$;

@@ -111,6 +111,7 @@ const NEW_SINCE_V10: &[&str] = &[
     "pgvs3.resp_create(bigint,text,\"char\")",
     "pgvs3.resp_decimal(bytea)",
     "pgvs3.resp_encodings(bigint)",
+    "pgvs3.resp_expect(boolean)",
     "pgvs3.resp_fits(bigint,text,\"char\")",
     "pgvs3.resp_grown(bigint,text,\"char\",bytea[],bigint)",
     "pgvs3.resp_hash(text,bigint,text[],text[],bytea[],bigint[],double precision[])",

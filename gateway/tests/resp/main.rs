@@ -33,6 +33,7 @@ mod tracking;
 mod transactions;
 mod types;
 mod versioned;
+mod working_set;
 
 /// The gateways of this binary run in its one process, so a test that measures the process's
 /// peak memory (hostile.rs) would count another test's large values: tests that hold tens of

@@ -31,8 +31,6 @@ mod script;
 mod stats;
 mod tracking;
 mod typed;
-// Wired into script runs by the commits after this one (issue 39).
-#[allow(dead_code)]
 mod working_set;
 
 // The typed families live with the other commands; their old paths stay.
@@ -84,6 +82,8 @@ pub struct RespSettings {
     pub script: lua::Limits,
     /// Lua interpreters that may run at once.
     pub running_scripts: usize,
+    /// Bytes of the working set (`--resp-working-set`; `0`: none).
+    pub working_set: usize,
 }
 
 impl RespSettings {
@@ -127,6 +127,7 @@ impl RespSettings {
                 .resp_max_running_scripts
                 .map(usize::from)
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |cores| cores.get().max(2))),
+            working_set: usize::try_from(args.resp_working_set).unwrap_or(usize::MAX),
         }
     }
 }
@@ -239,6 +240,8 @@ impl RespServer {
             settings.admission.max_wait,
             Arc::clone(&pubsub),
             Arc::clone(&monitors),
+            (settings.working_set > 0).then(|| Arc::new(working_set::WorkingSet::new(settings.working_set))),
+            metrics.clone(),
         );
         Ok(Arc::new(RespServer {
             group_commit: group_commit::GroupCommit::new(

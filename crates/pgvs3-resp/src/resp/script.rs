@@ -39,7 +39,9 @@ use super::lua::{self, Limits, Outcome, Stop};
 use super::monitor::{self, Monitors};
 use super::notify::Recorder;
 use super::pubsub::PubSub;
+use super::working_set::{RunSet, WorkingSet};
 use crate::bucket::Keyspace;
+use crate::metrics::Metrics;
 use crate::store::{KvBatch, Principal, StoreError, StoreResult, Watches};
 
 const NOSCRIPT: &str = "NOSCRIPT No matching script. Please use EVAL.";
@@ -76,6 +78,10 @@ pub struct Scripts {
     pubsub: Arc<PubSub>,
     /// The gateway's monitors, shown the calls of runs that commit.
     monitors: Arc<Monitors>,
+    /// The values of typed keys runs left, for the next runs' calls (none: every call runs
+    /// in the database at once).
+    working_set: Option<Arc<WorkingSet>>,
+    metrics: Metrics,
 }
 
 /// A run on the list of those running.
@@ -236,8 +242,12 @@ impl Scripts {
         busy_wait: std::time::Duration,
         pubsub: Arc<PubSub>,
         monitors: Arc<Monitors>,
+        working_set: Option<Arc<WorkingSet>>,
+        metrics: Metrics,
     ) -> Scripts {
         Scripts {
+            working_set,
+            metrics,
             cache: Mutex::default(),
             running: Mutex::default(),
             limits,
@@ -468,12 +478,26 @@ impl Scripts {
             watches,
             client,
         };
-        match self.attempt(&run, locking, &accept).await? {
-            Attempt::Done(replies) => Ok(replies),
-            Attempt::Contended => match self.attempt(&run, Locking::Keyspace, &accept).await? {
-                Attempt::Done(replies) => Ok(replies),
-                Attempt::Contended => unreachable!("no key lock is held elsewhere while the keyspace is held"),
-            },
+        // A run speculates (see working_set) when it writes: a run that only reads has no
+        // transaction of its own to check its calls in.
+        let mut speculate = write && !standby && self.working_set.is_some();
+        let mut locking = locking;
+        loop {
+            // Boxed: a run's future is large (its session, the script's calls), and it starts over.
+            match Box::pin(self.attempt(&run, locking, speculate, &accept)).await {
+                Ok(Attempt::Done(replies)) => return Ok(replies),
+                Ok(Attempt::Contended) if locking == Locking::Keyspace => {
+                    unreachable!("no key lock is held elsewhere while the keyspace is held")
+                }
+                Ok(Attempt::Contended) => locking = Locking::Keyspace,
+                // A call answered otherwise than the working set predicted: the run was rolled
+                // back, and starts over with every call run in the database.
+                Err(StoreError::Mispredicted) if speculate => {
+                    self.metrics.resp_speculation_misses.inc();
+                    speculate = false;
+                }
+                Err(err) => return Err(err),
+            }
         }
     }
 
@@ -482,6 +506,7 @@ impl Scripts {
         &self,
         run: &Run<'_>,
         locking: Locking,
+        speculate: bool,
         accept: &impl Fn(&KvBatch) -> bool,
     ) -> StoreResult<Attempt> {
         let Run {
@@ -519,7 +544,14 @@ impl Scripts {
                 recorder
             }),
         };
+        // Keyspace events are recorded around each call as it runs (recorder.rs): not with
+        // calls answered before they run.
+        let speculation = match (&self.working_set, speculate && recorder.is_none()) {
+            (Some(set), true) => Some(RunSet::new(Arc::clone(set), batch.bucket_id())),
+            _ => None,
+        };
         let mut session = Session {
+            speculation,
             channels: client.channels.clone(),
             recorder,
             reader: client.remembers_reads.then_some(client.id),
@@ -543,6 +575,10 @@ impl Scripts {
                 Step::Answered(reply) => reply.clone(),
                 Step::Key(command, _) => session.apply(command).await?,
                 Step::Wide(wide) => {
+                    if let Some(speculation) = &mut session.speculation {
+                        speculation.flush(&mut session.batch).await?;
+                        speculation.forget_all();
+                    }
                     let reply = wide.run(&mut session.batch).await?;
                     if wide.writes() {
                         // FLUSHDB: the batch holds every key as absent, as the database has it.
@@ -554,6 +590,10 @@ impl Scripts {
                     session.declared = request.keys.clone();
                     let outcome = self.evaluate(&mut session, request).await;
                     if let Some(err) = session.failure.take() {
+                        if matches!(err, StoreError::Mispredicted) {
+                            // Rolled back, and the connection kept for the run's next attempt.
+                            session.batch.rollback().await?;
+                        }
                         return Err(err);
                     }
                     if session.contended {
@@ -575,7 +615,13 @@ impl Scripts {
             Some(recorder) => recorder.finish(&mut session.batch).await?,
             None => Default::default(),
         };
-        session.batch.commit().await?;
+        match session.speculation.take() {
+            Some(speculation) => {
+                let confirmed = Box::pin(speculation.commit(session.batch)).await?;
+                self.metrics.resp_speculated_calls.inc_by(confirmed);
+            }
+            None => session.batch.commit().await?,
+        }
         changed.tell(&self.pubsub.tracking, keyspace.bucket());
         if let Some((_, lines)) = session.monitored {
             self.monitors.feed_lines(&lines);
@@ -769,6 +815,8 @@ enum Attempt {
 /// The batch of a run and what it knows of its keys.
 struct Session {
     batch: KvBatch,
+    /// The run's share of the working set, when it speculates.
+    speculation: Option<RunSet>,
     /// The keyspace events of the run's commands, when its keyspace emits any (notify.rs).
     recorder: Option<Recorder>,
     /// The tracking client whose reads are remembered (see [`RunBy`]).
@@ -808,6 +856,16 @@ impl Session {
         // here (a string or generic one). A script's run of typed calls on its queue's keys
         // (BullMQ: ~9 of a job's ~26) took a reload's round trip each under the keys' locks.
         let typed = matches!(command, KeyCommand::Typed(_));
+        if !typed && let Some(speculation) = &mut self.speculation {
+            // Calls answered but not sent must reach the database before a command that
+            // reloads their keys; and what the command does to its keys, the run's values
+            // do not follow.
+            let keys = command.keys();
+            if speculation.owes(&keys) {
+                Box::pin(speculation.flush(&mut self.batch)).await?;
+            }
+            speculation.forget(keys);
+        }
         let mut missing: Vec<String> = command
             .keys()
             .into_iter()
@@ -844,11 +902,20 @@ impl Session {
             recorder.look_up_consumers(&[command], &mut self.batch).await?;
             recorder.before(command, &self.batch);
         }
-        let replies = keys::apply_all(&[command], &mut self.batch, false).await?;
+        let reply = match (command, &mut self.speculation) {
+            (KeyCommand::Typed(typed), Some(speculation)) => {
+                // Boxed: its round trip's futures are large, and a script's calls nest deep.
+                Box::pin(speculation.call(typed, &mut self.batch, &self.stale)).await?
+            }
+            _ => keys::apply_all(&[command], &mut self.batch, false)
+                .await?
+                .into_iter()
+                .next()
+                .unwrap_or(Reply::Nil),
+        };
         if let KeyCommand::Typed(typed) = command {
             self.stale.extend(typed.call.keys.iter().cloned());
         }
-        let reply = replies.into_iter().next().unwrap_or(Reply::Nil);
         if let Some(recorder) = &mut self.recorder {
             recorder.after(command, &reply);
         }

@@ -111,7 +111,8 @@ fn code_of(err: &StoreError, request_id: Option<&RequestId>) -> (S3ErrorCode, St
         StoreError::NoEncryptionConfiguration => S3ErrorCode::ServerSideEncryptionConfigurationNotFoundError,
         StoreError::DeleteMarker { allowed: true, .. } => S3ErrorCode::NoSuchKey,
         StoreError::DeleteMarker { allowed: false, .. } => S3ErrorCode::MethodNotAllowed,
-        StoreError::Corrupt(_) | StoreError::NotAKeyspace(_) | StoreError::Database(_) => {
+        // (Mispredicted: RESP scripts only; never an S3 request's.)
+        StoreError::Corrupt(_) | StoreError::NotAKeyspace(_) | StoreError::Database(_) | StoreError::Mispredicted => {
             tracing::error!(error = ?err, "internal error");
             message = "We encountered an internal error. Please try again.".into();
             S3ErrorCode::InternalError

@@ -59,6 +59,9 @@ pub enum StoreError {
     /// The connection was lost after a write's COMMIT was sent: it may or may not have been
     /// applied (see `kv/commit_sent.rs`).
     CommitUnknown(String),
+    /// A speculated typed call answered otherwise than the working set had predicted
+    /// (`pgvs3.resp_expect`): its transaction is rolled back, and the run starts over.
+    Mispredicted,
     NoSuchUpload,
     /// A part named in a completion is missing or has another ETag.
     InvalidPart(String),
@@ -155,6 +158,7 @@ impl fmt::Display for StoreError {
                 "the connection to the database was lost after COMMIT was sent ({msg}): \
                  the write may or may not have been applied"
             ),
+            StoreError::Mispredicted => f.write_str("a speculated call answered otherwise than predicted"),
             StoreError::NoSuchUpload => f.write_str(
                 "the specified multipart upload does not exist: the upload ID may be invalid, \
                  or the upload may have been aborted or completed",
@@ -214,6 +218,10 @@ impl From<tokio_postgres::Error> for StoreError {
             && db.hint() == Some("QuotaExceeded")
         {
             return StoreError::QuotaExceeded(db.detail().unwrap_or_default().to_string());
+        }
+        // A speculated call whose answer was not the predicted one: its transaction aborted.
+        if err.as_db_error().and_then(|db| db.hint()) == Some("Mispredicted") {
+            return StoreError::Mispredicted;
         }
         // A write whose bucket was dropped under it (a RESP batch's `resp_hold_keyspace`).
         if err.as_db_error().and_then(|db| db.hint()) == Some("NoSuchBucket") {

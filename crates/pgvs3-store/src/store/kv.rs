@@ -556,6 +556,11 @@ impl KvBatch {
         Ok(())
     }
 
+    /// The id of the batch's bucket.
+    pub fn bucket_id(&self) -> i64 {
+        self.bucket.id
+    }
+
     /// The name of the batch's bucket.
     pub fn bucket_name(&self) -> &str {
         &self.bucket.name

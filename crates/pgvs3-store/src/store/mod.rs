@@ -75,8 +75,8 @@ pub use resp_acl::RespAclUser;
 pub use sts::{NewSession, RoleTrust, Session, is_session_key};
 pub use tagging::{MAX_BUCKET_TAGS, MAX_OBJECT_TAGS, Tags, tag_set};
 pub use types::{
-    Cut, Family, HashOp, KeyType, KeysOp, ListOp, Loaded, SetOp, SqlOp, StreamGroupOp, StreamOp, TypedCall, TypedRow,
-    ZsetOp, sql_error_text,
+    Cut, Family, HashOp, KeyType, KeysOp, ListOp, Loaded, SetOp, Speculated, Speculation, SqlOp, StreamGroupOp,
+    StreamOp, TypedCall, TypedRow, ZsetOp, sql_error_text,
 };
 pub use versions::{DeleteOutcome, VersionEntry, Versioning, VersionsPage, VersionsRequest, valid_version_id};
 

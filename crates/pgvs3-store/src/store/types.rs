@@ -383,11 +383,38 @@ pub struct Loaded {
     pub ints: Vec<i64>,
 }
 
+/// What a write batch's typed calls carry for a working set (pgvs3-resp's `working_set`).
+#[derive(Debug, Default)]
+pub struct Speculation<'a> {
+    /// The rows predicted for the calls, by position (`None`: the call runs as usual).
+    pub expected: Vec<Option<&'a TypedRow>>,
+    /// Keys loaded after the calls, each by its statement (see [`Loaded`]), in order.
+    pub loads: Vec<(&'static str, String)>,
+    /// The most elements a load takes.
+    pub load_limit: i64,
+    /// Keys whose typed versions are read after the calls and loads (the versions the batch's
+    /// loads give a typed key, `t<version>`), absent keys left out.
+    pub versions: Vec<String>,
+}
+
+/// What the calls of a [`Speculation`] answered.
+#[derive(Debug, Default)]
+pub struct Speculated {
+    pub rows: Vec<TypedRow>,
+    pub loaded: Vec<Loaded>,
+    pub versions: Vec<(String, String)>,
+}
+
 /// The statements of one namespace: a call per family, and the typed keys' share of the
 /// keyspace statements.
 #[derive(Debug)]
 pub(super) struct TypedSql {
     calls: [String; 7],
+    /// The calls sent with the row the gateway predicted for them (`$8`..`$10`: `n`, `items`,
+    /// `scores`): they answer only whether the function answered the same, and abort the
+    /// transaction when not (`pgvs3.resp_expect`). No cut: a prediction is never of a reply
+    /// past the call's limit.
+    expecting: [String; 7],
     /// The keys among `$2` past their expiry and not yet removed, typed or strings, with their
     /// deadlines: what typed reads that ran before it (in its snapshot, by an earlier clock)
     /// may have taken as absent ([`read_calls`]).
@@ -422,8 +449,20 @@ impl TypedSql {
                                         $4, $5, $6) r) sized) called"
             )
         };
+        let expecting = |family: &str| {
+            format!(
+                "SELECT pgvs3.resp_expect(r.err IS NULL AND r.n IS NOT DISTINCT FROM $8::bigint
+                          AND coalesce(r.items, '{{}}') IS NOT DISTINCT FROM coalesce($9::bytea[], '{{}}')
+                          AND coalesce(r.scores, '{{}}') IS NOT DISTINCT FROM coalesce($10::float8[], '{{}}')) AS kept
+                   FROM pgvs3.resp_{family}($1, $2, $3,
+                        ARRAY(SELECT key FROM {ns}.objects WHERE bucket_id = $2 AND key = ANY($3)
+                               AND ($7 OR expires_at IS NULL OR expires_at > clock_timestamp())),
+                        $4, $5, $6) r"
+            )
+        };
         TypedSql {
             calls: FAMILIES.map(call),
+            expecting: FAMILIES.map(expecting),
             lapsed: format!(
                 "SELECT coalesce(array_agg(key), '{{}}') AS lapsed, coalesce(array_agg(expires_at), '{{}}') AS deadlines
                    FROM (SELECT key, expires_at FROM pgvs3.resp_keys
@@ -442,12 +481,15 @@ pub(super) const DELETE_EXPIRED: &str = "DELETE FROM pgvs3.resp_keys WHERE ctid 
 
 /// Sends the calls on `client` one after the other without waiting between them (one round
 /// trip), with `before` sent first and `after` last; PostgreSQL runs them in that order. The
-/// calls' rows, and what `after` answered. `expired_strings_deleted`: `before` deletes the
+/// calls' rows, and what `after` answered. A call with a row in `expected` (by position) is
+/// sent to be checked against it, and answers it (see [`TypedSql::expecting`]). `expired_strings_deleted`: `before` deletes the
 /// expired strings among the keys, so the calls take every string row left as live.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn send_calls<B, A, T>(
     client: &deadpool_postgres::Object,
     bucket: &BucketInfo,
     calls: &[&TypedCall],
+    expected: &[Option<&TypedRow>],
     expired_strings_deleted: bool,
     before: B,
     after: A,
@@ -457,37 +499,70 @@ where
     B: std::future::Future<Output = Result<(), tokio_postgres::Error>>,
     A: std::future::Future<Output = Result<T, tokio_postgres::Error>>,
 {
+    let expectation = |k: usize| expected.get(k).copied().flatten();
     let mut statements: [Option<tokio_postgres::Statement>; 7] = Default::default();
-    for call in calls {
+    let mut checks: [Option<tokio_postgres::Statement>; 7] = Default::default();
+    for (k, call) in calls.iter().enumerate() {
         let index = call.family as usize;
-        if statements[index].is_none() {
-            statements[index] = Some(client.prepare_cached(&bucket.sql.types.calls[index]).await?);
+        let (slot, sql) = match expectation(k) {
+            Some(_) => (&mut checks[index], &bucket.sql.types.expecting[index]),
+            None => (&mut statements[index], &bucket.sql.types.calls[index]),
+        };
+        if slot.is_none() {
+            *slot = Some(client.prepare_cached(sql).await?);
         }
     }
     let args: Vec<Vec<&[u8]>> = calls
         .iter()
         .map(|call| call.args.iter().map(|arg| &arg[..]).collect())
         .collect();
-    let params: Vec<[&(dyn ToSql + Sync); 8]> = calls
+    // A predicted row's items as the check's parameter takes them, beside the row.
+    type Predicted<'a> = Option<(Vec<Option<&'a [u8]>>, &'a TypedRow)>;
+    let predicted: Vec<Predicted> = (0..calls.len())
+        .map(|k| expectation(k).map(|row| (row.items.iter().map(|item| item.as_deref()).collect(), row)))
+        .collect();
+    let (statements, checks) = (&statements, &checks);
+    let queries = calls
         .iter()
         .zip(&args)
-        .map(|(call, args)| -> [&(dyn ToSql + Sync); 8] {
-            [
-                &call.op,
-                &bucket.id,
-                &call.keys,
-                args,
-                &call.ints,
-                &call.floats,
-                &call.reply_limit,
-                &expired_strings_deleted,
-            ]
-        })
-        .collect();
-    let queries = calls.iter().zip(&params).map(|(call, params)| {
-        let statement = statements[call.family as usize].as_ref().expect("prepared above");
-        client.query_one(statement, params)
-    });
+        .zip(&predicted)
+        .map(|((call, args), predicted)| {
+            let index = call.family as usize;
+            async move {
+                match predicted {
+                    Some((items, row)) => {
+                        let params: [&(dyn ToSql + Sync); 10] = [
+                            &call.op,
+                            &bucket.id,
+                            &call.keys,
+                            args,
+                            &call.ints,
+                            &call.floats,
+                            &expired_strings_deleted,
+                            &row.n,
+                            items,
+                            &row.scores,
+                        ];
+                        let statement = checks[index].as_ref().expect("prepared above");
+                        client.query_one(statement, &params).await.map(|_| None)
+                    }
+                    None => {
+                        let params: [&(dyn ToSql + Sync); 8] = [
+                            &call.op,
+                            &bucket.id,
+                            &call.keys,
+                            args,
+                            &call.ints,
+                            &call.floats,
+                            &call.reply_limit,
+                            &expired_strings_deleted,
+                        ];
+                        let statement = statements[index].as_ref().expect("prepared above");
+                        client.query_one(statement, &params).await.map(Some)
+                    }
+                }
+            }
+        });
     // `ahead_done` once `before` and the calls answered, `after` still under way.
     let ahead = async {
         let ahead = futures::try_join!(before, futures::future::try_join_all(queries));
@@ -499,20 +574,24 @@ where
     let ((_, rows), after) = futures::try_join!(ahead, after)?;
     let rows = rows
         .iter()
-        .map(|row| TypedRow {
-            err: row.get::<_, Option<&str>>("err").map(sql_error_text),
-            n: row.get("n"),
-            items: row
-                .get::<_, Option<Vec<Option<Vec<u8>>>>>("items")
-                .unwrap_or_default()
-                .into_iter()
-                .map(|item| item.map(Bytes::from))
-                .collect(),
-            scores: row.get::<_, Option<Vec<Option<f64>>>>("scores").unwrap_or_default(),
-            cut: row.get::<_, Option<i64>>("cut_bytes").map(|bytes| Cut {
-                datum_bytes: bytes.max(0) as u64,
-                elements: row.get::<_, Option<i64>>("cut_elements").unwrap_or(0).max(0) as u64,
-            }),
+        .enumerate()
+        .map(|(k, row)| match row {
+            None => expectation(k).cloned().unwrap_or_default(),
+            Some(row) => TypedRow {
+                err: row.get::<_, Option<&str>>("err").map(sql_error_text),
+                n: row.get("n"),
+                items: row
+                    .get::<_, Option<Vec<Option<Vec<u8>>>>>("items")
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|item| item.map(Bytes::from))
+                    .collect(),
+                scores: row.get::<_, Option<Vec<Option<f64>>>>("scores").unwrap_or_default(),
+                cut: row.get::<_, Option<i64>>("cut_bytes").map(|bytes| Cut {
+                    datum_bytes: bytes.max(0) as u64,
+                    elements: row.get::<_, Option<i64>>("cut_elements").unwrap_or(0).max(0) as u64,
+                }),
+            },
         })
         .collect();
     Ok((rows, after))
@@ -563,7 +642,7 @@ pub(super) async fn read_calls(
             let deadlines = row.get::<_, Vec<std::time::SystemTime>>("deadlines");
             Ok(keys.into_iter().zip(deadlines).collect::<Vec<_>>())
         };
-        let (rows, lapsed) = send_calls(client, bucket, calls, false, before, after, || {}).await?;
+        let (rows, lapsed) = send_calls(client, bucket, calls, &[], false, before, after, || {}).await?;
         fresh = waited.fresh(lapsed);
         if fresh.is_empty() {
             return Ok(rows);
@@ -587,7 +666,7 @@ impl KvBatch {
     /// written first); `commit` ends the batch with them, in the same round trip.
     pub async fn typed(&mut self, calls: &[&TypedCall], commit: bool) -> StoreResult<Vec<TypedRow>> {
         self.write_pending().await?;
-        self.typed_calls(calls, commit).await
+        Ok(self.typed_calls(calls, &Speculation::default(), commit).await?.rows)
     }
 }
 

@@ -5,8 +5,7 @@ use std::collections::VecDeque;
 
 use bytes::Bytes;
 
-use super::reply::within_limit;
-use super::{Known, Value};
+use super::{Known, Value, within_limit};
 use crate::store::{ListOp, Loaded, SqlOp, TypedCall, TypedRow};
 
 /// Loads a list key (see [`Loaded`]): its elements in order. A live key of another type answers
@@ -110,8 +109,8 @@ fn nil() -> TypedRow {
 }
 
 /// The row of a call on a list (see [`super::predict`]). Predicted: LPUSH, RPUSH, LPUSHX,
-/// RPUSHX, LPOP, RPOP, LMOVE (RPOPLPUSH, and the blocking forms, whose call and row are the
-/// same), LREM, LLEN, LINDEX, LRANGE.
+/// RPUSHX, LPOP, RPOP, LMOVE and RPOPLPUSH (whose blocking forms make the same call: the run
+/// asks for none), LREM, LLEN, LINDEX, LRANGE.
 pub fn predict(call: &TypedCall, known: &mut Known) -> Option<TypedRow> {
     let op = *ListOp::ALL.iter().find(|op| call.is(**op))?;
     if op == ListOp::Lmove {
@@ -146,7 +145,7 @@ pub fn predict(call: &TypedCall, known: &mut Known) -> Option<TypedRow> {
             };
             let element = list.at(index).ok()?.cloned();
             let element = vec![element];
-            within_limit(call, &element, 0).then(|| items(None, element))?
+            within_limit(call, &element).then(|| items(None, element))?
         }
         (ListOp::Lrange, None) => items(None, Vec::new()),
         (ListOp::Lrange, Some(list)) => lrange(call, list)?,
@@ -182,7 +181,7 @@ fn pop(call: &TypedCall, list: &mut List, left: bool) -> Option<TypedRow> {
         true => list.elements.iter().take(take).cloned().map(Some).collect(),
         false => list.elements.iter().rev().take(take).cloned().map(Some).collect(),
     };
-    if !within_limit(call, &popped, 0) {
+    if !within_limit(call, &popped) {
         return None;
     }
     for _ in 0..take {
@@ -215,7 +214,7 @@ fn lrange(call: &TypedCall, list: &List) -> Option<TypedRow> {
         .cloned()
         .map(Some)
         .collect();
-    within_limit(call, &range, 0).then(|| items(None, range))
+    within_limit(call, &range).then(|| items(None, range))
 }
 
 /// LREM: args {element}, ints {count: > 0 from the head, < 0 from the tail, 0 all}; n: how
@@ -274,7 +273,7 @@ fn lmove(call: &TypedCall, known: &mut Known) -> Option<TypedRow> {
         return None;
     }
     let moved = vec![Some(element.clone())];
-    if !within_limit(call, &moved, 0) {
+    if !within_limit(call, &moved) {
         return None;
     }
     if let Some(Some(Value::List(list))) = known.get_mut(source) {

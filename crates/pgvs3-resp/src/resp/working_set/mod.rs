@@ -15,9 +15,10 @@
 //! runs at once, as without a working set, and the key's value is loaded again after it in the
 //! same round trip.
 
+mod cache;
 pub mod hash;
 pub mod list;
-mod reply;
+mod run;
 pub mod set;
 pub mod stream;
 pub mod zset;
@@ -26,6 +27,9 @@ use std::collections::HashMap;
 use std::time::SystemTime;
 
 use crate::store::{Family, KeyType, Loaded, TypedCall, TypedRow};
+
+pub use cache::WorkingSet;
+pub use run::RunSet;
 
 /// A typed key's value, as far as the working set holds it.
 #[derive(Debug, Clone)]
@@ -102,4 +106,30 @@ pub fn predict(call: &TypedCall, known: &mut Known, now: SystemTime) -> Option<T
         Family::Stream => stream::predict(call, known, now),
         Family::Keys | Family::StreamGroup => None,
     }
+}
+
+/// The type of the keys a call of `family` leaves behind (what its keys' values are loaded as
+/// after it ran), if one.
+pub fn family_type(family: Family) -> Option<KeyType> {
+    match family {
+        Family::Hash => Some(KeyType::Hash),
+        Family::Set => Some(KeyType::Set),
+        Family::Zset => Some(KeyType::Zset),
+        Family::List => Some(KeyType::List),
+        Family::Stream => Some(KeyType::Stream),
+        Family::Keys | Family::StreamGroup => None,
+    }
+}
+
+/// Whether a reply of `items` is surely within `call`'s reply limit (a quarter of it, with 16
+/// bytes an element): a reply past the limit is cut in the database, which no prediction is.
+pub fn within_limit(call: &TypedCall, items: &[Option<bytes::Bytes>]) -> bool {
+    let Some(limit) = call.reply_limit else {
+        return true;
+    };
+    let bytes: usize = items
+        .iter()
+        .map(|item| item.as_ref().map_or(0, bytes::Bytes::len) + 16)
+        .sum();
+    i64::try_from(bytes).is_ok_and(|bytes| bytes <= limit / 4)
 }

@@ -5,8 +5,7 @@ use std::collections::BTreeSet;
 
 use bytes::Bytes;
 
-use super::reply::within_limit;
-use super::{Known, Value};
+use super::{Known, Value, within_limit};
 use crate::resp::command::parse_integer;
 use crate::store::{Loaded, SetOp, SqlOp, TypedCall, TypedRow};
 
@@ -219,7 +218,8 @@ pub fn predict(call: &TypedCall, known: &mut Known) -> Option<TypedRow> {
                     )))
                 })
                 .collect();
-            if !within_limit(call, &[], scores.len()) {
+            // A score takes no more than an element of no bytes.
+            if !within_limit(call, &vec![None; scores.len()]) {
                 return None;
             }
             TypedRow {
@@ -230,7 +230,7 @@ pub fn predict(call: &TypedCall, known: &mut Known) -> Option<TypedRow> {
         (SetOp::Smembers, None) => TypedRow::default(),
         (SetOp::Smembers, Some(set)) => {
             let items = set.ordered()?;
-            if !within_limit(call, &items, 0) {
+            if !within_limit(call, &items) {
                 return None;
             }
             TypedRow {

@@ -4,7 +4,7 @@ use super::Known;
 use crate::store::{Loaded, TypedCall, TypedRow};
 
 /// Loads a stream key (see [`Loaded`]).
-pub const LOAD: &str = "SELECT false AS present, false AS too_large, NULL::bytea[] AS items, NULL::bytea[] AS vals,
+pub const LOAD: &str = "SELECT $1::bigint IS NULL AND $2::text IS NULL AND $3::bigint IS NULL AS present, false AS too_large, NULL::bytea[] AS items, NULL::bytea[] AS vals,
         NULL::float8[] AS scores, NULL::int8[] AS ints";
 
 #[derive(Debug, Clone)]

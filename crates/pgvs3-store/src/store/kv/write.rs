@@ -13,7 +13,7 @@ use tokio_postgres::types::{ToSql, Type};
 use super::{Change, FINE_LOCK_LIMIT, KvBatch, KvSql, KvValue, StringForm};
 use crate::store::chunks::Chunker;
 use crate::store::objects::INLINE_LIMIT;
-use crate::store::types::{TypedCall, TypedRow};
+use crate::store::types::{Loaded, Speculated, Speculation, TypedCall};
 use crate::store::{BucketInfo, StoreError, StoreResult};
 
 impl KvBatch {
@@ -22,15 +22,21 @@ impl KvBatch {
     pub(in crate::store) async fn typed_calls(
         &mut self,
         calls: &[&TypedCall],
+        speculation: &Speculation<'_>,
         commit: bool,
-    ) -> StoreResult<Vec<TypedRow>> {
+    ) -> StoreResult<Speculated> {
         self.busy = true;
-        let rows = self.send_typed_calls(calls, commit).await;
+        let rows = self.send_typed_calls(calls, speculation, commit).await;
         self.busy = false;
         rows
     }
 
-    async fn send_typed_calls(&mut self, calls: &[&TypedCall], commit: bool) -> StoreResult<Vec<TypedRow>> {
+    async fn send_typed_calls(
+        &mut self,
+        calls: &[&TypedCall],
+        speculation: &Speculation<'_>,
+        commit: bool,
+    ) -> StoreResult<Speculated> {
         if self.client.is_none() {
             self.client = Some(self.pool.get().await?);
         }
@@ -39,8 +45,13 @@ impl KvBatch {
         self.bucket.sql.kv.typed.store(true, Ordering::Relaxed);
         let client = self.client.as_ref().expect("taken above");
         if !self.in_transaction {
-            // A read batch's calls read as the store's typed reads do.
-            return crate::store::types::read_calls(client, &self.bucket, calls).await;
+            // A read batch's calls read as the store's typed reads do (nothing is speculated
+            // there: a working set serves write runs).
+            let rows = crate::store::types::read_calls(client, &self.bucket, calls).await?;
+            return Ok(Speculated {
+                rows,
+                ..Speculated::default()
+            });
         }
         let id = self.bucket.id;
         let begin = match self.deferred_locks.take() {
@@ -85,11 +96,38 @@ impl KvBatch {
             };
             futures::try_join!(begin, expired).map(drop)
         };
+        // The loads and versions a working set asked for, prepared first so that they go out
+        // in the same round trip, after the calls.
+        let mut load_statements = Vec::with_capacity(speculation.loads.len());
+        for (sql, _) in &speculation.loads {
+            load_statements.push(client.prepare_cached(sql).await?);
+        }
+        let versions = match speculation.versions.is_empty() {
+            true => None,
+            false => Some(client.prepare_cached(TYPED_VERSIONS).await?),
+        };
         let after = async {
-            match commit {
-                true => client.batch_execute("COMMIT").await,
-                false => Ok(()),
-            }
+            let loads = load_statements
+                .iter()
+                .zip(&speculation.loads)
+                .map(|(statement, (_, key))| async move {
+                    let params: [&(dyn ToSql + Sync); 3] = [&id, key, &speculation.load_limit];
+                    client.query_one(statement, &params).await
+                });
+            let versions = async {
+                match &versions {
+                    Some(statement) => client.query(statement, &[&id, &speculation.versions]).await,
+                    None => Ok(Vec::new()),
+                }
+            };
+            let commit = async {
+                match commit {
+                    true => client.batch_execute("COMMIT").await,
+                    false => Ok(()),
+                }
+            };
+            let (loaded, versions, ()) = futures::try_join!(futures::future::try_join_all(loads), versions, commit)?;
+            Ok((loaded, versions))
         };
         // The calls answered, COMMIT runs (see send_changes).
         let ahead_done = || {
@@ -97,15 +135,47 @@ impl KvBatch {
                 super::commit_sent::committing();
             }
         };
-        let sent = crate::store::types::send_calls(client, &self.bucket, calls, true, before, after, ahead_done).await;
-        let (rows, ()) = match commit {
+        let sent = crate::store::types::send_calls(
+            client,
+            &self.bucket,
+            calls,
+            &speculation.expected,
+            true,
+            before,
+            after,
+            ahead_done,
+        )
+        .await;
+        let (rows, (loaded, versions)) = match commit {
             true => super::commit_sent::outcome(sent)?,
             false => sent?,
         };
         if commit {
             self.in_transaction = false;
         }
-        Ok(rows)
+        Ok(Speculated {
+            rows,
+            loaded: loaded.iter().map(loaded_value).collect(),
+            versions: versions
+                .iter()
+                .map(|row| (row.get("key"), row.get("version")))
+                .collect(),
+        })
+    }
+
+    /// Runs typed calls inside the batch with what a working set asks of them (see
+    /// [`Speculation`]), after whatever the batch has changed so far (written first); `commit`
+    /// ends the batch with them, in the same round trip. A call whose answer differs from its
+    /// predicted row fails the batch with [`StoreError::Mispredicted`](crate::store::StoreError):
+    /// its transaction is then rolled back.
+    pub async fn typed_speculated(
+        &mut self,
+        calls: &[&TypedCall],
+        speculation: &Speculation<'_>,
+        commit: bool,
+    ) -> StoreResult<Speculated> {
+        self.write_pending().await?;
+        self.typed_calls(calls, speculation, commit).await
     }
 
     /// Writes the changes and commits in one round trip (plus one per chunked value).
@@ -481,3 +551,36 @@ const BATCH_NOTIFY: &str = "SELECT pgvs3.resp_batch_notify($1, $2, $3)";
 
 /// A message to every gateway, in the caller's transaction (functions/resp_pubsub.sql).
 pub(super) const NOTIFY: &str = "SELECT pgvs3.resp_notify($1, $2, $3)";
+
+/// The versions of typed keys, as the batch's loads give them (`t<version>`).
+const TYPED_VERSIONS: &str =
+    "SELECT key, 't' || version AS version FROM pgvs3.resp_keys WHERE bucket_id = $1 AND key = ANY($2)";
+
+/// A working set's load as it answered (see [`Loaded`]).
+fn loaded_value(row: &tokio_postgres::Row) -> Loaded {
+    let bytes = |column: &str| -> Vec<Bytes> {
+        row.get::<_, Option<Vec<Option<Vec<u8>>>>>(column)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|item| item.map(Bytes::from).unwrap_or_default())
+            .collect()
+    };
+    Loaded {
+        present: row.get::<_, Option<bool>>("present").unwrap_or(false),
+        too_large: row.get::<_, Option<bool>>("too_large").unwrap_or(false),
+        items: bytes("items"),
+        vals: bytes("vals"),
+        scores: row
+            .get::<_, Option<Vec<Option<f64>>>>("scores")
+            .unwrap_or_default()
+            .into_iter()
+            .map(|score| score.unwrap_or_default())
+            .collect(),
+        ints: row
+            .get::<_, Option<Vec<Option<i64>>>>("ints")
+            .unwrap_or_default()
+            .into_iter()
+            .map(|int| int.unwrap_or_default())
+            .collect(),
+    }
+}

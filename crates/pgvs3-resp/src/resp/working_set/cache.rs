@@ -1,0 +1,102 @@
+//! The gateway's working set: the values of typed keys its script runs left, by bucket and key,
+//! each with the version its key had when the run that left it committed. A run takes a value
+//! out when the key it locked still has that version (no other writer came between), and puts
+//! it back when it commits; so one key's value is in one run at a time, as the key's lock is.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+
+use super::Value;
+
+/// Values past this share of the budget are not kept: one key must not push out every other.
+const LARGEST_SHARE: usize = 4;
+
+pub struct WorkingSet {
+    budget: usize,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    values: HashMap<(i64, String), Held>,
+    /// Keys by the tick they were put back at: the oldest goes first when over budget.
+    order: BTreeMap<u64, (i64, String)>,
+    tick: u64,
+    bytes: usize,
+}
+
+struct Held {
+    version: String,
+    value: Value,
+    tick: u64,
+    bytes: usize,
+}
+
+impl WorkingSet {
+    /// A working set of at most `budget` bytes of values.
+    pub fn new(budget: usize) -> WorkingSet {
+        WorkingSet {
+            budget,
+            inner: Mutex::default(),
+        }
+    }
+
+    fn inner(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Takes out the value of `key` if it was left at `version`; a value of another version
+    /// is dropped (the key changed since).
+    pub fn take(&self, bucket: i64, key: &str, version: &str) -> Option<Value> {
+        let mut inner = self.inner();
+        let held = inner.values.remove(&(bucket, key.to_owned()))?;
+        inner.order.remove(&held.tick);
+        inner.bytes -= held.bytes;
+        (held.version == version).then_some(held.value)
+    }
+
+    /// Drops what is held of `key` (a run changed it otherwise than through the working set).
+    pub fn forget(&self, bucket: i64, key: &str) {
+        let mut inner = self.inner();
+        if let Some(held) = inner.values.remove(&(bucket, key.to_owned())) {
+            inner.order.remove(&held.tick);
+            inner.bytes -= held.bytes;
+        }
+    }
+
+    /// Puts back the value of `key` as of `version`, dropping the oldest values past the budget.
+    pub fn put(&self, bucket: i64, key: String, version: String, value: Value) {
+        let bytes = value.bytes() + key.len() + 64;
+        if bytes > self.budget / LARGEST_SHARE {
+            self.forget(bucket, &key);
+            return;
+        }
+        let mut inner = self.inner();
+        inner.tick += 1;
+        let tick = inner.tick;
+        let id = (bucket, key);
+        if let Some(old) = inner.values.remove(&id) {
+            inner.order.remove(&old.tick);
+            inner.bytes -= old.bytes;
+        }
+        inner.order.insert(tick, id.clone());
+        inner.values.insert(
+            id,
+            Held {
+                version,
+                value,
+                tick,
+                bytes,
+            },
+        );
+        inner.bytes += bytes;
+        while inner.bytes > self.budget {
+            let Some((_, oldest)) = inner.order.pop_first() else {
+                break;
+            };
+            if let Some(held) = inner.values.remove(&oldest) {
+                inner.bytes -= held.bytes;
+            }
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! One script run's share of the working set: the values of the keys it knows, and the calls it
+//! answered from them that have not been sent yet.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use super::{Known, Value, WorkingSet, family_type, predict};
+use crate::resp::codec::Reply;
+use crate::resp::typed::Typed;
+use crate::store::{KvBatch, KvValue, Speculation, StoreError, StoreResult, TypedCall, TypedRow};
+
+/// The most elements of one key a run loads into the working set.
+const LOAD_LIMIT: i64 = 10_000;
+
+pub struct RunSet {
+    set: Arc<WorkingSet>,
+    bucket: i64,
+    known: Known,
+    /// Calls answered from `known`, not sent yet, with the rows they were answered.
+    pending: Vec<(TypedCall, TypedRow)>,
+    /// Calls answered so far whose check in the database passed.
+    confirmed: u64,
+}
+
+impl RunSet {
+    pub fn new(set: Arc<WorkingSet>, bucket: i64) -> RunSet {
+        RunSet {
+            set,
+            bucket,
+            known: Known::new(),
+            pending: Vec::new(),
+            confirmed: 0,
+        }
+    }
+
+    /// Learns the keys among `keys` it does not know yet, as the batch loaded them: an absent
+    /// key as absent, a typed one from the working set when the set holds its loaded version.
+    /// `stale` keys changed in the database since the batch loaded them: not learned.
+    fn learn(&mut self, batch: &KvBatch, keys: &[String], stale: &HashSet<String>) {
+        for key in keys {
+            if self.known.contains_key(key) || stale.contains(key) {
+                continue;
+            }
+            match batch.get(key) {
+                None => {
+                    self.known.insert(key.clone(), None);
+                }
+                Some(entry) => {
+                    let (KvValue::Typed(kind), Some((version, _))) = (&entry.value, &entry.version) else {
+                        continue;
+                    };
+                    if let Some(value) = self.set.take(self.bucket, key, version)
+                        && value.kind() == *kind
+                    {
+                        self.known.insert(key.clone(), Some(value));
+                    }
+                }
+            }
+        }
+    }
+
+    /// A typed command: answered from what the run knows, or else run now, with the calls
+    /// answered before it, and its keys loaded after it (one round trip).
+    pub async fn call(&mut self, typed: &Typed, batch: &mut KvBatch, stale: &HashSet<String>) -> StoreResult<Reply> {
+        let call = &typed.call;
+        if typed.blocking.is_none() {
+            self.learn(batch, &call.keys, stale);
+            if let Some(row) = predict(call, &mut self.known, batch.now) {
+                self.pending.push((call.clone(), row.clone()));
+                return Ok(typed.reply(row));
+            }
+        }
+        let kind = family_type(call.family());
+        let loads = match kind {
+            Some(kind) => call
+                .keys
+                .iter()
+                .map(|key| (Value::load_sql(kind), key.clone()))
+                .collect(),
+            None => Vec::new(),
+        };
+        let mut rows = self.send(batch, Some(call), loads, Vec::new(), false).await?;
+        let row = rows.rows.pop().unwrap_or_default();
+        match (kind, &row.err) {
+            (Some(kind), None) => {
+                for (key, loaded) in call.keys.iter().zip(rows.loaded) {
+                    match (loaded.present, Value::from_loaded(kind, loaded)) {
+                        (false, _) => self.known.insert(key.clone(), None),
+                        (true, Some(value)) => self.known.insert(key.clone(), Some(value)),
+                        (true, None) => self.known.remove(key),
+                    };
+                }
+            }
+            _ => {
+                for key in &call.keys {
+                    self.known.remove(key);
+                }
+            }
+        }
+        Ok(typed.reply(row))
+    }
+
+    /// Whether a call answered but not sent yet touches one of `keys`.
+    pub fn owes(&self, keys: &[&String]) -> bool {
+        self.pending
+            .iter()
+            .any(|(call, _)| call.keys.iter().any(|key| keys.contains(&key)))
+    }
+
+    /// Sends the calls answered so far (before a command that works on their keys in the
+    /// gateway, which reloads them).
+    pub async fn flush(&mut self, batch: &mut KvBatch) -> StoreResult<()> {
+        if !self.pending.is_empty() {
+            self.send(batch, None, Vec::new(), Vec::new(), false).await?;
+        }
+        Ok(())
+    }
+
+    /// Forgets `keys`: a command changes them otherwise than through the working set.
+    pub fn forget<'a>(&mut self, keys: impl IntoIterator<Item = &'a String>) {
+        for key in keys {
+            self.known.remove(key);
+            self.set.forget(self.bucket, key);
+        }
+    }
+
+    /// Forgets every key (a keyspace-wide command ran).
+    pub fn forget_all(&mut self) {
+        let keys: Vec<String> = self.known.keys().cloned().collect();
+        self.forget(&keys);
+    }
+
+    /// Commits the batch, with the calls still owed, and leaves the values the run knows in
+    /// the working set at the versions their keys commit with. Answers how many of the run's
+    /// calls were answered from the working set (all checked by then).
+    pub async fn commit(mut self, mut batch: KvBatch) -> StoreResult<u64> {
+        let held: Vec<String> = self
+            .known
+            .iter()
+            .filter(|(_, value)| value.is_some())
+            .map(|(key, _)| key.clone())
+            .collect();
+        if self.pending.is_empty() && held.is_empty() {
+            batch.commit().await?;
+            return Ok(self.confirmed);
+        }
+        let sent = match self.send(&mut batch, None, Vec::new(), held, true).await {
+            // The COMMIT went out behind the failed check and rolled back: the connection is
+            // fine to keep (a batch dropped in its transaction closes its connection).
+            Err(StoreError::Mispredicted) => {
+                batch.rollback().await?;
+                return Err(StoreError::Mispredicted);
+            }
+            sent => sent?,
+        };
+        for (key, version) in sent.versions {
+            if let Some(Some(value)) = self.known.remove(&key) {
+                self.set.put(self.bucket, key, version, value);
+            }
+        }
+        Ok(self.confirmed)
+    }
+
+    /// Sends the owed calls, then `call` (run as usual), then the loads, and reads `versions`;
+    /// with `commit`, commits after them.
+    async fn send(
+        &mut self,
+        batch: &mut KvBatch,
+        call: Option<&TypedCall>,
+        loads: Vec<(&'static str, String)>,
+        versions: Vec<String>,
+        commit: bool,
+    ) -> StoreResult<crate::store::Speculated> {
+        let pending = std::mem::take(&mut self.pending);
+        let calls: Vec<&TypedCall> = pending.iter().map(|(call, _)| call).chain(call).collect();
+        let speculation = Speculation {
+            expected: pending.iter().map(|(_, row)| Some(row)).collect(),
+            loads,
+            load_limit: LOAD_LIMIT,
+            versions,
+        };
+        let mut sent = batch.typed_speculated(&calls, &speculation, commit).await?;
+        self.confirmed += pending.len() as u64;
+        // The owed calls' rows were answered already: only `call`'s is left.
+        sent.rows.drain(..pending.len());
+        Ok(sent)
+    }
+}
