@@ -135,7 +135,9 @@ impl KvBatch {
                 super::commit_sent::committing();
             }
         };
-        let sent = crate::store::types::send_calls(
+        // Boxed: with the loads and the versions behind the calls, the future is large, and a
+        // script's or EXEC's run nests it deep.
+        let sent = Box::pin(crate::store::types::send_calls(
             client,
             &self.bucket,
             calls,
@@ -144,7 +146,7 @@ impl KvBatch {
             before,
             after,
             ahead_done,
-        )
+        ))
         .await;
         let (rows, (loaded, versions)) = match commit {
             true => super::commit_sent::outcome(sent)?,
