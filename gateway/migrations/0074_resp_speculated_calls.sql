@@ -1,4 +1,7 @@
 -- Speculated calls (issue 39; functions/resp_keys.sql, `pgvs3.resp_expect`): a script's typed
 -- calls answered from the gateway's working set are sent later, in one round trip, each checked
 -- against the answer the script was given; a difference aborts the transaction.
+-- Also (functions/resp_list.sql): LINDEX, LSET, LRANGE and LREM with an index or count of
+-- -2^63 computed past bigint's range and failed with `bigint out of range`; they answer as Redis
+-- (nil, an empty array, every match removed from the tail).
 SELECT 1;

@@ -74,7 +74,7 @@ $$;
 CREATE OR REPLACE FUNCTION pgvs3.resp_list_at(b bigint, k text, idx bigint) RETURNS bigint LANGUAGE sql STABLE AS $$
     SELECT CASE WHEN idx >= 0
         THEN (SELECT pos FROM pgvs3.resp_list WHERE bucket_id = b AND key = k ORDER BY pos OFFSET idx LIMIT 1)
-        ELSE (SELECT pos FROM pgvs3.resp_list WHERE bucket_id = b AND key = k ORDER BY pos DESC OFFSET -idx - 1 LIMIT 1)
+        ELSE (SELECT pos FROM pgvs3.resp_list WHERE bucket_id = b AND key = k ORDER BY pos DESC OFFSET -(idx + 1) LIMIT 1)
     END
 $$;
 
@@ -150,7 +150,7 @@ BEGIN
         last := CASE WHEN ints[2] < 0 THEN ints[2] + len ELSE least(ints[2], len - 1) END;
         SELECT coalesce(array_agg(value ORDER BY pos), '{}') INTO items FROM (
             SELECT pos, value FROM pgvs3.resp_list WHERE bucket_id = b AND key = k
-             ORDER BY pos OFFSET first LIMIT greatest(last - first + 1, 0)) r;
+             ORDER BY pos OFFSET first LIMIT CASE WHEN last < first THEN 0 ELSE last - first + 1 END) r;
     WHEN 'lset' THEN
         p := pgvs3.resp_list_at(b, k, ints[1]);
         IF p IS NULL THEN
@@ -199,7 +199,7 @@ BEGIN
         ELSE
             DELETE FROM pgvs3.resp_list WHERE bucket_id = b AND key = k AND pos IN (
                 SELECT pos FROM pgvs3.resp_list WHERE bucket_id = b AND key = k AND value = args[1]
-                 ORDER BY pos DESC LIMIT -ints[1]);
+                 ORDER BY pos DESC LIMIT -greatest(ints[1], -9223372036854775807));
         END IF;
         GET DIAGNOSTICS n = ROW_COUNT;
         PERFORM pgvs3.resp_list_shrink(b, k, n, NULL, NULL);

@@ -1145,3 +1145,25 @@ async fn a_large_reply_is_read_within_the_buffer_budget() {
     );
     assert_eq!(gateway.metric("pgvs3_buffer_bytes_in_use").await, Some(0.0));
 }
+
+/// An index or count of -2^63 on a list answers as Redis does (nil, an empty array, every match
+/// removed from the tail); the list functions computed past bigint's range and answered
+/// `ERR database error: bigint out of range`.
+#[tokio::test]
+async fn list_indexes_at_the_end_of_the_integer_range_answer_as_redis() {
+    const MIN: &str = "-9223372036854775808";
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = RawResp::connect(gateway.resp_addr()).await;
+    assert_eq!(con.command(&["RPUSH", "l", "x", "y", "x", "z"]).await, Value::Int(4));
+    assert_eq!(con.command(&["LINDEX", "l", MIN]).await, Value::Nil);
+    assert_eq!(con.command(&["LRANGE", "l", "1", MIN]).await, Value::Array(Vec::new()));
+    assert_eq!(
+        con.command(&["LSET", "l", MIN, "w"]).await,
+        Value::Error("ERR index out of range".into())
+    );
+    assert_eq!(con.command(&["LREM", "l", MIN, "x"]).await, Value::Int(2));
+    assert_eq!(
+        con.command(&["LRANGE", "l", "0", "-1"]).await,
+        Value::Array(vec![Value::bulk("y"), Value::bulk("z")])
+    );
+}

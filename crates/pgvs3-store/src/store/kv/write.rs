@@ -26,16 +26,19 @@ impl KvBatch {
         commit: bool,
     ) -> StoreResult<Speculated> {
         self.busy = true;
-        let rows = self.send_typed_calls(calls, speculation, commit).await;
+        let rows = self.send_typed_calls(calls, speculation, commit, false).await;
         self.busy = false;
         rows
     }
 
+    /// `with_changes`: the batch's string changes go out first, in the same round trip (see
+    /// [`KvBatch::typed_speculated`]).
     async fn send_typed_calls(
         &mut self,
         calls: &[&TypedCall],
         speculation: &Speculation<'_>,
         commit: bool,
+        with_changes: bool,
     ) -> StoreResult<Speculated> {
         if self.client.is_none() {
             self.client = Some(self.pool.get().await?);
@@ -54,12 +57,17 @@ impl KvBatch {
             });
         }
         let id = self.bucket.id;
-        let begin = match self.deferred_locks.take() {
+        let locked = self.deferred_locks.take();
+        let mut begin = match &locked {
             Some(locked) => Some((
                 BeginLocked::prepare(client, &self.bucket.sql.kv, locked.len()).await?,
                 locked,
             )),
             None => None,
+        };
+        let changes = match with_changes {
+            true => Some(self.prepare_changes(client, &mut begin).await?),
+            false => None,
         };
         // A write batch first deletes the expired strings among the keys, which a typed key
         // made there would leave behind (the SQL functions delete expired typed rows, but only
@@ -85,6 +93,12 @@ impl KvBatch {
                     None => Ok(()),
                 }
             };
+            let changes = async {
+                match &changes {
+                    Some(changes) => changes.send(client, id, &self.now).await,
+                    None => Ok(()),
+                }
+            };
             let expired = async {
                 match &expired_strings {
                     Some((statement, keys)) => {
@@ -94,7 +108,7 @@ impl KvBatch {
                     None => Ok(()),
                 }
             };
-            futures::try_join!(begin, expired).map(drop)
+            futures::try_join!(begin, changes, expired).map(drop)
         };
         // The loads and versions a working set asked for, prepared first so that they go out
         // in the same round trip, after the calls.
@@ -135,7 +149,9 @@ impl KvBatch {
                 super::commit_sent::committing();
             }
         };
-        let sent = crate::store::types::send_calls(
+        // Boxed: with the loads and the versions behind the calls, the future is large, and a
+        // script's or EXEC's run nests it deep.
+        let sent = Box::pin(crate::store::types::send_calls(
             client,
             &self.bucket,
             calls,
@@ -144,7 +160,7 @@ impl KvBatch {
             before,
             after,
             ahead_done,
-        )
+        ))
         .await;
         let (rows, (loaded, versions)) = match commit {
             true => super::commit_sent::outcome(sent)?,
@@ -174,8 +190,21 @@ impl KvBatch {
         speculation: &Speculation<'_>,
         commit: bool,
     ) -> StoreResult<Speculated> {
-        self.write_pending().await?;
-        self.typed_calls(calls, speculation, commit).await
+        let changed = self.slots.values().any(|slot| slot.change != Change::None);
+        // A blind batch's writes may have to be sent again whole (`write_changes_now`): they go
+        // alone, as before any typed calls.
+        if !changed || self.blind || !self.in_transaction {
+            self.write_pending().await?;
+            return self.typed_calls(calls, speculation, commit).await;
+        }
+        // The string changes, the calls, the loads and the COMMIT in one round trip; the
+        // changes ahead of the calls, which must see them.
+        self.busy = true;
+        let sent = self.send_typed_calls(calls, speculation, commit, true).await;
+        self.busy = false;
+        let sent = sent?;
+        self.changes_written();
+        Ok(sent)
     }
 
     /// Writes the changes and commits in one round trip (plus one per chunked value).
@@ -193,6 +222,12 @@ impl KvBatch {
             return Ok(());
         }
         self.write_changes(false).await?;
+        self.changes_written();
+        Ok(())
+    }
+
+    /// The batch's changes went out: the slots hold what the database has.
+    fn changes_written(&mut self) {
         for slot in self.slots.values_mut() {
             slot.existed = slot.current.is_some();
             slot.string = slot
@@ -201,7 +236,6 @@ impl KvBatch {
                 .is_some_and(|entry| !matches!(entry.value, KvValue::Typed(_)));
             slot.change = Change::None;
         }
-        Ok(())
     }
 
     async fn write_changes(&mut self, commit: bool) -> StoreResult<()> {
@@ -233,49 +267,22 @@ impl KvBatch {
 
     async fn send_changes(&mut self, commit: bool) -> StoreResult<()> {
         let client = self.client.as_ref().expect("client until commit");
-        let sql = &self.bucket.sql;
         let id = &self.bucket.id;
         // Kept until the writes are sent: a batch whose blind overwrite met typed keys is sent
         // again whole (see write_changes).
         let mut begin = match self.deferred_locks.as_ref() {
-            Some(locked) => Some((BeginLocked::prepare(client, &sql.kv, locked.len()).await?, locked)),
+            Some(locked) => Some((
+                BeginLocked::prepare(client, &self.bucket.sql.kv, locked.len()).await?,
+                locked,
+            )),
             None => None,
         };
-        let Changes {
-            deleted,
-            marked,
-            expiring,
-            written,
-        } = self.changes(client, &mut begin).await?;
-        let upsert = self.upsert_statement(&written, begin.is_some());
-        let (delete, mark_deleted, set_expiry, upsert) = futures::try_join!(
-            client.prepare_cached(&sql.kv.delete),
-            client.prepare_cached(&sql.kv.mark_deleted),
-            client.prepare_cached(&sql.kv.set_expiry),
-            client.prepare_cached(upsert),
-        )?;
+        let changes = self.prepare_changes(client, &mut begin).await?;
         // Prepared ahead: a statement prepared as it goes would let COMMIT overtake it.
         let notify = match self.notification.as_ref().filter(|_| commit) {
             Some(notification) => Some((client.prepare_cached(BATCH_NOTIFY).await?, notification)),
             None => None,
         };
-        let delete_params: [&(dyn ToSql + Sync); 2] = [id, &deleted];
-        let mark_params: [&(dyn ToSql + Sync); 2] = [id, &marked];
-        let meta = self.new_version_meta()?;
-        let expiry_params: [&(dyn ToSql + Sync); 4] = [id, &expiring.0, &expiring.1, &self.now];
-        let upsert_params: [&(dyn ToSql + Sync); 9] = [
-            id,
-            &written.keys,
-            &written.sizes,
-            &written.etags,
-            &written.inline,
-            &written.body_ids,
-            &written.expires_at,
-            &meta,
-            &written.marks,
-        ];
-        // `$9` only for the marked shape, which has it.
-        let upsert_params = &upsert_params[..if written.marks.is_empty() { 8 } else { 9 }];
         // COMMIT goes out with the writes. Should one of them fail, the server turns it into a
         // rollback and the error comes back from the failed statement. Until they have all
         // answered, a cancel hits one of them (and so rolls back); from then on, COMMIT runs.
@@ -287,10 +294,7 @@ impl KvBatch {
                         None => Ok(()),
                     }
                 },
-                execute_unless_empty(client, &delete, &delete_params, deleted.len()),
-                execute_unless_empty(client, &mark_deleted, &mark_params, marked.len()),
-                execute_unless_empty(client, &set_expiry, &expiry_params, expiring.0.len()),
-                execute_unless_empty(client, &upsert, upsert_params, written.keys.len()),
+                changes.send(client, *id, &self.now),
                 async {
                     match &notify {
                         Some((statement, (channel, message, limit))) => {
@@ -320,6 +324,32 @@ impl KvBatch {
             self.in_transaction = false;
         }
         Ok(())
+    }
+
+    /// The batch's changes with their statements prepared, to go out in one round trip (their
+    /// large values are stored on the way, see [`KvBatch::changes`]).
+    async fn prepare_changes<'a>(
+        &'a self,
+        client: &deadpool_postgres::Object,
+        begin: &mut Option<(BeginLocked, &Vec<String>)>,
+    ) -> StoreResult<PreparedChanges<'a>> {
+        let sql = &self.bucket.sql;
+        let changes = self.changes(client, begin).await?;
+        let upsert = self.upsert_statement(&changes.written, begin.is_some());
+        let (delete, mark_deleted, set_expiry, upsert) = futures::try_join!(
+            client.prepare_cached(&sql.kv.delete),
+            client.prepare_cached(&sql.kv.mark_deleted),
+            client.prepare_cached(&sql.kv.set_expiry),
+            client.prepare_cached(upsert),
+        )?;
+        Ok(PreparedChanges {
+            changes,
+            delete,
+            mark_deleted,
+            set_expiry,
+            upsert,
+            meta: self.new_version_meta()?,
+        })
     }
 
     /// The batch's changes, key by key in sorted order. A value too large to be inline is
@@ -392,6 +422,56 @@ impl KvBatch {
             true => &upsert.whole,
             false => &upsert.marked,
         }
+    }
+}
+
+/// A batch's changes and their statements, prepared (see [`KvBatch::prepare_changes`]).
+struct PreparedChanges<'a> {
+    changes: Changes<'a>,
+    delete: tokio_postgres::Statement,
+    mark_deleted: tokio_postgres::Statement,
+    set_expiry: tokio_postgres::Statement,
+    upsert: tokio_postgres::Statement,
+    meta: tokio_postgres::types::Json<super::super::ObjectMeta>,
+}
+
+impl PreparedChanges<'_> {
+    /// Sends the changes, each statement on the first poll (in key order, in one round trip).
+    async fn send(
+        &self,
+        client: &deadpool_postgres::Object,
+        id: i64,
+        now: &SystemTime,
+    ) -> Result<(), tokio_postgres::Error> {
+        let Changes {
+            deleted,
+            marked,
+            expiring,
+            written,
+        } = &self.changes;
+        let delete_params: [&(dyn ToSql + Sync); 2] = [&id, deleted];
+        let mark_params: [&(dyn ToSql + Sync); 2] = [&id, marked];
+        let expiry_params: [&(dyn ToSql + Sync); 4] = [&id, &expiring.0, &expiring.1, now];
+        let upsert_params: [&(dyn ToSql + Sync); 9] = [
+            &id,
+            &written.keys,
+            &written.sizes,
+            &written.etags,
+            &written.inline,
+            &written.body_ids,
+            &written.expires_at,
+            &self.meta,
+            &written.marks,
+        ];
+        // `$9` only for the marked shape, which has it.
+        let upsert_params = &upsert_params[..if written.marks.is_empty() { 8 } else { 9 }];
+        futures::try_join!(
+            execute_unless_empty(client, &self.delete, &delete_params, deleted.len()),
+            execute_unless_empty(client, &self.mark_deleted, &mark_params, marked.len()),
+            execute_unless_empty(client, &self.set_expiry, &expiry_params, expiring.0.len()),
+            execute_unless_empty(client, &self.upsert, upsert_params, written.keys.len()),
+        )
+        .map(drop)
     }
 }
 
