@@ -26,7 +26,9 @@ impl KvBatch {
         commit: bool,
     ) -> StoreResult<Speculated> {
         self.busy = true;
-        let rows = self.send_typed_calls(calls, speculation, commit, false).await;
+        // Boxed, as every path to a round trip of typed calls: the future is large, and runs
+        // (scripts, EXEC) nest it deep.
+        let rows = Box::pin(self.send_typed_calls(calls, speculation, commit, false)).await;
         self.busy = false;
         rows
     }
@@ -66,7 +68,7 @@ impl KvBatch {
             None => None,
         };
         let changes = match with_changes {
-            true => Some(self.prepare_changes(client, &mut begin).await?),
+            true => Some(Box::pin(self.prepare_changes(client, &mut begin)).await?),
             false => None,
         };
         // A write batch first deletes the expired strings among the keys, which a typed key
@@ -200,7 +202,7 @@ impl KvBatch {
         // The string changes, the calls, the loads and the COMMIT in one round trip; the
         // changes ahead of the calls, which must see them.
         self.busy = true;
-        let sent = self.send_typed_calls(calls, speculation, commit, true).await;
+        let sent = Box::pin(self.send_typed_calls(calls, speculation, commit, true)).await;
         self.busy = false;
         let sent = sent?;
         self.changes_written();
@@ -277,7 +279,7 @@ impl KvBatch {
             )),
             None => None,
         };
-        let changes = self.prepare_changes(client, &mut begin).await?;
+        let changes = Box::pin(self.prepare_changes(client, &mut begin)).await?;
         // Prepared ahead: a statement prepared as it goes would let COMMIT overtake it.
         let notify = match self.notification.as_ref().filter(|_| commit) {
             Some(notification) => Some((client.prepare_cached(BATCH_NOTIFY).await?, notification)),
