@@ -4,4 +4,6 @@
 -- Also (functions/resp_list.sql): LINDEX, LSET, LRANGE and LREM with an index or count of
 -- -2^63 computed past bigint's range and failed with `bigint out of range`; they answer as Redis
 -- (nil, an empty array, every match removed from the tail).
+-- And (functions/resp_stream.sql): XADD's `*` takes the batch's clock (`pgvs3.resp_now()`), as
+-- the working set predicts it; the IDs of one batch share its millisecond and count up.
 SELECT 1;
