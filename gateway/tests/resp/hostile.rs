@@ -1167,3 +1167,16 @@ async fn list_indexes_at_the_end_of_the_integer_range_answer_as_redis() {
         Value::Array(vec![Value::bulk("y"), Value::bulk("z")])
     );
 }
+
+/// ZRANGE to rank 2^63 - 1 answers the whole set, as Redis; its count passed bigint's range in
+/// the sorted-set function (`ERR database error: bigint out of range`).
+#[tokio::test]
+async fn a_rank_range_to_the_end_of_the_integer_range_answers_the_whole_set() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = RawResp::connect(gateway.resp_addr()).await;
+    assert_eq!(con.command(&["ZADD", "z", "1", "a", "2", "b"]).await, Value::Int(2));
+    assert_eq!(
+        con.command(&["ZRANGE", "z", "0", "9223372036854775807"]).await,
+        Value::Array(vec![Value::bulk("a"), Value::bulk("b")])
+    );
+}
