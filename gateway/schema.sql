@@ -4310,7 +4310,8 @@ BEGIN
         END IF;
         filter := 'true';
         skip := first;
-        take := last - first + 1;
+        -- (A range to 2^63 - 1 is as good as no end: its count would pass bigint.)
+        take := least(last - first, 9223372036854775806) + 1;
     ELSIF skip < 0 THEN
         RETURN;
     ELSIF ints[1] = 1 THEN
