@@ -321,6 +321,29 @@ async fn zset_and_stream_calls_of_every_form_answer_as_calls_run_one_by_one() {
     .await;
 }
 
+/// A gateway with the working set and one without it, on one database, and a connection to each.
+async fn two_gateways() -> (TestGateway, TestGateway, RawResp, RawResp) {
+    let speculating = TestGateway::with_resp(&[]).await;
+    let plain = TestGateway::with_args(
+        speculating.database_url.clone(),
+        &["--resp-addr", "127.0.0.1:0", "--resp-working-set", "0"],
+    )
+    .await;
+    let a = RawResp::connect(speculating.resp_addr()).await;
+    let b = RawResp::connect(plain.resp_addr()).await;
+    (speculating, plain, a, b)
+}
+
+/// The seed of a random run: `PGVS3_WORKING_SET_SEED`, else `default`; printed, to replay it.
+fn seed(default: u64) -> u64 {
+    let seed = std::env::var("PGVS3_WORKING_SET_SEED")
+        .ok()
+        .and_then(|seed| seed.parse().ok())
+        .unwrap_or(default);
+    eprintln!("seed {seed} (PGVS3_WORKING_SET_SEED replays it)");
+    seed
+}
+
 /// Random scripts of `random_call`s run on a gateway that speculates and on one that does not
 /// (one database, `config` set in it, and the keys `made` first by commands outside scripts:
 /// a name, the key's place among `keys`, the other arguments) answer the same and leave the
@@ -331,19 +354,8 @@ async fn runs_agree(
     made: &[(&str, usize, &[&str])],
     rounds: u64,
 ) {
-    let speculating = TestGateway::with_resp(&[]).await;
-    let plain = TestGateway::with_args(
-        speculating.database_url.clone(),
-        &["--resp-addr", "127.0.0.1:0", "--resp-working-set", "0"],
-    )
-    .await;
-    let mut a = RawResp::connect(speculating.resp_addr()).await;
-    let mut b = RawResp::connect(plain.resp_addr()).await;
-    let seed = std::env::var("PGVS3_WORKING_SET_SEED")
-        .ok()
-        .and_then(|seed| seed.parse().ok())
-        .unwrap_or(0x5eed_3939_u64);
-    eprintln!("seed {seed} (PGVS3_WORKING_SET_SEED replays it)");
+    let (speculating, plain, mut a, mut b) = two_gateways().await;
+    let seed = seed(0x5eed_3939_u64);
     if let Some((name, value)) = config {
         assert_eq!(
             a.command(&["CONFIG", "SET", name, value]).await,
@@ -474,19 +486,8 @@ fn random_list_or_set_call(rng: &mut Rng) -> String {
 
 #[tokio::test]
 async fn speculated_list_and_set_calls_answer_as_calls_run_one_by_one() {
-    let speculating = TestGateway::with_resp(&[]).await;
-    let plain = TestGateway::with_args(
-        speculating.database_url.clone(),
-        &["--resp-addr", "127.0.0.1:0", "--resp-working-set", "0"],
-    )
-    .await;
-    let mut a = RawResp::connect(speculating.resp_addr()).await;
-    let mut b = RawResp::connect(plain.resp_addr()).await;
-    let seed = std::env::var("PGVS3_WORKING_SET_SEED")
-        .ok()
-        .and_then(|seed| seed.parse().ok())
-        .unwrap_or(0x5e75_3939_u64);
-    eprintln!("seed {seed} (PGVS3_WORKING_SET_SEED replays it)");
+    let (speculating, _plain, mut a, mut b) = two_gateways().await;
+    let seed = seed(0x5e75_3939_u64);
     let mut rng = Rng(seed | 1);
     let keys = |prefix: &str| -> Vec<String> {
         ["l1", "l2", "s1", "s2"]

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use crate::resp::codec::Reply;
 use crate::resp::command::{integer, key, parse_float, syntax_error};
 use crate::resp::typed::{MAX_RANDOM, Shape, Typed, multi_pop, random_count, scan_options};
-use crate::store::ZsetOp;
+use crate::store::{TypedCall, ZsetOp};
 
 fn not_a_float() -> Reply {
     Reply::error("ERR value is not a valid float")
@@ -17,20 +17,21 @@ fn score(arg: &[u8]) -> Result<f64, Reply> {
     parse_float(arg).ok_or_else(not_a_float)
 }
 
-/// A range of ZRANGE and its kin, as `pgvs3.resp_zrange` takes it (see resp_zset.sql).
+/// A range of ZRANGE and its kin, as `pgvs3.resp_zrange` takes it (see resp_zset.sql): made
+/// here from a command's words, read back from its call by the working set (working_set/zset.rs).
 #[derive(Default)]
-struct Range {
-    mode: i64,
-    rev: bool,
-    start: i64,
-    stop: i64,
-    offset: i64,
-    count: i64,
-    min_kind: i64,
-    max_kind: i64,
-    min: f64,
-    max: f64,
-    lex: [Bytes; 2],
+pub(crate) struct Range {
+    pub(crate) mode: i64,
+    pub(crate) rev: bool,
+    pub(crate) start: i64,
+    pub(crate) stop: i64,
+    pub(crate) offset: i64,
+    pub(crate) count: i64,
+    pub(crate) min_kind: i64,
+    pub(crate) max_kind: i64,
+    pub(crate) min: f64,
+    pub(crate) max: f64,
+    pub(crate) lex: [Bytes; 2],
 }
 
 impl Range {
@@ -100,6 +101,36 @@ impl Range {
                 Some(self.max_kind),
             ])
             .floats(&[self.min, self.max])
+    }
+
+    /// The range a call carries (what [`Range::call`] made), if it is one.
+    pub(crate) fn of(call: &TypedCall) -> Option<Range> {
+        let ints: Vec<i64> = call.ints.iter().copied().collect::<Option<_>>()?;
+        let [mode, rev, start, stop, offset, count, min_kind, max_kind] = ints[..] else {
+            return None;
+        };
+        let [min, max] = call.floats[..] else {
+            return None;
+        };
+        let [low, high] = &call.args[..] else {
+            return None;
+        };
+        if !(0..=2).contains(&mode) || min.is_nan() || max.is_nan() {
+            return None;
+        }
+        Some(Range {
+            mode,
+            rev: rev == 1,
+            start,
+            stop,
+            offset,
+            count,
+            min_kind,
+            max_kind,
+            min,
+            max,
+            lex: [low.clone(), high.clone()],
+        })
     }
 }
 

@@ -296,6 +296,7 @@ fn lmove(call: &TypedCall, known: &mut Known) -> Option<TypedRow> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::resp::working_set::known;
     use crate::resp::commands::list::parse;
     use crate::resp::working_set::set::Set;
 
@@ -328,13 +329,6 @@ mod tests {
             ..Loaded::default()
         };
         Some(Value::Set(Set::from_loaded(loaded).expect("a set")))
-    }
-
-    fn known(entries: &[(&str, Option<Value>)]) -> Known {
-        entries
-            .iter()
-            .map(|(key, value)| (key.to_string(), value.clone()))
-            .collect()
     }
 
     /// The list `key` holds: `None` when it is known to be absent.

@@ -133,3 +133,12 @@ pub fn within_limit(call: &TypedCall, items: &[Option<bytes::Bytes>]) -> bool {
         .sum();
     i64::try_from(bytes).is_ok_and(|bytes| bytes <= limit / 4)
 }
+
+/// The keys of a unit test's run, as `(key, value)` pairs.
+#[cfg(test)]
+pub fn known(entries: &[(&str, Option<Value>)]) -> Known {
+    entries
+        .iter()
+        .map(|(key, value)| (key.to_string(), value.clone()))
+        .collect()
+}

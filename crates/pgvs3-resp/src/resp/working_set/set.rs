@@ -265,6 +265,7 @@ fn sadd(set: &mut Set, args: &[Bytes]) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::resp::working_set::known;
     use crate::resp::commands::set::parse;
     use crate::resp::working_set::list::List;
 
@@ -298,13 +299,6 @@ mod tests {
             ..Loaded::default()
         };
         Some(Value::List(List::from_loaded(loaded).expect("a list")))
-    }
-
-    fn known(entries: &[(&str, Option<Value>)]) -> Known {
-        entries
-            .iter()
-            .map(|(key, value)| (key.to_string(), value.clone()))
-            .collect()
     }
 
     /// The members `key` holds, in byte order: `None` when it is known to be absent.

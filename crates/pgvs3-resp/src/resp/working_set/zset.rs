@@ -11,6 +11,7 @@ use std::ops::Bound;
 use bytes::Bytes;
 
 use super::{Known, Value, within_limit};
+use crate::resp::commands::zset::Range;
 use crate::store::{Loaded, TypedCall, TypedRow};
 
 /// Loads a zset key (see [`Loaded`]): its members in `items`, their scores in `scores`.
@@ -175,52 +176,8 @@ fn to_usize(n: i64) -> usize {
     usize::try_from(n).unwrap_or(usize::MAX)
 }
 
-/// A range of ZRANGE and its kin as the call carries it (resp_zset.sql's header): ints {mode,
-/// rev, start, stop, offset, count, min kind, max kind}, floats {min, max}, args {min, max}.
-struct Range {
-    mode: i64,
-    rev: bool,
-    start: i64,
-    stop: i64,
-    offset: i64,
-    count: i64,
-    min_kind: i64,
-    max_kind: i64,
-    min: f64,
-    max: f64,
-    lex: [Bytes; 2],
-}
-
+// The range's judgements of members, as the function's filters and orders make them.
 impl Range {
-    fn of(call: &TypedCall) -> Option<Range> {
-        let ints: Vec<i64> = call.ints.iter().copied().collect::<Option<_>>()?;
-        let [mode, rev, start, stop, offset, count, min_kind, max_kind] = ints[..] else {
-            return None;
-        };
-        let [min, max] = call.floats[..] else {
-            return None;
-        };
-        let [low, high] = &call.args[..] else {
-            return None;
-        };
-        if !(0..=2).contains(&mode) || min.is_nan() || max.is_nan() {
-            return None;
-        }
-        Some(Range {
-            mode,
-            rev: rev == 1,
-            start,
-            stop,
-            offset,
-            count,
-            min_kind,
-            max_kind,
-            min,
-            max,
-            lex: [low.clone(), high.clone()],
-        })
-    }
-
     /// Whether a member of a score or lex range is within it (the function's filters).
     fn holds(&self, score: f64, member: &[u8]) -> bool {
         if self.mode == 1 {
