@@ -296,8 +296,8 @@ fn lmove(call: &TypedCall, known: &mut Known) -> Option<TypedRow> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resp::working_set::known;
     use crate::resp::commands::list::parse;
+    use crate::resp::working_set::known;
     use crate::resp::working_set::set::Set;
 
     fn call(words: &[&str]) -> TypedCall {

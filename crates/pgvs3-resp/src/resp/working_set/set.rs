@@ -265,8 +265,8 @@ fn sadd(set: &mut Set, args: &[Bytes]) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resp::working_set::known;
     use crate::resp::commands::set::parse;
+    use crate::resp::working_set::known;
     use crate::resp::working_set::list::List;
 
     fn call(words: &[&str]) -> TypedCall {
