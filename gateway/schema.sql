@@ -2037,10 +2037,11 @@ END $$;
 --
 
 CREATE FUNCTION pgvs3.resp_bump(b bigint, k text) RETURNS void
-    LANGUAGE sql
+    LANGUAGE plpgsql
     AS $$
-    UPDATE pgvs3.resp_keys SET version = version + 1 WHERE bucket_id = b AND key = k
-$$;
+BEGIN
+    UPDATE pgvs3.resp_keys SET version = version + 1 WHERE bucket_id = b AND key = k;
+END $$;
 
 --
 -- Name: resp_check(bigint, text[], text[], text[], "char", boolean); Type: FUNCTION; Schema: pgvs3; Owner: -
@@ -2086,10 +2087,11 @@ END $_$;
 --
 
 CREATE FUNCTION pgvs3.resp_create(b bigint, k text, t "char") RETURNS void
-    LANGUAGE sql
+    LANGUAGE plpgsql
     AS $$
-    INSERT INTO pgvs3.resp_keys (bucket_id, key, type) VALUES (b, k, t) ON CONFLICT (bucket_id, key) DO NOTHING
-$$;
+BEGIN
+    INSERT INTO pgvs3.resp_keys (bucket_id, key, type) VALUES (b, k, t) ON CONFLICT (bucket_id, key) DO NOTHING;
+END $$;
 
 --
 -- Name: resp_decimal(bytea); Type: FUNCTION; Schema: pgvs3; Owner: -
@@ -2199,6 +2201,7 @@ END $$;
 
 CREATE FUNCTION pgvs3.resp_hash(op text, b bigint, ks text[], strings text[], args bytea[], ints bigint[], floats double precision[], OUT err text, OUT n bigint, OUT items bytea[], OUT scores double precision[]) RETURNS record
     LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
     k text := ks[1];
@@ -2417,6 +2420,7 @@ END $$;
 
 CREATE FUNCTION pgvs3.resp_keys(op text, b bigint, ks text[], strings text[], args bytea[], ints bigint[], floats double precision[], OUT err text, OUT n bigint, OUT items bytea[], OUT scores double precision[]) RETURNS record
     LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
     src text := ks[1];
@@ -2484,10 +2488,11 @@ END $$;
 --
 
 CREATE FUNCTION pgvs3.resp_large(b bigint, k text) RETURNS boolean
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     AS $$
-    SELECT coalesce(r.large, NOT pgvs3.resp_fits(b, k, r.type)) FROM pgvs3.resp_keys r WHERE r.bucket_id = b AND r.key = k
-$$;
+BEGIN
+    RETURN (SELECT coalesce(r.large, NOT pgvs3.resp_fits(b, k, r.type)) FROM pgvs3.resp_keys r WHERE r.bucket_id = b AND r.key = k);
+END $$;
 
 --
 -- Name: resp_list(text, bigint, text[], text[], bytea[], bigint[], double precision[]); Type: FUNCTION; Schema: pgvs3; Owner: -
@@ -2495,6 +2500,7 @@ $$;
 
 CREATE FUNCTION pgvs3.resp_list(op text, b bigint, ks text[], strings text[], args bytea[], ints bigint[], floats double precision[], OUT err text, OUT n bigint, OUT items bytea[], OUT scores double precision[]) RETURNS record
     LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
     k text := ks[1];
@@ -2660,13 +2666,14 @@ END $$;
 --
 
 CREATE FUNCTION pgvs3.resp_list_at(b bigint, k text, idx bigint) RETURNS bigint
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     AS $$
-    SELECT CASE WHEN idx >= 0
-        THEN (SELECT pos FROM pgvs3.resp_list WHERE bucket_id = b AND key = k ORDER BY pos OFFSET idx LIMIT 1)
-        ELSE (SELECT pos FROM pgvs3.resp_list WHERE bucket_id = b AND key = k ORDER BY pos DESC OFFSET -(idx + 1) LIMIT 1)
-    END
-$$;
+BEGIN
+    IF idx >= 0 THEN
+        RETURN (SELECT pos FROM pgvs3.resp_list WHERE bucket_id = b AND key = k ORDER BY pos OFFSET idx LIMIT 1);
+    END IF;
+    RETURN (SELECT pos FROM pgvs3.resp_list WHERE bucket_id = b AND key = k ORDER BY pos DESC OFFSET -(idx + 1) LIMIT 1);
+END $$;
 
 --
 -- Name: resp_list_pop(bigint, text, boolean, bigint); Type: FUNCTION; Schema: pgvs3; Owner: -
@@ -2732,14 +2739,15 @@ END $$;
 --
 
 CREATE FUNCTION pgvs3.resp_list_shrink(b bigint, k text, removed bigint, head bigint, tail bigint) RETURNS void
-    LANGUAGE sql
+    LANGUAGE plpgsql
     AS $$
+BEGIN
     UPDATE pgvs3.resp_keys
        SET length = length - removed, version = version + 1,
            list_head = coalesce(head, list_head), list_tail = coalesce(tail, list_tail)
      WHERE bucket_id = b AND key = k AND removed > 0;
     DELETE FROM pgvs3.resp_keys WHERE bucket_id = b AND key = k AND type = 'l' AND length <= 0;
-$$;
+END $$;
 
 --
 -- Name: resp_mark_typed(); Type: FUNCTION; Schema: pgvs3; Owner: -
@@ -2780,10 +2788,11 @@ END $$;
 --
 
 CREATE FUNCTION pgvs3.resp_now() RETURNS timestamp with time zone
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     AS $$
-    SELECT coalesce(nullif(current_setting('pgvs3.resp_now', true), '')::timestamptz, clock_timestamp())
-$$;
+BEGIN
+    RETURN coalesce(nullif(current_setting('pgvs3.resp_now', true), '')::timestamptz, clock_timestamp());
+END $$;
 
 --
 -- Name: resp_object_event(); Type: FUNCTION; Schema: pgvs3; Owner: -
@@ -2885,6 +2894,7 @@ END $$;
 
 CREATE FUNCTION pgvs3.resp_set(op text, b bigint, ks text[], strings text[], args bytea[], ints bigint[], floats double precision[], OUT err text, OUT n bigint, OUT items bytea[], OUT scores double precision[]) RETURNS record
     LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
     k text := ks[1];
@@ -3059,8 +3069,9 @@ END $$;
 --
 
 CREATE FUNCTION pgvs3.resp_settle(b bigint, k text) RETURNS void
-    LANGUAGE sql
+    LANGUAGE plpgsql
     AS $$
+BEGIN
     UPDATE pgvs3.resp_keys SET version = version + 1 WHERE bucket_id = b AND key = k;
     DELETE FROM pgvs3.resp_keys r
      WHERE r.bucket_id = b AND r.key = k
@@ -3070,8 +3081,8 @@ CREATE FUNCTION pgvs3.resp_settle(b bigint, k text) RETURNS void
            WHEN 'z' THEN EXISTS (SELECT 1 FROM pgvs3.resp_zset e WHERE e.bucket_id = b AND e.key = k)
            WHEN 'l' THEN EXISTS (SELECT 1 FROM pgvs3.resp_list e WHERE e.bucket_id = b AND e.key = k)
            ELSE true
-       END
-$$;
+       END;
+END $$;
 
 --
 -- Name: resp_small_limits(bigint, "char"); Type: FUNCTION; Schema: pgvs3; Owner: -
@@ -3093,6 +3104,7 @@ END $$;
 
 CREATE FUNCTION pgvs3.resp_stream(op text, b bigint, ks text[], strings text[], args bytea[], ints bigint[], floats double precision[], OUT err text, OUT n bigint, OUT items bytea[], OUT scores double precision[]) RETURNS record
     LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $_$
 DECLARE
     k text := ks[1];
@@ -3468,10 +3480,11 @@ $$;
 --
 
 CREATE FUNCTION pgvs3.resp_stream_first(b bigint, k text, OUT ms bigint, OUT seq bigint) RETURNS record
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     AS $$
-    SELECT e.ms, e.seq FROM pgvs3.resp_stream_entry e WHERE e.bucket_id = b AND e.key = k ORDER BY e.ms, e.seq LIMIT 1
-$$;
+BEGIN
+    SELECT e.ms, e.seq INTO ms, seq FROM pgvs3.resp_stream_entry e WHERE e.bucket_id = b AND e.key = k ORDER BY e.ms, e.seq LIMIT 1;
+END $$;
 
 --
 -- Name: resp_stream_entry; Type: TABLE; Schema: pgvs3; Owner: -
@@ -3517,6 +3530,7 @@ END $$;
 
 CREATE FUNCTION pgvs3.resp_stream_group(op text, b bigint, ks text[], strings text[], args bytea[], ints bigint[], floats double precision[], OUT err text, OUT n bigint, OUT items bytea[], OUT scores double precision[]) RETURNS record
     LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $_$
 DECLARE
     k text := ks[1];
@@ -4115,11 +4129,12 @@ END $$;
 --
 
 CREATE FUNCTION pgvs3.resp_touch(b bigint, k text, t "char") RETURNS void
-    LANGUAGE sql
+    LANGUAGE plpgsql
     AS $$
+BEGIN
     INSERT INTO pgvs3.resp_keys AS r (bucket_id, key, type) VALUES (b, k, t)
-    ON CONFLICT (bucket_id, key) DO UPDATE SET version = r.version + 1
-$$;
+    ON CONFLICT (bucket_id, key) DO UPDATE SET version = r.version + 1;
+END $$;
 
 --
 -- Name: resp_track(text, boolean, integer); Type: FUNCTION; Schema: pgvs3; Owner: -
@@ -4172,11 +4187,12 @@ END $$;
 --
 
 CREATE FUNCTION pgvs3.resp_type(b bigint, k text) RETURNS "char"
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     AS $$
-    SELECT type FROM pgvs3.resp_keys
-     WHERE bucket_id = b AND key = k AND (expires_at IS NULL OR expires_at > pgvs3.resp_now())
-$$;
+BEGIN
+    RETURN (SELECT type FROM pgvs3.resp_keys
+             WHERE bucket_id = b AND key = k AND (expires_at IS NULL OR expires_at > pgvs3.resp_now()));
+END $$;
 
 --
 -- Name: resp_typed_conflict(); Type: FUNCTION; Schema: pgvs3; Owner: -
@@ -4337,6 +4353,7 @@ END $_$;
 
 CREATE FUNCTION pgvs3.resp_zset(op text, b bigint, ks text[], strings text[], args bytea[], ints bigint[], floats double precision[], OUT err text, OUT n bigint, OUT items bytea[], OUT scores double precision[]) RETURNS record
     LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
     k text := ks[1];

@@ -30,9 +30,14 @@ BEGIN
     RETURN true;
 END $$;
 
-CREATE OR REPLACE FUNCTION pgvs3.resp_now() RETURNS timestamptz LANGUAGE sql STABLE AS $$
-    SELECT coalesce(nullif(current_setting('pgvs3.resp_now', true), '')::timestamptz, clock_timestamp())
-$$;
+-- The helpers below that a call runs on every key are PL/pgSQL (layout v75), not SQL: a SQL
+-- function that cannot be inlined (one with a FROM, or calling a volatile function from a
+-- STABLE one) is parsed and planned again in every statement that calls it, which cost ~40 µs
+-- for resp_type and ~8 µs for this one per call; PL/pgSQL keeps its plans for the session.
+CREATE OR REPLACE FUNCTION pgvs3.resp_now() RETURNS timestamptz LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN coalesce(nullif(current_setting('pgvs3.resp_now', true), '')::timestamptz, clock_timestamp());
+END $$;
 
 -- A RESP write batch's first lock (store/kv/write.rs `BeginLocked`; layout v69): the bucket's
 -- write lock shared, with the bucket as committed once it is held (catalog.sql bucket_held),
@@ -78,32 +83,37 @@ BEGIN
 END $$;
 
 -- The live type of a key, NULL when it has none (or is a string).
-CREATE OR REPLACE FUNCTION pgvs3.resp_type(b bigint, k text) RETURNS "char" LANGUAGE sql STABLE AS $$
-    SELECT type FROM pgvs3.resp_keys
-     WHERE bucket_id = b AND key = k AND (expires_at IS NULL OR expires_at > pgvs3.resp_now())
-$$;
+CREATE OR REPLACE FUNCTION pgvs3.resp_type(b bigint, k text) RETURNS "char" LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (SELECT type FROM pgvs3.resp_keys
+             WHERE bucket_id = b AND key = k AND (expires_at IS NULL OR expires_at > pgvs3.resp_now()));
+END $$;
 
 -- A write is about to add to key `k` of type `t`: creates the key, or bumps its version.
-CREATE OR REPLACE FUNCTION pgvs3.resp_touch(b bigint, k text, t "char") RETURNS void LANGUAGE sql AS $$
+CREATE OR REPLACE FUNCTION pgvs3.resp_touch(b bigint, k text, t "char") RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
     INSERT INTO pgvs3.resp_keys AS r (bucket_id, key, type) VALUES (b, k, t)
-    ON CONFLICT (bucket_id, key) DO UPDATE SET version = r.version + 1
-$$;
+    ON CONFLICT (bucket_id, key) DO UPDATE SET version = r.version + 1;
+END $$;
 
 -- A write is about to add to key `k` of type `t` and does not know yet whether it changes
 -- anything (SADD of members already there, HSETNX of a field already set): creates the key, and
 -- leaves its version to `resp_bump`, called once something changed. Redis signals a key to
 -- WATCH only when a command changes it.
-CREATE OR REPLACE FUNCTION pgvs3.resp_create(b bigint, k text, t "char") RETURNS void LANGUAGE sql AS $$
-    INSERT INTO pgvs3.resp_keys (bucket_id, key, type) VALUES (b, k, t) ON CONFLICT (bucket_id, key) DO NOTHING
-$$;
+CREATE OR REPLACE FUNCTION pgvs3.resp_create(b bigint, k text, t "char") RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO pgvs3.resp_keys (bucket_id, key, type) VALUES (b, k, t) ON CONFLICT (bucket_id, key) DO NOTHING;
+END $$;
 
-CREATE OR REPLACE FUNCTION pgvs3.resp_bump(b bigint, k text) RETURNS void LANGUAGE sql AS $$
-    UPDATE pgvs3.resp_keys SET version = version + 1 WHERE bucket_id = b AND key = k
-$$;
+CREATE OR REPLACE FUNCTION pgvs3.resp_bump(b bigint, k text) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE pgvs3.resp_keys SET version = version + 1 WHERE bucket_id = b AND key = k;
+END $$;
 
 -- A write removed elements of `k`: bumps its version, and deletes the key when it is empty
 -- (Redis has no empty hashes, sets, sorted sets or lists; it keeps empty streams).
-CREATE OR REPLACE FUNCTION pgvs3.resp_settle(b bigint, k text) RETURNS void LANGUAGE sql AS $$
+CREATE OR REPLACE FUNCTION pgvs3.resp_settle(b bigint, k text) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
     UPDATE pgvs3.resp_keys SET version = version + 1 WHERE bucket_id = b AND key = k;
     DELETE FROM pgvs3.resp_keys r
      WHERE r.bucket_id = b AND r.key = k
@@ -113,8 +123,8 @@ CREATE OR REPLACE FUNCTION pgvs3.resp_settle(b bigint, k text) RETURNS void LANG
            WHEN 'z' THEN EXISTS (SELECT 1 FROM pgvs3.resp_zset e WHERE e.bucket_id = b AND e.key = k)
            WHEN 'l' THEN EXISTS (SELECT 1 FROM pgvs3.resp_list e WHERE e.bucket_id = b AND e.key = k)
            ELSE true
-       END
-$$;
+       END;
+END $$;
 
 -- The encoding parameters of bucket `b`'s keyspace (0051_resp_encodings.sql; layout v60 adds
 -- `stream-node-max-entries`), Redis 7.0.15's defaults where CONFIG SET never set one: what
@@ -206,9 +216,10 @@ END $$;
 
 -- OBJECT ENCODING of a hash, set or sorted set: whether it is in its large encoding (NULL:
 -- no such key).
-CREATE OR REPLACE FUNCTION pgvs3.resp_large(b bigint, k text) RETURNS boolean LANGUAGE sql STABLE AS $$
-    SELECT coalesce(r.large, NOT pgvs3.resp_fits(b, k, r.type)) FROM pgvs3.resp_keys r WHERE r.bucket_id = b AND r.key = k
-$$;
+CREATE OR REPLACE FUNCTION pgvs3.resp_large(b bigint, k text) RETURNS boolean LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (SELECT coalesce(r.large, NOT pgvs3.resp_fits(b, k, r.type)) FROM pgvs3.resp_keys r WHERE r.bucket_id = b AND r.key = k);
+END $$;
 
 -- Replaces whatever `k` holds, of any type, with nothing: the destination of a *STORE command,
 -- RENAME or COPY. `is_string`: it is a live string (an object of the bucket's namespace).

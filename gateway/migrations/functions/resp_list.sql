@@ -62,21 +62,23 @@ END $$;
 -- `removed` elements went: the length follows, the bounds move to `head` and `tail` where
 -- given (no element lies beyond them), and an empty list is deleted.
 CREATE OR REPLACE FUNCTION pgvs3.resp_list_shrink(b bigint, k text, removed bigint, head bigint, tail bigint) RETURNS void
-LANGUAGE sql AS $$
+LANGUAGE plpgsql AS $$
+BEGIN
     UPDATE pgvs3.resp_keys
        SET length = length - removed, version = version + 1,
            list_head = coalesce(head, list_head), list_tail = coalesce(tail, list_tail)
      WHERE bucket_id = b AND key = k AND removed > 0;
     DELETE FROM pgvs3.resp_keys WHERE bucket_id = b AND key = k AND type = 'l' AND length <= 0;
-$$;
+END $$;
 
 -- The position of the element at `idx` (negative: from the tail), NULL when out of range.
-CREATE OR REPLACE FUNCTION pgvs3.resp_list_at(b bigint, k text, idx bigint) RETURNS bigint LANGUAGE sql STABLE AS $$
-    SELECT CASE WHEN idx >= 0
-        THEN (SELECT pos FROM pgvs3.resp_list WHERE bucket_id = b AND key = k ORDER BY pos OFFSET idx LIMIT 1)
-        ELSE (SELECT pos FROM pgvs3.resp_list WHERE bucket_id = b AND key = k ORDER BY pos DESC OFFSET -(idx + 1) LIMIT 1)
-    END
-$$;
+CREATE OR REPLACE FUNCTION pgvs3.resp_list_at(b bigint, k text, idx bigint) RETURNS bigint LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF idx >= 0 THEN
+        RETURN (SELECT pos FROM pgvs3.resp_list WHERE bucket_id = b AND key = k ORDER BY pos OFFSET idx LIMIT 1);
+    END IF;
+    RETURN (SELECT pos FROM pgvs3.resp_list WHERE bucket_id = b AND key = k ORDER BY pos DESC OFFSET -(idx + 1) LIMIT 1);
+END $$;
 
 CREATE OR REPLACE FUNCTION pgvs3.resp_list(op text, b bigint, ks text[], strings text[], args bytea[], ints bigint[], floats float8[],
     OUT err text, OUT n bigint, OUT items bytea[], OUT scores float8[])

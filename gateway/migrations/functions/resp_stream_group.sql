@@ -38,9 +38,10 @@ RETURNS boolean LANGUAGE sql IMMUTABLE AS $$
 $$;
 
 -- The first entry's ID of a stream, NULLs when it is empty.
-CREATE OR REPLACE FUNCTION pgvs3.resp_stream_first(b bigint, k text, OUT ms bigint, OUT seq bigint) LANGUAGE sql STABLE AS $$
-    SELECT e.ms, e.seq FROM pgvs3.resp_stream_entry e WHERE e.bucket_id = b AND e.key = k ORDER BY e.ms, e.seq LIMIT 1
-$$;
+CREATE OR REPLACE FUNCTION pgvs3.resp_stream_first(b bigint, k text, OUT ms bigint, OUT seq bigint) LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    SELECT e.ms, e.seq INTO ms, seq FROM pgvs3.resp_stream_entry e WHERE e.bucket_id = b AND e.key = k ORDER BY e.ms, e.seq LIMIT 1;
+END $$;
 
 -- A group's lag (Redis's streamReplyWithCGLag): the entries not yet delivered to it, NULL
 -- when unknown.
