@@ -2201,7 +2201,6 @@ END $$;
 
 CREATE FUNCTION pgvs3.resp_hash(op text, b bigint, ks text[], strings text[], args bytea[], ints bigint[], floats double precision[], OUT err text, OUT n bigint, OUT items bytea[], OUT scores double precision[]) RETURNS record
     LANGUAGE plpgsql
-    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
     k text := ks[1];
@@ -2318,9 +2317,7 @@ BEGIN
     WHEN 'hmget' THEN
         -- A probe of the whole primary key per field (a join planned before ANALYZE read
         -- the whole hash: 0032_resp_plans.sql).
-        SELECT array_agg((SELECT h.value FROM pgvs3.resp_hash h WHERE h.bucket_id = b AND h.key = k AND h.field = a.f)
-                         ORDER BY a.i) INTO items
-          FROM unnest(args) WITH ORDINALITY AS a(f, i);
+        items := pgvs3.resp_hash_values(b, k, args);
     WHEN 'hexists' THEN
         n := (SELECT count(*) FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k AND field = args[1]);
     WHEN 'hstrlen' THEN
@@ -2373,6 +2370,20 @@ BEGIN
 END $$;
 
 --
+-- Name: resp_hash_values(bigint, text, bytea[]); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_hash_values(b bigint, k text, fields bytea[]) RETURNS bytea[]
+    LANGUAGE plpgsql STABLE
+    SET plan_cache_mode TO 'force_generic_plan'
+    AS $$
+BEGIN
+    RETURN (SELECT array_agg((SELECT h.value FROM pgvs3.resp_hash h WHERE h.bucket_id = b AND h.key = k AND h.field = a.f)
+                             ORDER BY a.i)
+              FROM unnest(fields) WITH ORDINALITY AS a(f, i));
+END $$;
+
+--
 -- Name: resp_hold_keyspace(bigint, boolean); Type: FUNCTION; Schema: pgvs3; Owner: -
 --
 
@@ -2420,7 +2431,6 @@ END $$;
 
 CREATE FUNCTION pgvs3.resp_keys(op text, b bigint, ks text[], strings text[], args bytea[], ints bigint[], floats double precision[], OUT err text, OUT n bigint, OUT items bytea[], OUT scores double precision[]) RETURNS record
     LANGUAGE plpgsql
-    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
     src text := ks[1];
@@ -2500,7 +2510,6 @@ END $$;
 
 CREATE FUNCTION pgvs3.resp_list(op text, b bigint, ks text[], strings text[], args bytea[], ints bigint[], floats double precision[], OUT err text, OUT n bigint, OUT items bytea[], OUT scores double precision[]) RETURNS record
     LANGUAGE plpgsql
-    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
     k text := ks[1];
@@ -2894,7 +2903,6 @@ END $$;
 
 CREATE FUNCTION pgvs3.resp_set(op text, b bigint, ks text[], strings text[], args bytea[], ints bigint[], floats double precision[], OUT err text, OUT n bigint, OUT items bytea[], OUT scores double precision[]) RETURNS record
     LANGUAGE plpgsql
-    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
     k text := ks[1];
@@ -3104,7 +3112,6 @@ END $$;
 
 CREATE FUNCTION pgvs3.resp_stream(op text, b bigint, ks text[], strings text[], args bytea[], ints bigint[], floats double precision[], OUT err text, OUT n bigint, OUT items bytea[], OUT scores double precision[]) RETURNS record
     LANGUAGE plpgsql
-    SET plan_cache_mode TO 'force_generic_plan'
     AS $_$
 DECLARE
     k text := ks[1];
@@ -3263,9 +3270,7 @@ BEGIN
         ON CONFLICT (bucket_id, key) DO UPDATE
             SET last_ms = EXCLUDED.last_ms, last_seq = EXCLUDED.last_seq, added = r.added + EXCLUDED.added,
                 length = r.length + EXCLUDED.length;
-        INSERT INTO pgvs3.resp_stream_entry
-        SELECT b, k, ids_ms[e], ids_seq[e], args[starts[e] : starts[e] + sizes[e] - 1] FROM generate_series(1, added) e;
-        PERFORM pgvs3.resp_stream_append_nodes(b, k, ids_ms, ids_seq);
+        items := pgvs3.resp_stream_append(b, k, ids_ms, ids_seq, args, starts, sizes);
         IF ints[5] IS NOT NULL THEN
             -- A most past what a bigint holds is no limit. (`~` is never coalesced.)
             trimmed := pgvs3.resp_stream_trim(b, k, ints[5] % 2 = 1, ints[6], ints[7],
@@ -3291,7 +3296,6 @@ BEGIN
             END LOOP;
         END IF;
         PERFORM pgvs3.resp_wake(b, k);
-        items := ARRAY(SELECT pgvs3.resp_stream_id(ids_ms[e], ids_seq[e]) FROM generate_series(1, added) e ORDER BY e);
     WHEN 'xlen' THEN
         n := s.length;
     WHEN 'xrange', 'xrevrange' THEN
@@ -3406,6 +3410,21 @@ BEGIN
         END IF;
     END CASE;
 END $_$;
+
+--
+-- Name: resp_stream_append(bigint, text, bigint[], bigint[], bytea[], bigint[], bigint[]); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_stream_append(b bigint, k text, ids_ms bigint[], ids_seq bigint[], args bytea[], starts bigint[], sizes bigint[]) RETURNS bytea[]
+    LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
+    AS $$
+BEGIN
+    INSERT INTO pgvs3.resp_stream_entry
+    SELECT b, k, ids_ms[e], ids_seq[e], args[starts[e] : starts[e] + sizes[e] - 1] FROM generate_series(1, cardinality(ids_ms)) e;
+    PERFORM pgvs3.resp_stream_append_nodes(b, k, ids_ms, ids_seq);
+    RETURN ARRAY(SELECT pgvs3.resp_stream_id(ids_ms[e], ids_seq[e]) FROM generate_series(1, cardinality(ids_ms)) e ORDER BY e);
+END $$;
 
 --
 -- Name: resp_stream_append_nodes(bigint, text, bigint[], bigint[]); Type: FUNCTION; Schema: pgvs3; Owner: -
@@ -3530,7 +3549,6 @@ END $$;
 
 CREATE FUNCTION pgvs3.resp_stream_group(op text, b bigint, ks text[], strings text[], args bytea[], ints bigint[], floats double precision[], OUT err text, OUT n bigint, OUT items bytea[], OUT scores double precision[]) RETURNS record
     LANGUAGE plpgsql
-    SET plan_cache_mode TO 'force_generic_plan'
     AS $_$
 DECLARE
     k text := ks[1];
@@ -4296,6 +4314,48 @@ CREATE FUNCTION pgvs3.resp_wrongtype() RETURNS text
     AS $$ SELECT 'wrongtype' $$;
 
 --
+-- Name: resp_zadd_steps(bigint, text, bytea[], double precision[], bigint[]); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_zadd_steps(b bigint, k text, args bytea[], floats double precision[], ints bigint[], OUT added bigint, OUT changed bigint, OUT ma bytea[], OUT sa double precision[], OUT steps double precision[], OUT fresh bytea[]) RETURNS record
+    LANGUAGE plpgsql STABLE
+    SET plan_cache_mode TO 'force_generic_plan'
+    AS $$
+BEGIN
+    WITH pairs AS (
+        SELECT p.m, p.s, p.pos,
+               (SELECT z.score FROM pgvs3.resp_zset z WHERE z.bucket_id = b AND z.key = k AND z.member = p.m) AS was
+          FROM unnest(args, floats) WITH ORDINALITY AS p(m, s, pos)
+    ), steps AS (
+        SELECT m, s, pos, was,
+               CASE WHEN ints[3] = 1 THEN greatest(was, max(s) OVER earlier)
+                    WHEN ints[4] = 1 THEN least(was, min(s) OVER earlier)
+                    ELSE coalesce(lag(s) OVER (PARTITION BY m ORDER BY pos), was) END AS before
+          FROM pairs
+        WINDOW earlier AS (PARTITION BY m ORDER BY pos ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+    ), applied AS (
+        -- A member added by its first pair (unless XX); changed by a later one unless
+        -- NX, or XX of a member that was not there, or GT/LT forbid, or the same score.
+        SELECT m, s, pos, before IS NULL AND ints[2] = 0 AS adds,
+               before IS NOT NULL AND ints[1] = 0 AND (was IS NOT NULL OR ints[2] = 0)
+               AND NOT (ints[3] = 1 AND s <= before) AND NOT (ints[4] = 1 AND s >= before)
+               AND s <> before AS changes
+          FROM steps
+    ), final AS (
+        -- The score a member ends with: that of its last pair that applied.
+        SELECT DISTINCT ON (m) m, s FROM applied WHERE adds OR changes ORDER BY m, pos DESC
+    )
+    SELECT c.added, c.changed, f.ma, f.sa, c.steps, c.fresh
+      INTO added, changed, ma, sa, steps, fresh
+      FROM (SELECT count(*) FILTER (WHERE adds) AS added, count(*) FILTER (WHERE changes) AS changed,
+                   array_agg((adds::int + 2 * changes::int)::float8 ORDER BY pos) AS steps,
+                   array_agg(m) FILTER (WHERE adds) AS fresh
+              FROM applied) c,
+           (SELECT coalesce(array_agg(m ORDER BY m), '{}') AS ma, coalesce(array_agg(s ORDER BY m), '{}') AS sa
+              FROM final) f;
+END $$;
+
+--
 -- Name: resp_zrange(bigint, text, bigint[], double precision[], bytea[]); Type: FUNCTION; Schema: pgvs3; Owner: -
 --
 
@@ -4353,7 +4413,6 @@ END $_$;
 
 CREATE FUNCTION pgvs3.resp_zset(op text, b bigint, ks text[], strings text[], args bytea[], ints bigint[], floats double precision[], OUT err text, OUT n bigint, OUT items bytea[], OUT scores double precision[]) RETURNS record
     LANGUAGE plpgsql
-    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
     k text := ks[1];
@@ -4459,40 +4518,12 @@ BEGIN
             -- (LT) the highest (lowest) so far. A member's score now is a probe of the whole
             -- primary key per pair, which no plan reads as a scan of the set: a join planned
             -- before ANALYZE (when a key seems to hold one member) read every member per call.
-            WITH pairs AS (
-                SELECT p.m, p.s, p.pos,
-                       (SELECT z.score FROM pgvs3.resp_zset z WHERE z.bucket_id = b AND z.key = k AND z.member = p.m) AS was
-                  FROM unnest(args, floats) WITH ORDINALITY AS p(m, s, pos)
-            ), steps AS (
-                SELECT m, s, pos, was,
-                       CASE WHEN ints[3] = 1 THEN greatest(was, max(s) OVER earlier)
-                            WHEN ints[4] = 1 THEN least(was, min(s) OVER earlier)
-                            ELSE coalesce(lag(s) OVER (PARTITION BY m ORDER BY pos), was) END AS before
-                  FROM pairs
-                WINDOW earlier AS (PARTITION BY m ORDER BY pos ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
-            ), applied AS (
-                -- A member added by its first pair (unless XX); changed by a later one unless
-                -- NX, or XX of a member that was not there, or GT/LT forbid, or the same score.
-                SELECT m, s, pos, before IS NULL AND ints[2] = 0 AS adds,
-                       before IS NOT NULL AND ints[1] = 0 AND (was IS NOT NULL OR ints[2] = 0)
-                       AND NOT (ints[3] = 1 AND s <= before) AND NOT (ints[4] = 1 AND s >= before)
-                       AND s <> before AS changes
-                  FROM steps
-            ), final AS (
-                -- The score a member ends with: that of its last pair that applied.
-                SELECT DISTINCT ON (m) m, s FROM applied WHERE adds OR changes ORDER BY m, pos DESC
-            )
             -- ints[7] = 1 (0039_resp_batched_calls.sql): scores answer, pair by pair, 1 where it added its member
             -- and 2 where it changed its score: the gateway runs consecutive ZADDs with the same
             -- options on one key as one call and gives each command the count of its own pairs.
-            SELECT c.added, c.changed, f.ma, f.sa, CASE WHEN ints[7] = 1 THEN c.steps END, c.fresh
+            SELECT z.added, z.changed, z.ma, z.sa, CASE WHEN ints[7] = 1 THEN z.steps END, z.fresh
               INTO added, changed, ma, sa, scores, fresh
-              FROM (SELECT count(*) FILTER (WHERE adds) AS added, count(*) FILTER (WHERE changes) AS changed,
-                           array_agg((adds::int + 2 * changes::int)::float8 ORDER BY pos) AS steps,
-                           array_agg(m) FILTER (WHERE adds) AS fresh
-                      FROM applied) c,
-                   (SELECT coalesce(array_agg(m ORDER BY m), '{}') AS ma, coalesce(array_agg(s ORDER BY m), '{}') AS sa
-                      FROM final) f;
+              FROM pgvs3.resp_zadd_steps(b, k, args, floats, ints) z;
         END IF;
         IF cardinality(ma) > 0 THEN
             PERFORM pgvs3.resp_touch(b, k, 'z');

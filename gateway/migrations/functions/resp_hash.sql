@@ -1,6 +1,19 @@
 -- RESP hashes (layout v14): one call per command, as functions/resp_keys.sql describes.
 -- keys[1] is the hash; args are fields (and values), ints and floats the numeric arguments the
 -- gateway parsed. Replies: n for integers, items for strings (NULL for nil), err for errors.
+
+-- HMGET's values of `fields` in their order, NULL for a missing one. Its own function so that
+-- the statement is planned once (plan_cache_mode): with the default, PostgreSQL planned it again
+-- at every call, a custom plan knowing the array's length always looking cheaper than the
+-- generic one, which is as good: it joins nothing (a probe of the primary key per field).
+CREATE OR REPLACE FUNCTION pgvs3.resp_hash_values(b bigint, k text, fields bytea[]) RETURNS bytea[]
+LANGUAGE plpgsql STABLE SET plan_cache_mode = force_generic_plan AS $$
+BEGIN
+    RETURN (SELECT array_agg((SELECT h.value FROM pgvs3.resp_hash h WHERE h.bucket_id = b AND h.key = k AND h.field = a.f)
+                             ORDER BY a.i)
+              FROM unnest(fields) WITH ORDINALITY AS a(f, i));
+END $$;
+
 CREATE OR REPLACE FUNCTION pgvs3.resp_hash(op text, b bigint, ks text[], strings text[], args bytea[], ints bigint[], floats float8[],
     OUT err text, OUT n bigint, OUT items bytea[], OUT scores float8[])
 LANGUAGE plpgsql AS $$
@@ -119,9 +132,7 @@ BEGIN
     WHEN 'hmget' THEN
         -- A probe of the whole primary key per field (a join planned before ANALYZE read
         -- the whole hash: 0032_resp_plans.sql).
-        SELECT array_agg((SELECT h.value FROM pgvs3.resp_hash h WHERE h.bucket_id = b AND h.key = k AND h.field = a.f)
-                         ORDER BY a.i) INTO items
-          FROM unnest(args) WITH ORDINALITY AS a(f, i);
+        items := pgvs3.resp_hash_values(b, k, args);
     WHEN 'hexists' THEN
         n := (SELECT count(*) FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k AND field = args[1]);
     WHEN 'hstrlen' THEN

@@ -156,6 +156,22 @@ BEGIN
               FROM generate_series(into_tail + 1, added, per_node) lo) nodes;
 END $$;
 
+-- XADD's entries (IDs `ids_ms`/`ids_seq`; entry e's fields and values are `sizes[e]` args from
+-- `starts[e]`) added to stream `k`, and to its nodes: their IDs, as XADD answers them. Its own
+-- function, as is resp_stream_append_nodes, so that their statements are planned once
+-- (plan_cache_mode): with the default, PostgreSQL planned them again at every call, a custom
+-- plan knowing the series' length always looking cheaper than the generic one, which is as
+-- good: they join nothing, so the number of entries cannot change their shape.
+CREATE OR REPLACE FUNCTION pgvs3.resp_stream_append(b bigint, k text, ids_ms bigint[], ids_seq bigint[], args bytea[],
+    starts bigint[], sizes bigint[]) RETURNS bytea[]
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+BEGIN
+    INSERT INTO pgvs3.resp_stream_entry
+    SELECT b, k, ids_ms[e], ids_seq[e], args[starts[e] : starts[e] + sizes[e] - 1] FROM generate_series(1, cardinality(ids_ms)) e;
+    PERFORM pgvs3.resp_stream_append_nodes(b, k, ids_ms, ids_seq);
+    RETURN ARRAY(SELECT pgvs3.resp_stream_id(ids_ms[e], ids_seq[e]) FROM generate_series(1, cardinality(ids_ms)) e ORDER BY e);
+END $$;
+
 -- The ID XADD gives an entry, after the stream's last ID (`last_ms`, `last_seq`): `mode` 0 is
 -- `*` (now, or after the last), 1 is `<ms>-*`, 2 an explicit ID. NULLs: the ID is too small.
 -- `*` reads the batch's clock (layout v74, `pgvs3.resp_now`): the instant the gateway's working
@@ -347,9 +363,7 @@ BEGIN
         ON CONFLICT (bucket_id, key) DO UPDATE
             SET last_ms = EXCLUDED.last_ms, last_seq = EXCLUDED.last_seq, added = r.added + EXCLUDED.added,
                 length = r.length + EXCLUDED.length;
-        INSERT INTO pgvs3.resp_stream_entry
-        SELECT b, k, ids_ms[e], ids_seq[e], args[starts[e] : starts[e] + sizes[e] - 1] FROM generate_series(1, added) e;
-        PERFORM pgvs3.resp_stream_append_nodes(b, k, ids_ms, ids_seq);
+        items := pgvs3.resp_stream_append(b, k, ids_ms, ids_seq, args, starts, sizes);
         IF ints[5] IS NOT NULL THEN
             -- A most past what a bigint holds is no limit. (`~` is never coalesced.)
             trimmed := pgvs3.resp_stream_trim(b, k, ints[5] % 2 = 1, ints[6], ints[7],
@@ -375,7 +389,6 @@ BEGIN
             END LOOP;
         END IF;
         PERFORM pgvs3.resp_wake(b, k);
-        items := ARRAY(SELECT pgvs3.resp_stream_id(ids_ms[e], ids_seq[e]) FROM generate_series(1, added) e ORDER BY e);
     WHEN 'xlen' THEN
         n := s.length;
     WHEN 'xrange', 'xrevrange' THEN

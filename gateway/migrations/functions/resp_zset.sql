@@ -58,6 +58,51 @@ BEGIN
      USING b, k, floats[1], floats[2], ints[7], ints[8], args[1], args[2], skip, take;
 END $$;
 
+-- ZADD's pairs applied in order (resp_zset below), in one statement: per pair whether it added
+-- its member or changed its score (`steps`: 1 added, 2 changed), the members' final scores
+-- (`ma`, `sa`) and the members added (`fresh`). ints as resp_zset's ZADD: {XX, NX, GT, LT}.
+-- Its own function so that the statement is planned once (plan_cache_mode below): with the
+-- default, PostgreSQL planned it again at every call (~0.3 ms, more than running it), as a
+-- custom plan, knowing the array's length, always looked cheaper than the generic one. The
+-- generic plan is as good: it joins nothing (each pair probes the primary key), so the number
+-- of pairs cannot change its shape.
+CREATE OR REPLACE FUNCTION pgvs3.resp_zadd_steps(b bigint, k text, args bytea[], floats float8[], ints bigint[],
+    OUT added bigint, OUT changed bigint, OUT ma bytea[], OUT sa float8[], OUT steps float8[], OUT fresh bytea[])
+LANGUAGE plpgsql STABLE SET plan_cache_mode = force_generic_plan AS $$
+BEGIN
+    WITH pairs AS (
+        SELECT p.m, p.s, p.pos,
+               (SELECT z.score FROM pgvs3.resp_zset z WHERE z.bucket_id = b AND z.key = k AND z.member = p.m) AS was
+          FROM unnest(args, floats) WITH ORDINALITY AS p(m, s, pos)
+    ), steps AS (
+        SELECT m, s, pos, was,
+               CASE WHEN ints[3] = 1 THEN greatest(was, max(s) OVER earlier)
+                    WHEN ints[4] = 1 THEN least(was, min(s) OVER earlier)
+                    ELSE coalesce(lag(s) OVER (PARTITION BY m ORDER BY pos), was) END AS before
+          FROM pairs
+        WINDOW earlier AS (PARTITION BY m ORDER BY pos ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+    ), applied AS (
+        -- A member added by its first pair (unless XX); changed by a later one unless
+        -- NX, or XX of a member that was not there, or GT/LT forbid, or the same score.
+        SELECT m, s, pos, before IS NULL AND ints[2] = 0 AS adds,
+               before IS NOT NULL AND ints[1] = 0 AND (was IS NOT NULL OR ints[2] = 0)
+               AND NOT (ints[3] = 1 AND s <= before) AND NOT (ints[4] = 1 AND s >= before)
+               AND s <> before AS changes
+          FROM steps
+    ), final AS (
+        -- The score a member ends with: that of its last pair that applied.
+        SELECT DISTINCT ON (m) m, s FROM applied WHERE adds OR changes ORDER BY m, pos DESC
+    )
+    SELECT c.added, c.changed, f.ma, f.sa, c.steps, c.fresh
+      INTO added, changed, ma, sa, steps, fresh
+      FROM (SELECT count(*) FILTER (WHERE adds) AS added, count(*) FILTER (WHERE changes) AS changed,
+                   array_agg((adds::int + 2 * changes::int)::float8 ORDER BY pos) AS steps,
+                   array_agg(m) FILTER (WHERE adds) AS fresh
+              FROM applied) c,
+           (SELECT coalesce(array_agg(m ORDER BY m), '{}') AS ma, coalesce(array_agg(s ORDER BY m), '{}') AS sa
+              FROM final) f;
+END $$;
+
 CREATE OR REPLACE FUNCTION pgvs3.resp_zset(op text, b bigint, ks text[], strings text[], args bytea[], ints bigint[], floats float8[],
     OUT err text, OUT n bigint, OUT items bytea[], OUT scores float8[])
 LANGUAGE plpgsql AS $$
@@ -165,40 +210,12 @@ BEGIN
             -- (LT) the highest (lowest) so far. A member's score now is a probe of the whole
             -- primary key per pair, which no plan reads as a scan of the set: a join planned
             -- before ANALYZE (when a key seems to hold one member) read every member per call.
-            WITH pairs AS (
-                SELECT p.m, p.s, p.pos,
-                       (SELECT z.score FROM pgvs3.resp_zset z WHERE z.bucket_id = b AND z.key = k AND z.member = p.m) AS was
-                  FROM unnest(args, floats) WITH ORDINALITY AS p(m, s, pos)
-            ), steps AS (
-                SELECT m, s, pos, was,
-                       CASE WHEN ints[3] = 1 THEN greatest(was, max(s) OVER earlier)
-                            WHEN ints[4] = 1 THEN least(was, min(s) OVER earlier)
-                            ELSE coalesce(lag(s) OVER (PARTITION BY m ORDER BY pos), was) END AS before
-                  FROM pairs
-                WINDOW earlier AS (PARTITION BY m ORDER BY pos ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
-            ), applied AS (
-                -- A member added by its first pair (unless XX); changed by a later one unless
-                -- NX, or XX of a member that was not there, or GT/LT forbid, or the same score.
-                SELECT m, s, pos, before IS NULL AND ints[2] = 0 AS adds,
-                       before IS NOT NULL AND ints[1] = 0 AND (was IS NOT NULL OR ints[2] = 0)
-                       AND NOT (ints[3] = 1 AND s <= before) AND NOT (ints[4] = 1 AND s >= before)
-                       AND s <> before AS changes
-                  FROM steps
-            ), final AS (
-                -- The score a member ends with: that of its last pair that applied.
-                SELECT DISTINCT ON (m) m, s FROM applied WHERE adds OR changes ORDER BY m, pos DESC
-            )
             -- ints[7] = 1 (0039_resp_batched_calls.sql): scores answer, pair by pair, 1 where it added its member
             -- and 2 where it changed its score: the gateway runs consecutive ZADDs with the same
             -- options on one key as one call and gives each command the count of its own pairs.
-            SELECT c.added, c.changed, f.ma, f.sa, CASE WHEN ints[7] = 1 THEN c.steps END, c.fresh
+            SELECT z.added, z.changed, z.ma, z.sa, CASE WHEN ints[7] = 1 THEN z.steps END, z.fresh
               INTO added, changed, ma, sa, scores, fresh
-              FROM (SELECT count(*) FILTER (WHERE adds) AS added, count(*) FILTER (WHERE changes) AS changed,
-                           array_agg((adds::int + 2 * changes::int)::float8 ORDER BY pos) AS steps,
-                           array_agg(m) FILTER (WHERE adds) AS fresh
-                      FROM applied) c,
-                   (SELECT coalesce(array_agg(m ORDER BY m), '{}') AS ma, coalesce(array_agg(s ORDER BY m), '{}') AS sa
-                      FROM final) f;
+              FROM pgvs3.resp_zadd_steps(b, k, args, floats, ints) z;
         END IF;
         IF cardinality(ma) > 0 THEN
             PERFORM pgvs3.resp_touch(b, k, 'z');

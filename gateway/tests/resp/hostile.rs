@@ -656,6 +656,8 @@ async fn idle_blocked_clients_cost_no_transactions_while_notifications_work() {
 
 #[tokio::test]
 async fn hset_time_grows_linearly_with_its_fields() {
+    // Commands of tens of thousands of arguments: not beside the test that measures the peak.
+    let _large = crate::LARGE_ALLOCATIONS.read().await;
     let gateway = TestGateway::with_resp(&[]).await;
     let mut raw = RawResp::connect(gateway.resp_addr()).await;
     let mut times = Vec::new();
@@ -679,6 +681,8 @@ async fn hset_time_grows_linearly_with_its_fields() {
 
 #[tokio::test]
 async fn zadd_time_grows_linearly_with_its_members() {
+    // Commands of tens of thousands of arguments: not beside the test that measures the peak.
+    let _large = crate::LARGE_ALLOCATIONS.read().await;
     let gateway = TestGateway::with_resp(&[]).await;
     let mut raw = RawResp::connect(gateway.resp_addr()).await;
     let mut times = Vec::new();
