@@ -73,12 +73,15 @@ async fn relay(mut client: TcpStream, mut routes: watch::Receiver<Route>) {
         return;
     };
     tokio::select! {
-        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+        // The switch first: once it is made, nothing more goes to the old target, even what
+        // arrived at the same moment.
+        biased;
         _ = routes.changed() => {
             if *routes.borrow_and_update() == Route::Blackhole {
                 hold(routes, (client, Some(server))).await;
             }
         }
+        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
     }
 }
 

@@ -37,10 +37,15 @@ async fn wait_ready(gateway: &TestGateway, limit: Duration, what: &str) {
     .await;
 }
 
+/// Waits until /readyz gives the health probe's verdict of an outage, which drops every
+/// connection (requests fail fast from then on), and returns its body. Not any 503: /readyz
+/// asks on a connection of its own, which can fail first (a new connection refused where a
+/// postmaster was killed) while the pool still holds connections to backends the kill orphaned,
+/// and those answer queries for a moment more.
 async fn wait_unready(gateway: &TestGateway, what: &str) -> String {
     eventually(Duration::from_secs(10), what, || async {
         let (status, body) = ready_status(gateway).await;
-        (status == 503).then_some(body)
+        (status == 503 && body.contains("database unavailable")).then_some(body)
     })
     .await
 }
@@ -577,7 +582,12 @@ async fn failover_behind_one_address_is_ridden_out() {
     kill9(postmaster_pid(&pair_dir("failover", "primary")));
     wait_unready(&gateway, "/readyz reports the lost primary").await;
     assert_s3_fails_fast(&gateway, "kept").await;
-    standby_sql.execute("SELECT pg_promote()", &[]).await.unwrap();
+    let promoted: bool = standby_sql
+        .query_one("SELECT pg_promote() AS promoted", &[])
+        .await
+        .unwrap()
+        .get("promoted");
+    assert!(promoted, "the standby is promoted within pg_promote's wait");
     proxy.set(Route::To(([127, 0, 0, 1], standby.port).into()));
 
     wait_ready(&gateway, Duration::from_secs(30), "ready on the promoted standby").await;
