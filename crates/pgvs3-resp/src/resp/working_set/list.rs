@@ -297,8 +297,7 @@ fn lmove(call: &TypedCall, known: &mut Known) -> Option<TypedRow> {
 mod tests {
     use super::*;
     use crate::resp::commands::list::parse;
-    use crate::resp::working_set::known;
-    use crate::resp::working_set::set::Set;
+    use crate::resp::working_set::{known, loaded_list as list, loaded_set};
 
     fn call(words: &[&str]) -> TypedCall {
         let args: Vec<Bytes> = words
@@ -307,28 +306,6 @@ mod tests {
             .collect();
         let typed = parse(words[0], &args).ok().flatten().expect("a list command");
         typed.call
-    }
-
-    fn list(elements: &[&str]) -> Option<Value> {
-        let loaded = Loaded {
-            present: true,
-            items: elements
-                .iter()
-                .map(|element| Bytes::copy_from_slice(element.as_bytes()))
-                .collect(),
-            ..Loaded::default()
-        };
-        Some(Value::List(List::from_loaded(loaded).expect("a list")))
-    }
-
-    fn a_set() -> Option<Value> {
-        let loaded = Loaded {
-            present: true,
-            items: vec![Bytes::from_static(b"a")],
-            ints: vec![0, 512],
-            ..Loaded::default()
-        };
-        Some(Value::Set(Set::from_loaded(loaded).expect("a set")))
     }
 
     /// The list `key` holds: `None` when it is known to be absent.
@@ -450,7 +427,7 @@ mod tests {
 
     #[test]
     fn lmove_from_a_missing_source_is_nil_whatever_the_destination() {
-        let mut known = known(&[("src", None), ("set", a_set())]);
+        let mut known = known(&[("src", None), ("set", loaded_set(&["a"], 0, 512))]);
         assert_eq!(predicted(&mut known, &["rpoplpush", "src", "set"]), (None, vec![None]));
         assert_eq!(
             predicted(&mut known, &["lmove", "src", "unknown", "left", "left"]),
@@ -462,7 +439,7 @@ mod tests {
 
     #[test]
     fn lmove_declines_a_destination_not_known_to_be_a_list_or_absent() {
-        let mut known = known(&[("src", list(&["a"])), ("set", a_set())]);
+        let mut known = known(&[("src", list(&["a"])), ("set", loaded_set(&["a"], 0, 512))]);
         assert!(predict(&call(&["rpoplpush", "src", "unknown"]), &mut known).is_none());
         assert!(predict(&call(&["rpoplpush", "src", "set"]), &mut known).is_none());
         assert!(predict(&call(&["rpoplpush", "unknown", "src"]), &mut known).is_none());
@@ -539,7 +516,7 @@ mod tests {
 
     #[test]
     fn declines_what_it_does_not_model_and_changes_nothing() {
-        let mut known = known(&[("l", list(&["a", "b"])), ("set", a_set())]);
+        let mut known = known(&[("l", list(&["a", "b"])), ("set", loaded_set(&["a"], 0, 512))]);
         for words in [
             &["lpush", "unknown", "a"][..],
             &["llen", "unknown"],

@@ -134,6 +134,36 @@ pub fn within_limit(call: &TypedCall, items: &[Option<bytes::Bytes>]) -> bool {
     i64::try_from(bytes).is_ok_and(|bytes| bytes <= limit / 4)
 }
 
+/// A loaded list of `elements`, for unit tests.
+#[cfg(test)]
+pub fn loaded_list(elements: &[&str]) -> Option<Value> {
+    let loaded = Loaded {
+        present: true,
+        items: elements
+            .iter()
+            .map(|element| bytes::Bytes::copy_from_slice(element.as_bytes()))
+            .collect(),
+        ..Default::default()
+    };
+    Some(Value::List(list::List::from_loaded(loaded).expect("a list")))
+}
+
+/// A loaded set of `members`, for unit tests: `large` 1, 0 or -1 (NULL), and the bucket's intset
+/// limit.
+#[cfg(test)]
+pub fn loaded_set(members: &[&str], large: i64, entries: i64) -> Option<Value> {
+    let loaded = Loaded {
+        present: true,
+        items: members
+            .iter()
+            .map(|member| bytes::Bytes::copy_from_slice(member.as_bytes()))
+            .collect(),
+        ints: vec![large, entries],
+        ..Default::default()
+    };
+    Some(Value::Set(set::Set::from_loaded(loaded).expect("a set")))
+}
+
 /// The keys of a unit test's run, as `(key, value)` pairs.
 #[cfg(test)]
 pub fn known(entries: &[(&str, Option<Value>)]) -> Known {

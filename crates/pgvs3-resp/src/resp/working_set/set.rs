@@ -266,8 +266,7 @@ fn sadd(set: &mut Set, args: &[Bytes]) -> i64 {
 mod tests {
     use super::*;
     use crate::resp::commands::set::parse;
-    use crate::resp::working_set::known;
-    use crate::resp::working_set::list::List;
+    use crate::resp::working_set::{known, loaded_list, loaded_set as set};
 
     fn call(words: &[&str]) -> TypedCall {
         let args: Vec<Bytes> = words
@@ -276,29 +275,6 @@ mod tests {
             .collect();
         let typed = parse(words[0], &args).ok().flatten().expect("a set command");
         typed.call
-    }
-
-    /// A loaded set: `large` 1, 0 or -1 (NULL), and the bucket's intset limit.
-    fn set(members: &[&str], large: i64, entries: i64) -> Option<Value> {
-        let loaded = Loaded {
-            present: true,
-            items: members
-                .iter()
-                .map(|member| Bytes::copy_from_slice(member.as_bytes()))
-                .collect(),
-            ints: vec![large, entries],
-            ..Loaded::default()
-        };
-        Some(Value::Set(Set::from_loaded(loaded).expect("a set")))
-    }
-
-    fn a_list() -> Option<Value> {
-        let loaded = Loaded {
-            present: true,
-            items: vec![Bytes::from_static(b"a")],
-            ..Loaded::default()
-        };
-        Some(Value::List(List::from_loaded(loaded).expect("a list")))
     }
 
     /// The members `key` holds, in byte order: `None` when it is known to be absent.
@@ -439,7 +415,7 @@ mod tests {
 
     #[test]
     fn declines_what_it_does_not_model_and_changes_nothing() {
-        let mut known = known(&[("s", set(&["a", "b"], 1, 512)), ("list", a_list())]);
+        let mut known = known(&[("s", set(&["a", "b"], 1, 512)), ("list", loaded_list(&["a"]))]);
         for words in [
             &["sadd", "unknown", "a"][..],
             &["scard", "unknown"],
