@@ -2057,9 +2057,9 @@ BEGIN
         DELETE FROM pgvs3.resp_keys WHERE bucket_id = b AND key = ANY (all_keys) AND expires_at <= now;
     END IF;
     IF strings && check_keys OR EXISTS (
-        SELECT 1 FROM pgvs3.resp_keys
-         WHERE bucket_id = b AND key = ANY (check_keys) AND type <> t
-           AND (expires_at IS NULL OR expires_at > now)) THEN
+        SELECT 1 FROM unnest(check_keys) AS c(k)
+         WHERE (SELECT type FROM pgvs3.resp_keys
+                 WHERE bucket_id = b AND key = c.k AND (expires_at IS NULL OR expires_at > now)) <> t) THEN
         RETURN pgvs3.resp_wrongtype();
     END IF;
     RETURN NULL;
@@ -2919,8 +2919,7 @@ BEGIN
     IF err IS NOT NULL THEN
         RETURN;
     END IF;
-    live := ARRAY(SELECT key FROM pgvs3.resp_keys
-                   WHERE bucket_id = b AND key = ANY (sources) AND (expires_at IS NULL OR expires_at > pgvs3.resp_now()));
+    live := ARRAY(SELECT s.k FROM unnest(sources) AS s(k) WHERE pgvs3.resp_type(b, s.k) IS NOT NULL);
     CASE op
     WHEN 'sadd' THEN
         PERFORM pgvs3.resp_create(b, k, 's');
@@ -4439,7 +4438,7 @@ BEGIN
     IF combining THEN
         err := pgvs3.resp_check(b, ks, strings, '{}', 'z', write);
         IF strings && sources OR EXISTS (
-            SELECT 1 FROM pgvs3.resp_keys WHERE bucket_id = b AND key = ANY (sources) AND type NOT IN ('z', 's')) THEN
+            SELECT 1 FROM unnest(sources) AS s(k) WHERE pgvs3.resp_type(b, s.k) NOT IN ('z', 's')) THEN
             err := pgvs3.resp_wrongtype();
         END IF;
     ELSE

@@ -74,9 +74,9 @@ BEGIN
         DELETE FROM pgvs3.resp_keys WHERE bucket_id = b AND key = ANY (all_keys) AND expires_at <= now;
     END IF;
     IF strings && check_keys OR EXISTS (
-        SELECT 1 FROM pgvs3.resp_keys
-         WHERE bucket_id = b AND key = ANY (check_keys) AND type <> t
-           AND (expires_at IS NULL OR expires_at > now)) THEN
+        SELECT 1 FROM unnest(check_keys) AS c(k)
+         WHERE (SELECT type FROM pgvs3.resp_keys
+                 WHERE bucket_id = b AND key = c.k AND (expires_at IS NULL OR expires_at > now)) <> t) THEN
         RETURN pgvs3.resp_wrongtype();
     END IF;
     RETURN NULL;

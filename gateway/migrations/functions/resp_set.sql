@@ -20,8 +20,7 @@ BEGIN
     IF err IS NOT NULL THEN
         RETURN;
     END IF;
-    live := ARRAY(SELECT key FROM pgvs3.resp_keys
-                   WHERE bucket_id = b AND key = ANY (sources) AND (expires_at IS NULL OR expires_at > pgvs3.resp_now()));
+    live := ARRAY(SELECT s.k FROM unnest(sources) AS s(k) WHERE pgvs3.resp_type(b, s.k) IS NOT NULL);
     CASE op
     WHEN 'sadd' THEN
         PERFORM pgvs3.resp_create(b, k, 's');

@@ -131,7 +131,7 @@ BEGIN
     IF combining THEN
         err := pgvs3.resp_check(b, ks, strings, '{}', 'z', write);
         IF strings && sources OR EXISTS (
-            SELECT 1 FROM pgvs3.resp_keys WHERE bucket_id = b AND key = ANY (sources) AND type NOT IN ('z', 's')) THEN
+            SELECT 1 FROM unnest(sources) AS s(k) WHERE pgvs3.resp_type(b, s.k) NOT IN ('z', 's')) THEN
             err := pgvs3.resp_wrongtype();
         END IF;
     ELSE

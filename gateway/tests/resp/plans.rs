@@ -27,6 +27,11 @@ struct Counters {
 }
 
 async fn counters(sql: &tokio_postgres::Client, table: &str) -> Counters {
+    counters_in(sql, "pgvs3", table).await
+}
+
+/// [`counters`] of a table of another schema (a namespace's `objects`).
+async fn counters_in(sql: &tokio_postgres::Client, schema: &str, table: &str) -> Counters {
     let row = sql
         .query_one(
             "SELECT (SELECT coalesce(sum(idx_scan), 0)::bigint FROM pg_stat_user_indexes i WHERE i.relid = t.relid) AS scans,
@@ -34,8 +39,8 @@ async fn counters(sql: &tokio_postgres::Client, table: &str) -> Counters {
                     (SELECT coalesce(sum(idx_blks_hit + idx_blks_read), 0)::bigint
                        FROM pg_statio_user_indexes i WHERE i.relid = t.relid) AS pages,
                     n_tup_ins, n_tup_del, analyze_count + autoanalyze_count AS analyzed
-               FROM pg_stat_user_tables t WHERE schemaname = 'pgvs3' AND relname = $1",
-            &[&table],
+               FROM pg_stat_user_tables t WHERE schemaname = $1 AND relname = $2",
+            &[&schema, &table],
         )
         .await
         .unwrap();
@@ -57,8 +62,19 @@ async fn counters_when(
     what: &str,
     done: impl Fn(&Counters) -> bool,
 ) -> Counters {
+    counters_in_when(sql, "pgvs3", table, what, done).await
+}
+
+/// [`counters_when`] of a table of another schema.
+async fn counters_in_when(
+    sql: &tokio_postgres::Client,
+    schema: &str,
+    table: &str,
+    what: &str,
+    done: impl Fn(&Counters) -> bool,
+) -> Counters {
     common::eventually(Duration::from_secs(30), what, || async {
-        let now = counters(sql, table).await;
+        let now = counters_in(sql, schema, table).await;
         done(&now).then_some(now)
     })
     .await
@@ -309,4 +325,104 @@ async fn entries_added_below_a_trim_after_xsetid_are_read() {
     assert_eq!(range, [("2-1".to_string(), vec!["f".to_string(), "back".to_string()])]);
     let read: Vec<(String, Vec<Entry>)> = query(&mut con, &["XREAD", "STREAMS", "s", "0"]).await;
     assert_eq!(read[0].1[0].0, "2-1");
+}
+
+#[tokio::test]
+async fn keys_are_looked_up_alone_in_a_bucket_of_many() {
+    // A statement naming several keys as an array (a load of MGET's keys, a typed call's
+    // check of its keys' types, the string keys among them, a set command's live sources, a
+    // script's key versions) runs on a generic plan after its fifth execution, made without
+    // the array; on a table never analyzed PostgreSQL takes a bucket for a handful of rows
+    // and, with `key = ANY($2)`, read the whole bucket's index entries for each (layout v75
+    // and before). Each key is looked up by itself now: the entries read follow the keys
+    // named, not the bucket's size.
+    const KEYS: usize = 2_000;
+    const ROUNDS: usize = 200;
+    let (gateway, sql) = never_analyzed().await;
+    let mut con = connect(&gateway).await;
+    assert_eq!(query::<String>(&mut con, &["SET", "seed", "0"]).await, "OK");
+    let namespace: String = sql
+        .query_one(
+            "SELECT b.namespace FROM pgvs3.buckets b WHERE EXISTS (SELECT 1 FROM pg_tables t
+                WHERE t.schemaname = b.namespace AND t.tablename = 'objects') LIMIT 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    sql.batch_execute(&format!("ALTER TABLE \"{namespace}\".objects SET (autovacuum_enabled = off)"))
+        .await
+        .unwrap();
+    for chunk in 0..KEYS / 500 {
+        let mut mset = redis::cmd("MSET");
+        let mut hashes = redis::pipe();
+        for i in chunk * 500..(chunk + 1) * 500 {
+            mset.arg(format!("s{i}")).arg(i);
+            hashes.cmd("HSET").arg(format!("h{i}")).arg("f").arg(i).ignore();
+        }
+        let () = mset.query_async(&mut con).await.unwrap();
+        let () = hashes.query_async(&mut con).await.unwrap();
+    }
+    let typed_before = counters_when(&sql, "resp_keys", "the hashes' statistics", |c| {
+        c.inserted == KEYS as i64
+    })
+    .await;
+    let strings_before = counters_in_when(&sql, &namespace, "objects", "the strings' statistics", |c| {
+        c.inserted == KEYS as i64 + 1
+    })
+    .await;
+
+    let script = "redis.call('HSET', KEYS[1], 'e', ARGV[1]) return redis.call('HGET', KEYS[1], 'e')";
+    for i in 0..ROUNDS {
+        let (s, next, h) = (format!("s{i}"), format!("s{}", i + 1), format!("h{i}"));
+        let got: Vec<Option<String>> = query(&mut con, &["MGET", &s, &next, &h, "absent"]).await;
+        assert_eq!(got, [Some(i.to_string()), Some((i + 1).to_string()), None, None]);
+        assert_eq!(query::<i64>(&mut con, &["HSET", &h, "g", "x"]).await, 1);
+        assert_eq!(query::<i64>(&mut con, &["SCARD", "no-such-set"]).await, 0);
+        let round = i.to_string();
+        assert_eq!(
+            query::<String>(&mut con, &["EVAL", script, "1", &h, &round]).await,
+            round
+        );
+        // A new key of each kind per round: the statistics below wait for them.
+        assert_eq!(query::<i64>(&mut con, &["SADD", &format!("new{i}"), "m"]).await, 1);
+        assert_eq!(query::<String>(&mut con, &["SET", &format!("t{i}"), "v"]).await, "OK");
+    }
+    let typed = counters_when(&sql, "resp_keys", "the rounds' statistics", |c| {
+        c.inserted == typed_before.inserted + ROUNDS as i64
+    })
+    .await;
+    let strings = counters_in_when(&sql, &namespace, "objects", "the rounds' statistics", |c| {
+        c.inserted == strings_before.inserted + ROUNDS as i64
+    })
+    .await;
+    let typed_entries = typed.entries - typed_before.entries;
+    let string_entries = strings.entries - strings_before.entries;
+    // Each round names about ten keys in all (reading each a few times over its statements);
+    // one read of the bucket is 2,000 entries.
+    assert!(
+        typed_entries <= 40 * ROUNDS as i64 && string_entries <= 40 * ROUNDS as i64,
+        "{typed_entries} entries of resp_keys' indexes and {string_entries} of objects' read by \
+         {ROUNDS} rounds in a bucket of {KEYS} strings and {KEYS} hashes"
+    );
+    assert_eq!(typed.analyzed, 0, "resp_keys was never analyzed");
+    assert_eq!(strings.analyzed, 0, "objects was never analyzed");
+}
+
+#[tokio::test]
+async fn zunion_takes_an_expired_key_of_another_type_for_absent() {
+    // A read names it without deleting it: it is absent all the same, as in Redis.
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = connect(&gateway).await;
+    assert_eq!(query::<i64>(&mut con, &["ZADD", "z", "1", "a"]).await, 1);
+    assert_eq!(query::<i64>(&mut con, &["HSET", "h", "f", "v"]).await, 1);
+    assert_eq!(query::<i64>(&mut con, &["PEXPIRE", "h", "1"]).await, 1);
+    common::eventually(Duration::from_secs(10), "h to expire", || async {
+        let mut con = connect(&gateway).await;
+        (query::<i64>(&mut con, &["EXISTS", "h"]).await == 0).then_some(())
+    })
+    .await;
+    assert_eq!(query::<Vec<String>>(&mut con, &["ZUNION", "2", "z", "h"]).await, ["a"]);
+    assert_eq!(query::<Vec<String>>(&mut con, &["ZINTER", "2", "z", "h"]).await, Vec::<String>::new());
+    assert_eq!(query::<Vec<String>>(&mut con, &["ZDIFF", "2", "z", "h"]).await, ["a"]);
 }

@@ -98,11 +98,14 @@ static SQL: LazyLock<CacheSql> = LazyLock::new(|| {
             .into(),
         // A key's range chunks are used together (a footer, then the column chunks it points
         // at), so a read of any of them counts as a use of all.
-        touch: "WITH ranges AS (UPDATE s3c.ranges SET accessed_at = now() WHERE bucket_id = $1 AND key = ANY($2)),
-                     clean AS (UPDATE s3w.objects SET accessed_at = now()
-                                WHERE bucket_id = $1 AND key = ANY($2) AND origin_etag IS NOT NULL)
-                UPDATE s3c.objects SET accessed_at = now() WHERE bucket_id = $1 AND key = ANY($2)"
-            .into(),
+        touch: format!(
+            "WITH ranges AS (UPDATE s3c.ranges r SET accessed_at = now() FROM {named}
+                              WHERE r.bucket_id = $1 AND r.key = n.k),
+                  clean AS (UPDATE s3w.objects o SET accessed_at = now() FROM {named}
+                             WHERE o.bucket_id = $1 AND o.key = n.k AND o.origin_etag IS NOT NULL)
+             UPDATE s3c.objects o SET accessed_at = now() FROM {named} WHERE o.bucket_id = $1 AND o.key = n.k",
+            named = super::key_probes::named_keys("$2", "n")
+        ),
         cached_bytes: "SELECT ((SELECT coalesce(sum(size), 0) FROM s3c.objects WHERE bucket_id = $1)
                              + (SELECT coalesce(sum(size), 0) FROM s3w.objects
                                  WHERE bucket_id = $1 AND origin_etag IS NOT NULL)

@@ -14,6 +14,7 @@ mod copy;
 mod encryption;
 mod error;
 mod key_lookups;
+mod key_probes;
 mod kv;
 mod lifecycle;
 mod listing;

@@ -303,9 +303,11 @@ impl NamespaceSql {
             ),
             delete_many_unversioned: format!(
                 "WITH b AS (SELECT versioning FROM pgvs3.buckets WHERE id = $1),
-                      d AS (DELETE FROM {ns}.objects WHERE bucket_id = $1 AND key = ANY($2) AND version_seq IS NULL
-                              AND EXISTS (SELECT 1 FROM b WHERE versioning IS NULL))
-                 SELECT versioning FROM b"
+                      d AS (DELETE FROM {ns}.objects o USING {named}
+                             WHERE o.bucket_id = $1 AND o.key = n.k AND o.version_seq IS NULL
+                               AND EXISTS (SELECT 1 FROM b WHERE versioning IS NULL))
+                 SELECT versioning FROM b",
+                named = super::key_probes::named_keys("$2", "n")
             ),
             bodies: super::bodies::BodySql::new(&ns),
             listing: super::listing::ListingSql::new(&ns),

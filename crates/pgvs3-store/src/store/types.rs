@@ -6,6 +6,7 @@ use bytes::Bytes;
 use tokio_postgres::types::ToSql;
 
 use super::kv::{UnderWay, Waited, await_writers};
+use super::key_probes::rows_of_keys;
 use super::{BucketInfo, KvBatch, Store, StoreResult};
 
 /// The type of a typed key, as `pgvs3.resp_keys.type` holds it.
@@ -443,10 +444,8 @@ impl TypedSql {
                                           + coalesce(pg_column_size(r.scores), 0) AS bytes,
                                         coalesce(cardinality(r.items), 0)::bigint
                                           + coalesce(cardinality(r.scores), 0) AS elements
-                                   FROM pgvs3.resp_{family}($1, $2, $3,
-                                        ARRAY(SELECT key FROM {ns}.objects WHERE bucket_id = $2 AND key = ANY($3)
-                                               AND ($8 OR expires_at IS NULL OR expires_at > clock_timestamp())),
-                                        $4, $5, $6) r) sized) called"
+                                   FROM pgvs3.resp_{family}($1, $2, $3, {strings}, $4, $5, $6) r) sized) called",
+                strings = live_strings(ns, "$8"),
             )
         };
         let expecting = |family: &str| {
@@ -454,10 +453,8 @@ impl TypedSql {
                 "SELECT pgvs3.resp_expect(r.err IS NULL AND r.n IS NOT DISTINCT FROM $8::bigint
                           AND coalesce(r.items, '{{}}') IS NOT DISTINCT FROM coalesce($9::bytea[], '{{}}')
                           AND coalesce(r.scores, '{{}}') IS NOT DISTINCT FROM coalesce($10::float8[], '{{}}')) AS kept
-                   FROM pgvs3.resp_{family}($1, $2, $3,
-                        ARRAY(SELECT key FROM {ns}.objects WHERE bucket_id = $2 AND key = ANY($3)
-                               AND ($7 OR expires_at IS NULL OR expires_at > clock_timestamp())),
-                        $4, $5, $6) r"
+                   FROM pgvs3.resp_{family}($1, $2, $3, {strings}, $4, $5, $6) r",
+                strings = live_strings(ns, "$7"),
             )
         };
         TypedSql {
@@ -465,14 +462,25 @@ impl TypedSql {
             expecting: FAMILIES.map(expecting),
             lapsed: format!(
                 "SELECT coalesce(array_agg(key), '{{}}') AS lapsed, coalesce(array_agg(expires_at), '{{}}') AS deadlines
-                   FROM (SELECT key, expires_at FROM pgvs3.resp_keys
-                          WHERE bucket_id = $1 AND key = ANY($2) AND expires_at <= clock_timestamp()
+                   FROM (SELECT key, expires_at FROM {typed} WHERE expires_at <= clock_timestamp()
                          UNION ALL
-                         SELECT key, expires_at FROM {ns}.objects
-                          WHERE bucket_id = $1 AND key = ANY($2) AND expires_at <= clock_timestamp()) l"
+                         SELECT key, expires_at FROM {strings} WHERE expires_at <= clock_timestamp()) l",
+                typed = rows_of_keys("pgvs3.resp_keys", "r", "$1", "$2"),
+                strings = rows_of_keys(&format!("{ns}.objects"), "o", "$1", "$2"),
             ),
         }
     }
+}
+
+/// The call's string keys: those of the call's keys (`$3`) with a string row in bucket `$2`
+/// live by the statement's clock, or with any string row when `all_live` (a SQL boolean) says
+/// the expired ones were just deleted.
+fn live_strings(ns: &str, all_live: &str) -> String {
+    let strings = rows_of_keys(&format!("{ns}.objects"), "o", "$2", "$3");
+    format!(
+        "ARRAY(SELECT o.key FROM {strings}
+                WHERE {all_live} OR o.expires_at IS NULL OR o.expires_at > clock_timestamp())"
+    )
 }
 
 /// The reaper's statement for expired typed keys (their elements go with them).

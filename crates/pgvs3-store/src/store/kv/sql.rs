@@ -3,6 +3,7 @@
 use std::sync::atomic::AtomicBool;
 
 use super::FINE_LOCK_LIMIT;
+use crate::store::key_probes::{named_keys, rows_of_keys};
 
 /// The keyspace SQL of one namespace.
 #[derive(Debug)]
@@ -48,8 +49,29 @@ const VERSIONED: &str = "(SELECT versioning IS NOT NULL FROM pgvs3.buckets WHERE
 /// outside a transaction fixes nothing: each statement has its own.
 const BATCH_CLOCK: &str = "set_config('pgvs3.resp_now', coalesce(nullif(current_setting('pgvs3.resp_now', true), ''), clock_timestamp()::text), true)::timestamptz";
 
+/// The keys a load reads: one (`$2` is text) or several (`$2` is a text array).
+#[derive(Debug, Clone, Copy)]
+enum Named {
+    One,
+    Many,
+}
+
+impl Named {
+    /// The rows of the named keys in bucket `$1` of `table`, as the `FROM` item `alias`, and
+    /// the condition that joins them.
+    fn rows(self, table: &str, alias: &str) -> (String, String) {
+        match self {
+            Named::One => (
+                format!("{table} {alias}"),
+                format!("{alias}.bucket_id = $1 AND {alias}.key = $2"),
+            ),
+            Named::Many => (rows_of_keys(table, alias, "$1", "$2"), "true".to_owned()),
+        }
+    }
+}
+
 /// Strings and typed keys: a typed key's version is its `version` counter (WATCH compares it),
-/// its type the tenth column (NULL for a string). `key_condition` names the key as `KEY`. An
+/// its type the tenth column (NULL for a string). An
 /// expired typed row comes too (its expiry at or before the row's clock): the key is absent,
 /// but a string written over it must delete the row, which could otherwise come back to life
 /// with an EXPIRE or PERSIST of the string. An expired string row comes as well and is taken as
@@ -57,35 +79,35 @@ const BATCH_CLOCK: &str = "set_config('pgvs3.resp_now', coalesce(nullif(current_
 /// row waits for the key's writer first ([`KvBatch::load`](super::KvBatch::load)). Every row
 /// is judged by one clock, the batch's: a key alive by an earlier one and expired by the
 /// batch's would be written as alive and then passed over by `set_expiry`.
-fn load_sql(ns: &str, key_condition: &str) -> String {
-    let objects = key_condition.replace("KEY", "o.key");
-    let typed = key_condition.replace("KEY", "r.key");
+fn load_sql(ns: &str, named: Named) -> String {
+    let (objects, objects_named) = named.rows(&format!("{ns}.objects"), "o");
+    let (typed, typed_named) = named.rows("pgvs3.resp_keys", "r");
     format!(
         "WITH t AS MATERIALIZED (SELECT {BATCH_CLOCK} AS now, {VERSIONED})
          SELECT o.key, o.size, o.etag, o.last_modified, o.expires_at, o.inline, o.body_id, t.now,
                 o.meta ? 'pc' AS multipart, NULL::\"char\" AS type, o.meta ? 'se' AS sealed,
                 o.meta ->> 're' AS form, t.versioned
            FROM t
-           LEFT JOIN {ns}.objects o ON o.bucket_id = $1 AND {objects}
+           LEFT JOIN {objects} ON {objects_named}
          UNION ALL
          SELECT r.key, 0, 't' || r.version, to_timestamp(0), r.expires_at, NULL, NULL, t.now,
                 false, r.type, false, NULL, t.versioned
-           FROM t, pgvs3.resp_keys r
-          WHERE r.bucket_id = $1 AND {typed}"
+           FROM t, {typed}
+          WHERE {typed_named}"
     )
 }
 
 /// Strings only, for a keyspace without typed keys; the last column says whether the bucket has
 /// typed keys after all (then the load is done again with [`load_sql`]).
-fn load_strings_sql(ns: &str, key_condition: &str) -> String {
-    let objects = key_condition.replace("KEY", "o.key");
+fn load_strings_sql(ns: &str, named: Named) -> String {
+    let (objects, objects_named) = named.rows(&format!("{ns}.objects"), "o");
     format!(
         "SELECT o.key, o.size, o.etag, o.last_modified, o.expires_at, o.inline, o.body_id, t.now,
                 o.meta ? 'pc' AS multipart, NULL::\"char\" AS type, o.meta ? 'se' AS sealed,
                 o.meta ->> 're' AS form, t.versioned, t.typed
            FROM (SELECT {BATCH_CLOCK} AS now, {VERSIONED},
                         EXISTS (SELECT 1 FROM pgvs3.resp_typed WHERE bucket_id = $1) AS typed) t
-           LEFT JOIN {ns}.objects o ON o.bucket_id = $1 AND {objects}"
+           LEFT JOIN {objects} ON {objects_named}"
     )
 }
 
@@ -154,13 +176,13 @@ impl KvSql {
         KvSql {
             // The clock row makes the statement answer even when no key exists, and gives the
             // batch the database's notion of "now" for TTLs.
-            load: load_sql(ns, "KEY = ANY($2)"),
+            load: load_sql(ns, Named::Many),
             // One key is the common case. Its own statement lets PostgreSQL keep one generic plan
             // (a unique index probe) instead of planning every execution, as it must for ANY($2):
             // planning was a quarter of the server's time on single GETs.
-            load_one: load_sql(ns, "KEY = $2"),
-            load_strings: load_strings_sql(ns, "KEY = ANY($2)"),
-            load_one_strings: load_strings_sql(ns, "KEY = $2"),
+            load_one: load_sql(ns, Named::One),
+            load_strings: load_strings_sql(ns, Named::Many),
+            load_one_strings: load_strings_sql(ns, Named::One),
             typed: AtomicBool::new(false),
             delete: delete_sql(ns),
             mark_deleted: mark_deleted_sql(ns),
@@ -187,7 +209,10 @@ impl KvSql {
             // A string written over a typed key replaces it.
             upsert: Upsert::new(
                 ns,
-                "WITH typed AS (DELETE FROM pgvs3.resp_keys WHERE bucket_id = $1 AND key = ANY($2::text[]))",
+                &format!(
+                    "WITH typed AS (DELETE FROM pgvs3.resp_keys r USING {} WHERE r.bucket_id = $1 AND r.key = n.k)",
+                    named_keys("$2", "n")
+                ),
                 "",
             ),
             // Keys known to have no typed row (loaded under the batch's locks).
@@ -205,7 +230,9 @@ impl KvSql {
             // typed key made there must not leave behind (see `set_expiry`). The reaper's
             // statement, for these keys now.
             delete_expired_strings: format!(
-                "DELETE FROM {ns}.objects WHERE bucket_id = $1 AND key = ANY($2) AND expires_at <= pgvs3.resp_now()"
+                "DELETE FROM {ns}.objects o USING {named}
+                  WHERE o.bucket_id = $1 AND o.key = n.k AND o.expires_at <= pgvs3.resp_now()",
+                named = named_keys("$2", "n")
             ),
             scan: scan_sql(ns),
             count: count_sql(ns),
@@ -222,11 +249,11 @@ impl KvSql {
 /// this one deletes in the same statement.
 fn delete_sql(ns: &str) -> String {
     format!(
-        "WITH typed AS (DELETE FROM pgvs3.resp_keys WHERE bucket_id = $1 AND key = ANY($2)),
-              gone AS (DELETE FROM {ns}.objects WHERE bucket_id = $1 AND key = ANY($2) RETURNING *),
-              dropped AS (DELETE FROM {ns}.versions v USING pgvs3.buckets b
+        "WITH typed AS (DELETE FROM pgvs3.resp_keys r USING {named} WHERE r.bucket_id = $1 AND r.key = n.k),
+              gone AS (DELETE FROM {ns}.objects o USING {named} WHERE o.bucket_id = $1 AND o.key = n.k RETURNING o.*),
+              dropped AS (DELETE FROM {ns}.versions v USING pgvs3.buckets b, {named}
                            WHERE b.id = $1 AND b.versioning = 'Suspended'
-                             AND v.bucket_id = $1 AND v.key = ANY($2) AND v.version_id = 'null'
+                             AND v.bucket_id = $1 AND v.key = n.k AND v.version_id = 'null'
                           RETURNING v.body_id),
               retired AS (INSERT INTO {ns}.retired_bodies (body_id)
                           SELECT body_id FROM dropped WHERE body_id IS NOT NULL ON CONFLICT DO NOTHING)
@@ -235,7 +262,8 @@ fn delete_sql(ns: &str) -> String {
          SELECT g.bucket_id, g.key, coalesce(g.version_id, 'null'), g.version_seq, g.size, g.etag,
                 g.last_modified, g.meta, g.inline, g.body_id
            FROM gone g JOIN pgvs3.buckets b ON b.id = $1
-          WHERE b.versioning = 'Enabled' OR (b.versioning = 'Suspended' AND g.version_id IS NOT NULL)"
+          WHERE b.versioning = 'Enabled' OR (b.versioning = 'Suspended' AND g.version_id IS NOT NULL)",
+        named = named_keys("$2", "n"),
     )
 }
 

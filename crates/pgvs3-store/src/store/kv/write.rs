@@ -2,6 +2,7 @@
 //! and notification go out together with COMMIT, after the BEGIN and locks a batch that only
 //! overwrites still owes (one round trip, plus one per chunked value).
 
+use std::sync::LazyLock;
 use std::sync::atomic::Ordering;
 use std::time::SystemTime;
 
@@ -12,6 +13,7 @@ use tokio_postgres::types::{ToSql, Type};
 
 use super::{Change, FINE_LOCK_LIMIT, KvBatch, KvSql, KvValue, StringForm};
 use crate::store::chunks::Chunker;
+use crate::store::key_probes::rows_of_keys;
 use crate::store::objects::INLINE_LIMIT;
 use crate::store::types::{Loaded, Speculated, Speculation, TypedCall};
 use crate::store::{BucketInfo, StoreError, StoreResult};
@@ -120,7 +122,7 @@ impl KvBatch {
         }
         let versions = match speculation.versions.is_empty() {
             true => None,
-            false => Some(client.prepare_cached(TYPED_VERSIONS).await?),
+            false => Some(client.prepare_cached(&TYPED_VERSIONS).await?),
         };
         let after = async {
             let loads = load_statements
@@ -635,8 +637,12 @@ const BATCH_NOTIFY: &str = "SELECT pgvs3.resp_batch_notify($1, $2, $3)";
 pub(super) const NOTIFY: &str = "SELECT pgvs3.resp_notify($1, $2, $3)";
 
 /// The versions of typed keys, as the batch's loads give them (`t<version>`).
-const TYPED_VERSIONS: &str =
-    "SELECT key, 't' || version AS version FROM pgvs3.resp_keys WHERE bucket_id = $1 AND key = ANY($2)";
+static TYPED_VERSIONS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT r.key, 't' || r.version AS version FROM {}",
+        rows_of_keys("pgvs3.resp_keys", "r", "$1", "$2")
+    )
+});
 
 /// A working set's load as it answered (see [`Loaded`]).
 fn loaded_value(row: &tokio_postgres::Row) -> Loaded {
