@@ -87,7 +87,10 @@ BEGIN
         -- ints {1} (layout v61): items answer the fields removed, for the gateway's run of
         -- consecutive HDELs on one key as one call (resp/coalesce.rs).
         WITH removed AS (
-            DELETE FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k AND field = ANY (args) RETURNING field)
+            DELETE FROM pgvs3.resp_hash WHERE ctid = ANY (ARRAY(
+                SELECT (SELECT h.ctid FROM pgvs3.resp_hash h WHERE h.bucket_id = b AND h.key = k AND h.field = a.x)
+                  FROM unnest(args) AS a(x)))
+            RETURNING field)
         SELECT count(*), CASE WHEN ints[1] = 1 THEN coalesce(array_agg(field), '{}') END INTO n, items FROM removed;
         IF n > 0 THEN
             PERFORM pgvs3.resp_settle(b, k);

@@ -39,7 +39,10 @@ BEGIN
     WHEN 'srem' THEN
         -- ints {1} (layout v61): items answer the members removed, as SADD's the added.
         WITH removed AS (
-            DELETE FROM pgvs3.resp_set WHERE bucket_id = b AND key = k AND member = ANY (args) RETURNING member)
+            DELETE FROM pgvs3.resp_set WHERE ctid = ANY (ARRAY(
+                SELECT (SELECT s.ctid FROM pgvs3.resp_set s WHERE s.bucket_id = b AND s.key = k AND s.member = a.x)
+                  FROM unnest(args) AS a(x)))
+            RETURNING member)
         SELECT count(*), CASE WHEN ints[1] = 1 THEN coalesce(array_agg(member), '{}') END INTO n, items FROM removed;
         IF n > 0 THEN
             PERFORM pgvs3.resp_settle(b, k);

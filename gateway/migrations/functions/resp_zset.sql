@@ -147,7 +147,9 @@ BEGIN
             IF pgvs3.resp_type(b, ks[i]) IS NOT NULL THEN
                 SELECT members, member_scores INTO items, scores
                   FROM pgvs3.resp_zrange(b, ks[i], ARRAY[0, ints[1], 0, ints[2] - 1, 0, -1, 0, 0], '{}', '{}');
-                DELETE FROM pgvs3.resp_zset WHERE bucket_id = b AND key = ks[i] AND member = ANY (items);
+                DELETE FROM pgvs3.resp_zset WHERE ctid = ANY (ARRAY(
+                SELECT (SELECT z.ctid FROM pgvs3.resp_zset z WHERE z.bucket_id = b AND z.key = ks[i] AND z.member = a.x)
+                  FROM unnest(items) AS a(x)));
                 PERFORM pgvs3.resp_settle(b, ks[i]);
                 items := ARRAY[convert_to(ks[i], 'UTF8')] || items;
                 RETURN;
@@ -232,7 +234,10 @@ BEGIN
         -- ints {1} (layout v61): items answer the members removed, for the gateway's run of
         -- consecutive ZREMs on one key as one call (resp/coalesce.rs).
         WITH removed AS (
-            DELETE FROM pgvs3.resp_zset WHERE bucket_id = b AND key = k AND member = ANY (args) RETURNING member)
+            DELETE FROM pgvs3.resp_zset WHERE ctid = ANY (ARRAY(
+                SELECT (SELECT z.ctid FROM pgvs3.resp_zset z WHERE z.bucket_id = b AND z.key = k AND z.member = a.x)
+                  FROM unnest(args) AS a(x)))
+            RETURNING member)
         SELECT count(*), CASE WHEN ints[1] = 1 THEN coalesce(array_agg(member), '{}') END INTO n, items FROM removed;
         IF n > 0 THEN
             PERFORM pgvs3.resp_settle(b, k);
@@ -240,9 +245,11 @@ BEGIN
     WHEN 'zscore' THEN
         scores := ARRAY[(SELECT score FROM pgvs3.resp_zset WHERE bucket_id = b AND key = k AND live AND member = args[1])];
     WHEN 'zmscore' THEN
-        SELECT array_agg(z.score ORDER BY a.i) INTO scores
-          FROM unnest(args) WITH ORDINALITY AS a(m, i)
-          LEFT JOIN pgvs3.resp_zset z ON z.bucket_id = b AND z.key = k AND live AND z.member = a.m;
+        -- A probe of the whole primary key per member (a join planned before ANALYZE read the
+        -- whole set).
+        SELECT array_agg((SELECT z.score FROM pgvs3.resp_zset z
+                           WHERE z.bucket_id = b AND z.key = k AND live AND z.member = a.m) ORDER BY a.i) INTO scores
+          FROM unnest(args) WITH ORDINALITY AS a(m, i);
     WHEN 'zcard' THEN
         n := (SELECT count(*) FROM pgvs3.resp_zset WHERE bucket_id = b AND key = k AND live);
     WHEN 'zrank', 'zrevrank' THEN
@@ -270,7 +277,9 @@ BEGIN
             items := NULL;
             scores := NULL;
         ELSIF op LIKE 'zremrange%' THEN
-            DELETE FROM pgvs3.resp_zset WHERE bucket_id = b AND key = k AND member = ANY (items);
+            DELETE FROM pgvs3.resp_zset WHERE ctid = ANY (ARRAY(
+                SELECT (SELECT z.ctid FROM pgvs3.resp_zset z WHERE z.bucket_id = b AND z.key = k AND z.member = a.x)
+                  FROM unnest(items) AS a(x)));
             GET DIAGNOSTICS n = ROW_COUNT;
             IF n > 0 THEN
                 PERFORM pgvs3.resp_settle(b, k);
@@ -286,7 +295,9 @@ BEGIN
             SELECT members, member_scores INTO items, scores
               FROM pgvs3.resp_zrange(b, k, ARRAY[0, CASE WHEN op = 'zpopmax' THEN 1 ELSE 0 END, 0, ints[1] - 1, 0, -1, 0, 0],
                                      '{}', '{}');
-            DELETE FROM pgvs3.resp_zset WHERE bucket_id = b AND key = k AND member = ANY (items);
+            DELETE FROM pgvs3.resp_zset WHERE ctid = ANY (ARRAY(
+                SELECT (SELECT z.ctid FROM pgvs3.resp_zset z WHERE z.bucket_id = b AND z.key = k AND z.member = a.x)
+                  FROM unnest(items) AS a(x)));
             PERFORM pgvs3.resp_settle(b, k);
         END IF;
     WHEN 'zunionstore', 'zinterstore', 'zunion', 'zinter', 'zintercard' THEN

@@ -87,6 +87,8 @@ async fn never_analyzed() -> (TestGateway, tokio_postgres::Client) {
     let sql = gateway.sql().await;
     for table in [
         "resp_keys",
+        "resp_hash",
+        "resp_set",
         "resp_list",
         "resp_zset",
         "resp_stream",
@@ -425,4 +427,73 @@ async fn zunion_takes_an_expired_key_of_another_type_for_absent() {
     assert_eq!(query::<Vec<String>>(&mut con, &["ZUNION", "2", "z", "h"]).await, ["a"]);
     assert_eq!(query::<Vec<String>>(&mut con, &["ZINTER", "2", "z", "h"]).await, Vec::<String>::new());
     assert_eq!(query::<Vec<String>>(&mut con, &["ZDIFF", "2", "z", "h"]).await, ["a"]);
+}
+
+#[tokio::test]
+async fn removals_and_lookups_of_members_read_those_members() {
+    // HDEL, SREM, ZREM, ZMSCORE (and the pops and range removals) name members as an array; on
+    // a table never analyzed the generic plan of `member = ANY(args)` walked every member of
+    // the key for each (layout v75 and before: 20,000 index entries per HDEL of one field).
+    const SIZE: usize = 20_000;
+    const ROUNDS: usize = 100;
+    let (gateway, sql) = never_analyzed().await;
+    let mut con = connect(&gateway).await;
+    for chunk in 0..SIZE / 1000 {
+        let (mut hset, mut sadd, mut zadd) = (redis::cmd("HSET"), redis::cmd("SADD"), redis::cmd("ZADD"));
+        hset.arg("h");
+        sadd.arg("s");
+        zadd.arg("z");
+        for i in chunk * 1000..(chunk + 1) * 1000 {
+            hset.arg(format!("f{i}")).arg("v");
+            sadd.arg(format!("m{i}"));
+            zadd.arg(i).arg(format!("m{i}"));
+        }
+        let added: (i64, i64, i64) = redis::pipe()
+            .add_command(hset)
+            .add_command(sadd)
+            .add_command(zadd)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        assert_eq!(added, (1000, 1000, 1000));
+    }
+    let tables = ["resp_hash", "resp_set", "resp_zset"];
+    let mut before = Vec::new();
+    for table in tables {
+        before.push(counters_when(&sql, table, "the loads' statistics", |c| c.inserted == SIZE as i64).await);
+    }
+
+    for i in 0..ROUNDS {
+        let (field, member, later) = (format!("f{i}"), format!("m{i}"), format!("m{}", i + 500));
+        assert_eq!(query::<i64>(&mut con, &["HDEL", "h", &field, "nope"]).await, 1);
+        assert_eq!(query::<i64>(&mut con, &["SREM", "s", &member, "nope"]).await, 1);
+        assert_eq!(query::<i64>(&mut con, &["ZREM", "z", &member, "nope"]).await, 1);
+        assert_eq!(
+            query::<Vec<Option<f64>>>(&mut con, &["ZMSCORE", "z", &later, "nope"]).await,
+            [Some((i + 500) as f64), None]
+        );
+        assert_eq!(query::<Vec<i64>>(&mut con, &["SMISMEMBER", "s", &later, &member]).await, [1, 0]);
+        assert_eq!(query::<Vec<Option<String>>>(&mut con, &["HMGET", "h", &field, "f999"]).await, [None, Some("v".into())]);
+    }
+    // Each round's removals show in the statistics: they wait for them.
+    for (table, before) in tables.iter().zip(&before) {
+        let after = counters_when(&sql, table, "the rounds' statistics", |c| {
+            c.deleted == before.deleted + ROUNDS as i64
+        })
+        .await;
+        let entries = after.entries - before.entries;
+        assert!(
+            entries <= 20 * ROUNDS as i64,
+            "{entries} index entries of {table} read by {ROUNDS} rounds of removals and lookups in keys of {SIZE}"
+        );
+        assert_eq!(after.analyzed, 0, "{table} was never analyzed");
+    }
+    assert_eq!(query::<i64>(&mut con, &["HLEN", "h"]).await, (SIZE - ROUNDS) as i64);
+    assert_eq!(query::<i64>(&mut con, &["SCARD", "s"]).await, (SIZE - ROUNDS) as i64);
+    assert_eq!(
+        query::<Vec<String>>(&mut con, &["ZPOPMIN", "z", "2"]).await,
+        [format!("m{ROUNDS}"), ROUNDS.to_string(), format!("m{}", ROUNDS + 1), (ROUNDS + 1).to_string()]
+    );
+    assert_eq!(query::<i64>(&mut con, &["ZREMRANGEBYRANK", "z", "0", "1"]).await, 2);
+    assert_eq!(query::<i64>(&mut con, &["ZCARD", "z"]).await, (SIZE - ROUNDS - 4) as i64);
 }
