@@ -351,7 +351,7 @@ async fn keys_are_looked_up_alone_in_a_bucket_of_many() {
         )
         .await
         .unwrap()
-        .get(0);
+        .get("namespace");
     sql.batch_execute(&format!("ALTER TABLE \"{namespace}\".objects SET (autovacuum_enabled = off)"))
         .await
         .unwrap();
