@@ -62,11 +62,13 @@ impl KvBatch {
         let sql = &self.bucket.sql.kv;
         let id = &self.bucket.id;
         let typed = sql.typed.load(Ordering::Relaxed);
+        let named = distinct(keys);
+        let named = &*named;
         let (load, load_params): (_, [&(dyn ToSql + Sync); 2]) = match (keys, typed) {
             ([key], true) => (client.prepare_cached(&sql.load_one).await?, [id, key]),
             ([key], false) => (client.prepare_cached(&sql.load_one_strings).await?, [id, key]),
-            (_, true) => (client.prepare_cached(&sql.load).await?, [id, &keys]),
-            (_, false) => (client.prepare_cached(&sql.load_strings).await?, [id, &keys]),
+            (_, true) => (client.prepare_cached(&sql.load).await?, [id, &named]),
+            (_, false) => (client.prepare_cached(&sql.load_strings).await?, [id, &named]),
         };
         let mut rows = if locking != Locking::None {
             let lock_count = match locking {
@@ -84,7 +86,7 @@ impl KvBatch {
             // the namespace is loaded the typed way, this batch first (still under its locks).
             sql.typed.store(true, Ordering::Relaxed);
             let load = client.prepare_cached(&sql.load).await?;
-            rows = client.query(&load, &[id, &keys]).await?;
+            rows = client.query(&load, &[id, &named]).await?;
         }
         Ok(rows)
     }
@@ -106,7 +108,8 @@ impl KvBatch {
                 client.prepare_cached(&sql.load)
             )?;
             // Sent together: the load runs once the writers are done.
-            let params: [&(dyn ToSql + Sync); 2] = [&bucket_id, &keys];
+            let named = distinct(keys);
+            let params: [&(dyn ToSql + Sync); 2] = [&bucket_id, &&*named];
             let (_, rows) = futures::try_join!(
                 await_writers(client, &wait, bucket_id, &fresh),
                 client.query(&load, &params)
@@ -212,7 +215,8 @@ impl KvBatch {
             let row = client.query_one(statement, &[&lock_id, &lock]).await?;
             Ok::<_, tokio_postgres::Error>(row.get::<_, Option<bool>>("locked").unwrap_or(true))
         };
-        let params: [&(dyn ToSql + Sync); 2] = [id, &keys];
+        let named = distinct(keys);
+        let params: [&(dyn ToSql + Sync); 2] = [id, &&*named];
         let (locked, rows) = futures::try_join!(try_lock, client.query(&load, &params))?;
         if !locked {
             return Ok(false);
@@ -307,4 +311,15 @@ pub(in crate::store) async fn await_writers(
         false => client.execute(statement, &[&bucket_id, &lock_id, &keys]).await,
     };
     waited.map(drop)
+}
+
+/// `keys` each once, as the load statements take them: they answer a row per key named
+/// (`key_probes::rows_of_keys`), and a key named twice would be taken as two rows of one name.
+fn distinct(keys: &[String]) -> std::borrow::Cow<'_, [String]> {
+    let mut seen = std::collections::HashSet::with_capacity(keys.len());
+    if keys.iter().all(|key| seen.insert(key.as_str())) {
+        return std::borrow::Cow::Borrowed(keys);
+    }
+    let mut seen = std::collections::HashSet::with_capacity(keys.len());
+    std::borrow::Cow::Owned(keys.iter().filter(|key| seen.insert(key.as_str())).cloned().collect())
 }
