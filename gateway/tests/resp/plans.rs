@@ -352,9 +352,11 @@ async fn keys_are_looked_up_alone_in_a_bucket_of_many() {
         .await
         .unwrap()
         .get("namespace");
-    sql.batch_execute(&format!("ALTER TABLE \"{namespace}\".objects SET (autovacuum_enabled = off)"))
-        .await
-        .unwrap();
+    sql.batch_execute(&format!(
+        "ALTER TABLE \"{namespace}\".objects SET (autovacuum_enabled = off)"
+    ))
+    .await
+    .unwrap();
     for chunk in 0..KEYS / 500 {
         let mut mset = redis::cmd("MSET");
         let mut hashes = redis::pipe();
@@ -425,7 +427,10 @@ async fn zunion_takes_an_expired_key_of_another_type_for_absent() {
     })
     .await;
     assert_eq!(query::<Vec<String>>(&mut con, &["ZUNION", "2", "z", "h"]).await, ["a"]);
-    assert_eq!(query::<Vec<String>>(&mut con, &["ZINTER", "2", "z", "h"]).await, Vec::<String>::new());
+    assert_eq!(
+        query::<Vec<String>>(&mut con, &["ZINTER", "2", "z", "h"]).await,
+        Vec::<String>::new()
+    );
     assert_eq!(query::<Vec<String>>(&mut con, &["ZDIFF", "2", "z", "h"]).await, ["a"]);
 }
 
@@ -472,8 +477,14 @@ async fn removals_and_lookups_of_members_read_those_members() {
             query::<Vec<Option<f64>>>(&mut con, &["ZMSCORE", "z", &later, "nope"]).await,
             [Some((i + 500) as f64), None]
         );
-        assert_eq!(query::<Vec<i64>>(&mut con, &["SMISMEMBER", "s", &later, &member]).await, [1, 0]);
-        assert_eq!(query::<Vec<Option<String>>>(&mut con, &["HMGET", "h", &field, "f999"]).await, [None, Some("v".into())]);
+        assert_eq!(
+            query::<Vec<i64>>(&mut con, &["SMISMEMBER", "s", &later, &member]).await,
+            [1, 0]
+        );
+        assert_eq!(
+            query::<Vec<Option<String>>>(&mut con, &["HMGET", "h", &field, "f999"]).await,
+            [None, Some("v".into())]
+        );
     }
     // Each round's removals show in the statistics: they wait for them.
     for (table, before) in tables.iter().zip(&before) {
@@ -492,8 +503,16 @@ async fn removals_and_lookups_of_members_read_those_members() {
     assert_eq!(query::<i64>(&mut con, &["SCARD", "s"]).await, (SIZE - ROUNDS) as i64);
     assert_eq!(
         query::<Vec<String>>(&mut con, &["ZPOPMIN", "z", "2"]).await,
-        [format!("m{ROUNDS}"), ROUNDS.to_string(), format!("m{}", ROUNDS + 1), (ROUNDS + 1).to_string()]
+        [
+            format!("m{ROUNDS}"),
+            ROUNDS.to_string(),
+            format!("m{}", ROUNDS + 1),
+            (ROUNDS + 1).to_string()
+        ]
     );
     assert_eq!(query::<i64>(&mut con, &["ZREMRANGEBYRANK", "z", "0", "1"]).await, 2);
-    assert_eq!(query::<i64>(&mut con, &["ZCARD", "z"]).await, (SIZE - ROUNDS - 4) as i64);
+    assert_eq!(
+        query::<i64>(&mut con, &["ZCARD", "z"]).await,
+        (SIZE - ROUNDS - 4) as i64
+    );
 }

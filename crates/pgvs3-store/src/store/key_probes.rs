@@ -45,7 +45,10 @@ mod tests {
     #[test]
     fn each_key_is_probed_by_both_columns() {
         let from = rows_of_keys("pgvs3.resp_keys", "r", "$1", "$2");
-        assert!(from.contains("r.bucket_id = $1 AND r.key = wanted.k OFFSET 0"), "{from}");
+        assert!(
+            from.contains("r.bucket_id = $1 AND r.key = wanted.k OFFSET 0"),
+            "{from}"
+        );
         assert!(from.contains("FROM unnest($2::text[]) AS wanted(k)"), "{from}");
         assert!(from.ends_with("AS r"), "{from}");
     }

@@ -5,8 +5,8 @@
 use bytes::Bytes;
 use tokio_postgres::types::ToSql;
 
-use super::kv::{UnderWay, Waited, await_writers};
 use super::key_probes::rows_of_keys;
+use super::kv::{UnderWay, Waited, await_writers};
 use super::{BucketInfo, KvBatch, Store, StoreResult};
 
 /// The type of a typed key, as `pgvs3.resp_keys.type` holds it.
