@@ -2922,7 +2922,7 @@ BEGIN
     IF err IS NOT NULL THEN
         RETURN;
     END IF;
-    live := ARRAY(SELECT s.k FROM unnest(sources) AS s(k) WHERE pgvs3.resp_type(b, s.k) IS NOT NULL);
+    live := ARRAY(SELECT DISTINCT s.k FROM unnest(sources) AS s(k) WHERE pgvs3.resp_type(b, s.k) IS NOT NULL);
     CASE op
     WHEN 'sadd' THEN
         PERFORM pgvs3.resp_create(b, k, 's');
@@ -3030,21 +3030,27 @@ BEGIN
         IF (SELECT count(DISTINCT s) FROM unnest(live) s) < (SELECT count(DISTINCT s) FROM unnest(sources) s) THEN
             items := '{}';
         ELSE
+            -- Each source by its own index range, as below (`live` names each key once).
             SELECT coalesce(array_agg(member ORDER BY member), '{}') INTO items FROM (
-                SELECT member FROM pgvs3.resp_set WHERE bucket_id = b AND key = ANY (live)
-                 GROUP BY member HAVING count(*) = (SELECT count(DISTINCT s) FROM unnest(live) s)
+                SELECT e.member FROM unnest(live) AS l(k),
+                       LATERAL (SELECT member FROM pgvs3.resp_set WHERE bucket_id = b AND key = l.k OFFSET 0) e
+                 GROUP BY e.member HAVING count(*) = cardinality(live)
                  ORDER BY member LIMIT CASE WHEN op = 'sintercard' AND ints[1] > 0 THEN ints[1] END) m;
         END IF;
     WHEN 'sunion', 'sunionstore' THEN
-        SELECT coalesce(array_agg(DISTINCT member), '{}') INTO items
-          FROM pgvs3.resp_set WHERE bucket_id = b AND key = ANY (live);
+        -- Each source read by its own index range: `key = ANY (live)`, planned before ANALYZE
+        -- (a bucket seeming to hold a few rows), read every set of the bucket.
+        SELECT coalesce(array_agg(DISTINCT e.member), '{}') INTO items
+          FROM unnest(live) AS l(k),
+               LATERAL (SELECT member FROM pgvs3.resp_set WHERE bucket_id = b AND key = l.k OFFSET 0) e;
     WHEN 'sdiff', 'sdiffstore' THEN
         others := ARRAY(SELECT s FROM unnest(sources[2:]) s WHERE s = ANY (live));
         SELECT coalesce(array_agg(a.member ORDER BY a.member), '{}') INTO items
           FROM pgvs3.resp_set a
          WHERE a.bucket_id = b AND a.key = sources[1] AND sources[1] = ANY (live)
-           AND NOT EXISTS (SELECT 1 FROM pgvs3.resp_set c
-                            WHERE c.bucket_id = b AND c.key = ANY (others) AND c.member = a.member);
+           AND NOT EXISTS (SELECT 1 FROM unnest(others) AS o(k)
+                            WHERE (SELECT true FROM pgvs3.resp_set c
+                                    WHERE c.bucket_id = b AND c.key = o.k AND c.member = a.member));
     WHEN 'sscan' THEN
         -- ints: {cursor (an offset in member order), count}; n: the next cursor, 0 at the end.
         -- An intset answers whole, in numeric order and one reply with cursor 0, as Redis
@@ -3606,7 +3612,8 @@ BEGIN
                 -- back with none too), each delivered once more unless deleted.
                 batch := ARRAY(SELECT ROW(b, k, q.ms, q.seq, x.fields)::pgvs3.resp_stream_entry
                                  FROM pgvs3.resp_stream_pending q
-                                 LEFT JOIN pgvs3.resp_stream_entry x ON x.bucket_id = b AND x.key = k AND x.ms = q.ms AND x.seq = q.seq
+                                 LEFT JOIN LATERAL (SELECT fields FROM pgvs3.resp_stream_entry
+                                                     WHERE bucket_id = b AND key = k AND ms = q.ms AND seq = q.seq OFFSET 0) x ON true
                                 WHERE q.bucket_id = b AND q.key = k AND q.grp = g_name AND q.consumer = c_name
                                   AND (q.ms, q.seq) > (ints[3 * j + 1], ints[3 * j + 2])
                                 ORDER BY q.ms, q.seq LIMIT ints[1]);
@@ -3799,8 +3806,10 @@ BEGIN
                              FROM unnest(claimed_at) WITH ORDINALITY AS c(j, o) ORDER BY c.o);
         ELSE
             SELECT * INTO flat FROM pgvs3.resp_stream_flat(ARRAY(
-                SELECT x FROM unnest(claimed_at) WITH ORDINALITY AS c(j, o)
-                  JOIN pgvs3.resp_stream_entry x ON x.bucket_id = b AND x.key = k AND x.ms = ints[c.j] AND x.seq = ints[c.j + 1]
+                SELECT x.entry FROM unnest(claimed_at) WITH ORDINALITY AS c(j, o)
+                  JOIN LATERAL (SELECT stored AS entry FROM pgvs3.resp_stream_entry stored
+                                 WHERE stored.bucket_id = b AND stored.key = k AND stored.ms = ints[c.j]
+                                   AND stored.seq = ints[c.j + 1] OFFSET 0) x ON true
                  ORDER BY c.o));
             items := flat.items;
             scores := flat.scores;
@@ -3818,7 +3827,8 @@ BEGIN
                          FROM (SELECT * FROM pgvs3.resp_stream_pending q
                                 WHERE q.bucket_id = b AND q.key = k AND q.grp = g_name AND (q.ms, q.seq) >= (ints[2], ints[3])
                                 ORDER BY q.ms, q.seq LIMIT ints[4] * 10) q
-                         LEFT JOIN pgvs3.resp_stream_entry x ON x.bucket_id = b AND x.key = k AND x.ms = q.ms AND x.seq = q.seq
+                         LEFT JOIN LATERAL (SELECT fields FROM pgvs3.resp_stream_entry
+                                             WHERE bucket_id = b AND key = k AND ms = q.ms AND seq = q.seq OFFSET 0) x ON true
                         WHERE x.fields IS NULL OR ints[1] = 0 OR now_ms - q.delivered_ms >= ints[1]
                         ORDER BY q.ms, q.seq LIMIT ints[4]);
         IF cardinality(batch) = ints[4] THEN
@@ -4620,11 +4630,15 @@ BEGIN
             SELECT s.key, s.ord, coalesce(floats[s.ord], 1) AS w FROM unnest(sources) WITH ORDINALITY AS s(key, ord)
              WHERE pgvs3.resp_type(b, s.key) IS NOT NULL
         ), elements AS (
+            -- Each source read by its own index range (a join planned before ANALYZE, when a
+            -- bucket seems to hold a few rows, read all of the bucket's).
             SELECT src.ord, z.member, z.score * src.w AS score
-              FROM src JOIN pgvs3.resp_zset z ON z.bucket_id = b AND z.key = src.key
+              FROM src, LATERAL (SELECT member, score FROM pgvs3.resp_zset
+                                  WHERE bucket_id = b AND key = src.key OFFSET 0) z
             UNION ALL
             SELECT src.ord, m.member, src.w
-              FROM src JOIN pgvs3.resp_set m ON m.bucket_id = b AND m.key = src.key
+              FROM src, LATERAL (SELECT member FROM pgvs3.resp_set
+                                  WHERE bucket_id = b AND key = src.key OFFSET 0) m
         ), weighed AS (
             -- inf * 0 is NaN; Redis counts it as 0.
             SELECT ord, member, CASE WHEN score = 'NaN'::float8 THEN 0 ELSE score END AS score FROM elements

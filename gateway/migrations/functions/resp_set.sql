@@ -20,7 +20,7 @@ BEGIN
     IF err IS NOT NULL THEN
         RETURN;
     END IF;
-    live := ARRAY(SELECT s.k FROM unnest(sources) AS s(k) WHERE pgvs3.resp_type(b, s.k) IS NOT NULL);
+    live := ARRAY(SELECT DISTINCT s.k FROM unnest(sources) AS s(k) WHERE pgvs3.resp_type(b, s.k) IS NOT NULL);
     CASE op
     WHEN 'sadd' THEN
         PERFORM pgvs3.resp_create(b, k, 's');
@@ -128,21 +128,27 @@ BEGIN
         IF (SELECT count(DISTINCT s) FROM unnest(live) s) < (SELECT count(DISTINCT s) FROM unnest(sources) s) THEN
             items := '{}';
         ELSE
+            -- Each source by its own index range, as below (`live` names each key once).
             SELECT coalesce(array_agg(member ORDER BY member), '{}') INTO items FROM (
-                SELECT member FROM pgvs3.resp_set WHERE bucket_id = b AND key = ANY (live)
-                 GROUP BY member HAVING count(*) = (SELECT count(DISTINCT s) FROM unnest(live) s)
+                SELECT e.member FROM unnest(live) AS l(k),
+                       LATERAL (SELECT member FROM pgvs3.resp_set WHERE bucket_id = b AND key = l.k OFFSET 0) e
+                 GROUP BY e.member HAVING count(*) = cardinality(live)
                  ORDER BY member LIMIT CASE WHEN op = 'sintercard' AND ints[1] > 0 THEN ints[1] END) m;
         END IF;
     WHEN 'sunion', 'sunionstore' THEN
-        SELECT coalesce(array_agg(DISTINCT member), '{}') INTO items
-          FROM pgvs3.resp_set WHERE bucket_id = b AND key = ANY (live);
+        -- Each source read by its own index range: `key = ANY (live)`, planned before ANALYZE
+        -- (a bucket seeming to hold a few rows), read every set of the bucket.
+        SELECT coalesce(array_agg(DISTINCT e.member), '{}') INTO items
+          FROM unnest(live) AS l(k),
+               LATERAL (SELECT member FROM pgvs3.resp_set WHERE bucket_id = b AND key = l.k OFFSET 0) e;
     WHEN 'sdiff', 'sdiffstore' THEN
         others := ARRAY(SELECT s FROM unnest(sources[2:]) s WHERE s = ANY (live));
         SELECT coalesce(array_agg(a.member ORDER BY a.member), '{}') INTO items
           FROM pgvs3.resp_set a
          WHERE a.bucket_id = b AND a.key = sources[1] AND sources[1] = ANY (live)
-           AND NOT EXISTS (SELECT 1 FROM pgvs3.resp_set c
-                            WHERE c.bucket_id = b AND c.key = ANY (others) AND c.member = a.member);
+           AND NOT EXISTS (SELECT 1 FROM unnest(others) AS o(k)
+                            WHERE (SELECT true FROM pgvs3.resp_set c
+                                    WHERE c.bucket_id = b AND c.key = o.k AND c.member = a.member));
     WHEN 'sscan' THEN
         -- ints: {cursor (an offset in member order), count}; n: the next cursor, 0 at the end.
         -- An intset answers whole, in numeric order and one reply with cursor 0, as Redis

@@ -159,7 +159,8 @@ BEGIN
                 -- back with none too), each delivered once more unless deleted.
                 batch := ARRAY(SELECT ROW(b, k, q.ms, q.seq, x.fields)::pgvs3.resp_stream_entry
                                  FROM pgvs3.resp_stream_pending q
-                                 LEFT JOIN pgvs3.resp_stream_entry x ON x.bucket_id = b AND x.key = k AND x.ms = q.ms AND x.seq = q.seq
+                                 LEFT JOIN LATERAL (SELECT fields FROM pgvs3.resp_stream_entry
+                                                     WHERE bucket_id = b AND key = k AND ms = q.ms AND seq = q.seq OFFSET 0) x ON true
                                 WHERE q.bucket_id = b AND q.key = k AND q.grp = g_name AND q.consumer = c_name
                                   AND (q.ms, q.seq) > (ints[3 * j + 1], ints[3 * j + 2])
                                 ORDER BY q.ms, q.seq LIMIT ints[1]);
@@ -352,8 +353,10 @@ BEGIN
                              FROM unnest(claimed_at) WITH ORDINALITY AS c(j, o) ORDER BY c.o);
         ELSE
             SELECT * INTO flat FROM pgvs3.resp_stream_flat(ARRAY(
-                SELECT x FROM unnest(claimed_at) WITH ORDINALITY AS c(j, o)
-                  JOIN pgvs3.resp_stream_entry x ON x.bucket_id = b AND x.key = k AND x.ms = ints[c.j] AND x.seq = ints[c.j + 1]
+                SELECT x.entry FROM unnest(claimed_at) WITH ORDINALITY AS c(j, o)
+                  JOIN LATERAL (SELECT stored AS entry FROM pgvs3.resp_stream_entry stored
+                                 WHERE stored.bucket_id = b AND stored.key = k AND stored.ms = ints[c.j]
+                                   AND stored.seq = ints[c.j + 1] OFFSET 0) x ON true
                  ORDER BY c.o));
             items := flat.items;
             scores := flat.scores;
@@ -371,7 +374,8 @@ BEGIN
                          FROM (SELECT * FROM pgvs3.resp_stream_pending q
                                 WHERE q.bucket_id = b AND q.key = k AND q.grp = g_name AND (q.ms, q.seq) >= (ints[2], ints[3])
                                 ORDER BY q.ms, q.seq LIMIT ints[4] * 10) q
-                         LEFT JOIN pgvs3.resp_stream_entry x ON x.bucket_id = b AND x.key = k AND x.ms = q.ms AND x.seq = q.seq
+                         LEFT JOIN LATERAL (SELECT fields FROM pgvs3.resp_stream_entry
+                                             WHERE bucket_id = b AND key = k AND ms = q.ms AND seq = q.seq OFFSET 0) x ON true
                         WHERE x.fields IS NULL OR ints[1] = 0 OR now_ms - q.delivered_ms >= ints[1]
                         ORDER BY q.ms, q.seq LIMIT ints[4]);
         IF cardinality(batch) = ints[4] THEN

@@ -307,11 +307,15 @@ BEGIN
             SELECT s.key, s.ord, coalesce(floats[s.ord], 1) AS w FROM unnest(sources) WITH ORDINALITY AS s(key, ord)
              WHERE pgvs3.resp_type(b, s.key) IS NOT NULL
         ), elements AS (
+            -- Each source read by its own index range (a join planned before ANALYZE, when a
+            -- bucket seems to hold a few rows, read all of the bucket's).
             SELECT src.ord, z.member, z.score * src.w AS score
-              FROM src JOIN pgvs3.resp_zset z ON z.bucket_id = b AND z.key = src.key
+              FROM src, LATERAL (SELECT member, score FROM pgvs3.resp_zset
+                                  WHERE bucket_id = b AND key = src.key OFFSET 0) z
             UNION ALL
             SELECT src.ord, m.member, src.w
-              FROM src JOIN pgvs3.resp_set m ON m.bucket_id = b AND m.key = src.key
+              FROM src, LATERAL (SELECT member FROM pgvs3.resp_set
+                                  WHERE bucket_id = b AND key = src.key OFFSET 0) m
         ), weighed AS (
             -- inf * 0 is NaN; Redis counts it as 0.
             SELECT ord, member, CASE WHEN score = 'NaN'::float8 THEN 0 ELSE score END AS score FROM elements
