@@ -2040,7 +2040,7 @@ CREATE FUNCTION pgvs3.resp_bump(b bigint, k text) RETURNS void
     LANGUAGE plpgsql
     AS $$
 BEGIN
-    UPDATE pgvs3.resp_keys SET version = version + 1 WHERE bucket_id = b AND key = k;
+    UPDATE pgvs3.resp_keys SET version = nextval('pgvs3.resp_key_versions') WHERE bucket_id = b AND key = k;
 END $$;
 
 --
@@ -2462,7 +2462,7 @@ BEGIN
     PERFORM pgvs3.resp_clear(b, dst, dst = ANY (strings));
     IF op = 'rename' THEN
         -- The elements follow (ON UPDATE CASCADE).
-        UPDATE pgvs3.resp_keys SET key = dst, version = version + 1 WHERE bucket_id = b AND key = src;
+        UPDATE pgvs3.resp_keys SET key = dst, version = nextval('pgvs3.resp_key_versions') WHERE bucket_id = b AND key = src;
     ELSE
         -- With a list's length and bounds (functions/resp_list.sql), and the encoding: Redis's
         -- COPY duplicates the object as it is encoded (hashTypeDup, setTypeDup, zsetDup).
@@ -2591,7 +2591,7 @@ BEGIN
             RETURN;
         END IF;
         UPDATE pgvs3.resp_list SET value = args[1] WHERE bucket_id = b AND key = k AND pos = p;
-        UPDATE pgvs3.resp_keys SET version = version + 1 WHERE bucket_id = b AND key = k;
+        UPDATE pgvs3.resp_keys SET version = nextval('pgvs3.resp_key_versions') WHERE bucket_id = b AND key = k;
     WHEN 'linsert' THEN
         -- args: {pivot, element}; ints: {1 before, 0 after}. n: the new length, -1 without the pivot.
         p := (SELECT pos FROM pgvs3.resp_list WHERE bucket_id = b AND key = k AND value = args[1] ORDER BY pos LIMIT 1);
@@ -2620,7 +2620,7 @@ BEGIN
         END IF;
         INSERT INTO pgvs3.resp_list (bucket_id, key, pos, value) VALUES (b, k, (p + q) / 2, args[2]);
         UPDATE pgvs3.resp_keys
-           SET length = length + 1, version = version + 1,
+           SET length = length + 1, version = nextval('pgvs3.resp_key_versions'),
                list_head = least(list_head, (p + q) / 2), list_tail = greatest(list_tail, (p + q) / 2)
          WHERE bucket_id = b AND key = k RETURNING length INTO n;
     WHEN 'lrem' THEN
@@ -2755,7 +2755,7 @@ CREATE FUNCTION pgvs3.resp_list_shrink(b bigint, k text, removed bigint, head bi
     AS $$
 BEGIN
     UPDATE pgvs3.resp_keys
-       SET length = length - removed, version = version + 1,
+       SET length = length - removed, version = nextval('pgvs3.resp_key_versions'),
            list_head = coalesce(head, list_head), list_tail = coalesce(tail, list_tail)
      WHERE bucket_id = b AND key = k AND removed > 0;
     DELETE FROM pgvs3.resp_keys WHERE bucket_id = b AND key = k AND type = 'l' AND length <= 0;
@@ -3091,7 +3091,7 @@ CREATE FUNCTION pgvs3.resp_settle(b bigint, k text) RETURNS void
     LANGUAGE plpgsql
     AS $$
 BEGIN
-    UPDATE pgvs3.resp_keys SET version = version + 1 WHERE bucket_id = b AND key = k;
+    UPDATE pgvs3.resp_keys SET version = nextval('pgvs3.resp_key_versions') WHERE bucket_id = b AND key = k;
     DELETE FROM pgvs3.resp_keys r
      WHERE r.bucket_id = b AND r.key = k
        AND NOT CASE r.type
@@ -3347,7 +3347,7 @@ BEGIN
         IF n > 0 THEN
             -- A node left empty goes, as Redis removes it from its radix tree.
             DELETE FROM pgvs3.resp_stream_node x WHERE x.bucket_id = b AND x.key = k AND x.live <= 0;
-            UPDATE pgvs3.resp_keys SET version = version + 1 WHERE bucket_id = b AND key = k;
+            UPDATE pgvs3.resp_keys SET version = nextval('pgvs3.resp_key_versions') WHERE bucket_id = b AND key = k;
         END IF;
     WHEN 'xtrim' THEN
         -- ints: as XADD's trimming.
@@ -3374,7 +3374,7 @@ BEGIN
                deleted_ms = coalesce(ints[4], r.deleted_ms), deleted_seq = coalesce(ints[5], r.deleted_seq),
                first_ms = pgvs3.resp_stream_min(), first_seq = pgvs3.resp_stream_min()
          WHERE r.bucket_id = b AND r.key = k;
-        UPDATE pgvs3.resp_keys SET version = version + 1 WHERE bucket_id = b AND key = k;
+        UPDATE pgvs3.resp_keys SET version = nextval('pgvs3.resp_key_versions') WHERE bucket_id = b AND key = k;
     WHEN 'xinfo', 'xdump' THEN
         -- ints: {how many entries from the start (FULL; 0: all), or NULL for the first and
         -- last}. n: the length; items: {last ID, greatest deleted ID, first ID (0-0 when
@@ -3664,7 +3664,7 @@ BEGIN
             RETURN;
         END IF;
         -- Group changes are changes of the key, for WATCH.
-        UPDATE pgvs3.resp_keys SET version = version + 1 WHERE bucket_id = b AND key = k;
+        UPDATE pgvs3.resp_keys SET version = nextval('pgvs3.resp_key_versions') WHERE bucket_id = b AND key = k;
     ELSIF op = 'xinfo_groups' THEN
         IF s.key IS NULL THEN
             err := 'no_such_key';
@@ -4153,7 +4153,7 @@ BEGIN
            (first_ms, first_seq) = (SELECT coalesce(x.next_ms, went_ms), coalesce(x.next_seq, went_seq)
                                       FROM pgvs3.resp_stream_successor(went_ms, went_seq) x)
      WHERE r.bucket_id = b AND r.key = k;
-    UPDATE pgvs3.resp_keys SET version = version + 1 WHERE bucket_id = b AND key = k;
+    UPDATE pgvs3.resp_keys SET version = nextval('pgvs3.resp_key_versions') WHERE bucket_id = b AND key = k;
     RETURN removed;
 END $$;
 
@@ -4166,7 +4166,7 @@ CREATE FUNCTION pgvs3.resp_touch(b bigint, k text, t "char") RETURNS void
     AS $$
 BEGIN
     INSERT INTO pgvs3.resp_keys AS r (bucket_id, key, type) VALUES (b, k, t)
-    ON CONFLICT (bucket_id, key) DO UPDATE SET version = r.version + 1;
+    ON CONFLICT (bucket_id, key) DO UPDATE SET version = nextval('pgvs3.resp_key_versions');
 END $$;
 
 --
@@ -5328,13 +5328,30 @@ CREATE TABLE pgvs3.resp_keys (
     key text NOT NULL COLLATE pg_catalog."C",
     type "char" NOT NULL,
     expires_at timestamp with time zone,
-    version bigint DEFAULT 1 NOT NULL,
+    version bigint NOT NULL,
     length bigint,
     list_head bigint,
     list_tail bigint,
     large boolean DEFAULT false,
     CONSTRAINT resp_keys_type_check CHECK ((type = ANY (ARRAY['h'::"char", 's'::"char", 'z'::"char", 'l'::"char", 'x'::"char"])))
 );
+
+--
+-- Name: resp_key_versions; Type: SEQUENCE; Schema: pgvs3; Owner: -
+--
+
+CREATE SEQUENCE pgvs3.resp_key_versions
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+--
+-- Name: resp_key_versions; Type: SEQUENCE OWNED BY; Schema: pgvs3; Owner: -
+--
+
+ALTER SEQUENCE pgvs3.resp_key_versions OWNED BY pgvs3.resp_keys.version;
 
 --
 -- Name: resp_keyspace_events; Type: TABLE; Schema: pgvs3; Owner: -
@@ -5880,6 +5897,12 @@ ALTER TABLE ONLY s3w.versions ALTER COLUMN inline SET STORAGE EXTERNAL;
 --
 
 ALTER TABLE ONLY pgvs3.access_log_records ALTER COLUMN id SET DEFAULT nextval('pgvs3.access_log_records_id_seq'::regclass);
+
+--
+-- Name: resp_keys version; Type: DEFAULT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.resp_keys ALTER COLUMN version SET DEFAULT nextval('pgvs3.resp_key_versions'::regclass);
 
 --
 -- Name: cron cron_pkey; Type: CONSTRAINT; Schema: ojs; Owner: -

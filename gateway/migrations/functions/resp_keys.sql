@@ -93,7 +93,7 @@ END $$;
 CREATE OR REPLACE FUNCTION pgvs3.resp_touch(b bigint, k text, t "char") RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO pgvs3.resp_keys AS r (bucket_id, key, type) VALUES (b, k, t)
-    ON CONFLICT (bucket_id, key) DO UPDATE SET version = r.version + 1;
+    ON CONFLICT (bucket_id, key) DO UPDATE SET version = nextval('pgvs3.resp_key_versions');
 END $$;
 
 -- A write is about to add to key `k` of type `t` and does not know yet whether it changes
@@ -107,14 +107,14 @@ END $$;
 
 CREATE OR REPLACE FUNCTION pgvs3.resp_bump(b bigint, k text) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
-    UPDATE pgvs3.resp_keys SET version = version + 1 WHERE bucket_id = b AND key = k;
+    UPDATE pgvs3.resp_keys SET version = nextval('pgvs3.resp_key_versions') WHERE bucket_id = b AND key = k;
 END $$;
 
 -- A write removed elements of `k`: bumps its version, and deletes the key when it is empty
 -- (Redis has no empty hashes, sets, sorted sets or lists; it keeps empty streams).
 CREATE OR REPLACE FUNCTION pgvs3.resp_settle(b bigint, k text) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
-    UPDATE pgvs3.resp_keys SET version = version + 1 WHERE bucket_id = b AND key = k;
+    UPDATE pgvs3.resp_keys SET version = nextval('pgvs3.resp_key_versions') WHERE bucket_id = b AND key = k;
     DELETE FROM pgvs3.resp_keys r
      WHERE r.bucket_id = b AND r.key = k
        AND NOT CASE r.type
@@ -305,7 +305,7 @@ BEGIN
     PERFORM pgvs3.resp_clear(b, dst, dst = ANY (strings));
     IF op = 'rename' THEN
         -- The elements follow (ON UPDATE CASCADE).
-        UPDATE pgvs3.resp_keys SET key = dst, version = version + 1 WHERE bucket_id = b AND key = src;
+        UPDATE pgvs3.resp_keys SET key = dst, version = nextval('pgvs3.resp_key_versions') WHERE bucket_id = b AND key = src;
     ELSE
         -- With a list's length and bounds (functions/resp_list.sql), and the encoding: Redis's
         -- COPY duplicates the object as it is encoded (hashTypeDup, setTypeDup, zsetDup).

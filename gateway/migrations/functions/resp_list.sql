@@ -65,7 +65,7 @@ CREATE OR REPLACE FUNCTION pgvs3.resp_list_shrink(b bigint, k text, removed bigi
 LANGUAGE plpgsql AS $$
 BEGIN
     UPDATE pgvs3.resp_keys
-       SET length = length - removed, version = version + 1,
+       SET length = length - removed, version = nextval('pgvs3.resp_key_versions'),
            list_head = coalesce(head, list_head), list_tail = coalesce(tail, list_tail)
      WHERE bucket_id = b AND key = k AND removed > 0;
     DELETE FROM pgvs3.resp_keys WHERE bucket_id = b AND key = k AND type = 'l' AND length <= 0;
@@ -160,7 +160,7 @@ BEGIN
             RETURN;
         END IF;
         UPDATE pgvs3.resp_list SET value = args[1] WHERE bucket_id = b AND key = k AND pos = p;
-        UPDATE pgvs3.resp_keys SET version = version + 1 WHERE bucket_id = b AND key = k;
+        UPDATE pgvs3.resp_keys SET version = nextval('pgvs3.resp_key_versions') WHERE bucket_id = b AND key = k;
     WHEN 'linsert' THEN
         -- args: {pivot, element}; ints: {1 before, 0 after}. n: the new length, -1 without the pivot.
         p := (SELECT pos FROM pgvs3.resp_list WHERE bucket_id = b AND key = k AND value = args[1] ORDER BY pos LIMIT 1);
@@ -189,7 +189,7 @@ BEGIN
         END IF;
         INSERT INTO pgvs3.resp_list (bucket_id, key, pos, value) VALUES (b, k, (p + q) / 2, args[2]);
         UPDATE pgvs3.resp_keys
-           SET length = length + 1, version = version + 1,
+           SET length = length + 1, version = nextval('pgvs3.resp_key_versions'),
                list_head = least(list_head, (p + q) / 2), list_tail = greatest(list_tail, (p + q) / 2)
          WHERE bucket_id = b AND key = k RETURNING length INTO n;
     WHEN 'lrem' THEN

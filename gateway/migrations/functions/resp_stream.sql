@@ -123,7 +123,7 @@ BEGIN
            (first_ms, first_seq) = (SELECT coalesce(x.next_ms, went_ms), coalesce(x.next_seq, went_seq)
                                       FROM pgvs3.resp_stream_successor(went_ms, went_seq) x)
      WHERE r.bucket_id = b AND r.key = k;
-    UPDATE pgvs3.resp_keys SET version = version + 1 WHERE bucket_id = b AND key = k;
+    UPDATE pgvs3.resp_keys SET version = nextval('pgvs3.resp_key_versions') WHERE bucket_id = b AND key = k;
     RETURN removed;
 END $$;
 
@@ -429,7 +429,7 @@ BEGIN
         IF n > 0 THEN
             -- A node left empty goes, as Redis removes it from its radix tree.
             DELETE FROM pgvs3.resp_stream_node x WHERE x.bucket_id = b AND x.key = k AND x.live <= 0;
-            UPDATE pgvs3.resp_keys SET version = version + 1 WHERE bucket_id = b AND key = k;
+            UPDATE pgvs3.resp_keys SET version = nextval('pgvs3.resp_key_versions') WHERE bucket_id = b AND key = k;
         END IF;
     WHEN 'xtrim' THEN
         -- ints: as XADD's trimming.
@@ -456,7 +456,7 @@ BEGIN
                deleted_ms = coalesce(ints[4], r.deleted_ms), deleted_seq = coalesce(ints[5], r.deleted_seq),
                first_ms = pgvs3.resp_stream_min(), first_seq = pgvs3.resp_stream_min()
          WHERE r.bucket_id = b AND r.key = k;
-        UPDATE pgvs3.resp_keys SET version = version + 1 WHERE bucket_id = b AND key = k;
+        UPDATE pgvs3.resp_keys SET version = nextval('pgvs3.resp_key_versions') WHERE bucket_id = b AND key = k;
     WHEN 'xinfo', 'xdump' THEN
         -- ints: {how many entries from the start (FULL; 0: all), or NULL for the first and
         -- last}. n: the length; items: {last ID, greatest deleted ID, first ID (0-0 when

@@ -211,7 +211,7 @@ BEGIN
             RETURN;
         END IF;
         -- Group changes are changes of the key, for WATCH.
-        UPDATE pgvs3.resp_keys SET version = version + 1 WHERE bucket_id = b AND key = k;
+        UPDATE pgvs3.resp_keys SET version = nextval('pgvs3.resp_key_versions') WHERE bucket_id = b AND key = k;
     ELSIF op = 'xinfo_groups' THEN
         IF s.key IS NULL THEN
             err := 'no_such_key';

@@ -289,7 +289,7 @@ fn mark_deleted_sql(ns: &str) -> String {
 fn set_expiry_sql(ns: &str) -> String {
     format!(
         "WITH typed AS (
-             UPDATE pgvs3.resp_keys r SET expires_at = u.expires_at, version = r.version + 1
+             UPDATE pgvs3.resp_keys r SET expires_at = u.expires_at, version = nextval('pgvs3.resp_key_versions')
                FROM unnest($2::text[], $3::timestamptz[]) AS u(key, expires_at)
               WHERE r.bucket_id = $1 AND r.key = u.key AND (r.expires_at IS NULL OR r.expires_at > $4))
          UPDATE {ns}.objects o SET expires_at = u.expires_at
