@@ -14,7 +14,7 @@ mod copy;
 mod encryption;
 mod error;
 mod key_lookups;
-mod key_probes;
+pub mod key_probes;
 mod kv;
 mod lifecycle;
 mod listing;

@@ -474,14 +474,13 @@ impl TypedSql {
 
 /// The call's string keys: those of the call's keys (`$3`) with a string row in bucket `$2`
 /// live by the statement's clock, or with any string row when `all_live` (a SQL boolean) says
-/// the expired ones were just deleted. (Under the limit of `key_probes`, which keeps the call's
-/// generic plan; a key named twice comes twice, which the functions take as once.)
+/// the expired ones were just deleted. (A key named twice comes twice, which the functions
+/// take as once.)
 fn live_strings(ns: &str, all_live: &str) -> String {
     let strings = rows_of_keys(&format!("{ns}.objects"), "o", "$2", "$3");
     format!(
         "ARRAY(SELECT o.key FROM {strings}
-                WHERE {all_live} OR o.expires_at IS NULL OR o.expires_at > clock_timestamp()
-                LIMIT cardinality($3::text[]))"
+                WHERE {all_live} OR o.expires_at IS NULL OR o.expires_at > clock_timestamp())"
     )
 }
 
