@@ -597,7 +597,7 @@ async fn statements_naming_their_keys_keep_one_generic_plan() {
         .query_one(
             // The statement itself, not this query (whose text names it too).
             "SELECT generic_plans, custom_plans FROM pg_prepared_statements
-              WHERE statement LIKE '%AS wanted(k)%' AND statement NOT LIKE '%pg_prepared_statements%'",
+              WHERE statement LIKE '%) AS wanted,%' AND statement NOT LIKE '%pg_prepared_statements%'",
             &[],
         )
         .await

@@ -25,9 +25,10 @@
 /// order: a row per key as often as the array names it.
 pub fn rows_of_keys(table: &str, alias: &str, bucket: &str, keys: &str) -> String {
     format!(
-        "(SELECT {alias}.* FROM (SELECT k FROM unnest({keys}::text[]) AS k LIMIT cardinality({keys}::text[])) AS wanted(k),
+        "(SELECT {alias}.* FROM {wanted},
                 LATERAL (SELECT * FROM {table} AS {alias}
-                          WHERE {alias}.bucket_id = {bucket} AND {alias}.key = wanted.k OFFSET 0) AS {alias}) AS {alias}"
+                          WHERE {alias}.bucket_id = {bucket} AND {alias}.key = wanted.k OFFSET 0) AS {alias}) AS {alias}",
+        wanted = named_keys(keys, "wanted"),
     )
 }
 
@@ -52,7 +53,7 @@ mod tests {
             "{from}"
         );
         assert!(
-            from.contains("FROM (SELECT k FROM unnest($2::text[]) AS k LIMIT cardinality($2::text[])) AS wanted(k)"),
+            from.contains("FROM (SELECT k FROM unnest($2::text[]) AS k LIMIT cardinality($2::text[])) AS wanted,"),
             "{from}"
         );
         assert!(from.ends_with("AS r"), "{from}");
