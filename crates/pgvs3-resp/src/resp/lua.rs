@@ -9,7 +9,9 @@
 //!
 //! Each run gets a fresh interpreter (about 100 µs, of which Redis's libraries take 10 in a
 //! debug build, measured against a bare interpreter): nothing a script leaves in globals or in
-//! the library tables can reach the next one, which Redis gets by making them read-only.
+//! the library tables can reach the next one, which Redis gets by making them read-only. What
+//! is shared between runs is code only: the bytecode of the prelude and of the bodies already
+//! run (`compiled`), loaded instead of parsed again.
 //!
 //! Redis's C libraries `cjson`, `cmsgpack`, `bit` and `struct` are written in Rust (the
 //! submodules), to behave as Redis's do, and so is Lua's pattern matching (`pattern`), which
@@ -18,14 +20,15 @@
 mod bit;
 mod cjson;
 mod cmsgpack;
+mod compiled;
 mod library;
 mod lua_struct;
 mod pattern;
 
 use std::cell::Cell;
 use std::rc::Rc;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -343,12 +346,7 @@ pub fn run(
         let globals = lua.globals();
         globals.raw_set("KEYS", strings(&lua, keys)?)?;
         globals.raw_set("ARGV", strings(&lua, argv)?)?;
-        let script = lua
-            .load(as_text(source).as_ref())
-            .set_name(format!("@{}", chunk.name()))
-            .set_mode(ChunkMode::Text)
-            .into_function();
-        let script = match script {
+        let script = match script_function(&lua, source, chunk) {
             Ok(script) => script,
             Err(mlua::Error::SyntaxError { message, .. }) => {
                 return Ok(Reply::error(format!(
@@ -384,6 +382,45 @@ pub fn run(
 }
 
 const RUNNER: &str = "pgvs3.runner";
+
+/// The bytecode of the script and function bodies this gateway ran. One for the process:
+/// bytecode belongs to the interpreter's build, not to an interpreter, and a body is the same
+/// code whoever runs it (each run still has its own globals and libraries).
+static COMPILED: LazyLock<compiled::Compiled> = LazyLock::new(compiled::Compiled::default);
+
+/// The function of a script's or a Redis Function's chunk: loaded from its bytecode when the
+/// same body ran before, else compiled from its text and its bytecode kept. (FUNCTION LOAD's
+/// library runs are compiled every time: each is run once.)
+fn script_function(lua: &Lua, source: &[u8], chunk: Chunk<'_>) -> mlua::Result<mlua::Function> {
+    let name = chunk.name();
+    let cached = chunk != Chunk::Library;
+    if cached && let Some(bytecode) = COMPILED.get(name, source) {
+        return lua
+            .load(&bytecode[..])
+            .set_name(format!("@{name}"))
+            .set_mode(ChunkMode::Binary)
+            .into_function();
+    }
+    let function = lua
+        .load(as_text(source).as_ref())
+        .set_name(format!("@{name}"))
+        .set_mode(ChunkMode::Text)
+        .into_function()?;
+    if cached {
+        COMPILED.keep(name, source, function.dump(false));
+    }
+    Ok(function)
+}
+
+/// The prelude's bytecode, compiled once for every interpreter.
+static PRELUDE_CODE: LazyLock<Vec<u8>> = LazyLock::new(|| {
+    Lua::new()
+        .load(PRELUDE)
+        .set_name("=prelude")
+        .into_function()
+        .expect("the prelude compiles")
+        .dump(false)
+});
 
 /// A script's body as Redis's Lua parses every chunk: as text. Lua 5.1 would load one that
 /// starts with ESC (`\x1bLua`) as bytecode, which is not verified and can read and write the
@@ -451,15 +488,11 @@ fn sandbox(
     let log = script_log(&lua)?;
     let set_environment =
         lua.create_function(|_, (function, env): (mlua::Function, Table)| function.set_environment(env))?;
-    let runner: mlua::Function = lua.load(PRELUDE).set_name("=prelude").call((
-        call,
-        pcall,
-        setresp,
-        sha1hex,
-        log,
-        stopped_fn,
-        set_environment,
-    ))?;
+    let runner: mlua::Function = lua
+        .load(&PRELUDE_CODE[..])
+        .set_name("=prelude")
+        .set_mode(ChunkMode::Binary)
+        .call((call, pcall, setresp, sha1hex, log, stopped_fn, set_environment))?;
     lua.set_named_registry_value(RUNNER, runner)?;
     // Set last: the libraries and the prelude are not the script's to pay for.
     lua.set_memory_limit(limits.memory.saturating_add(lua.used_memory()))?;
@@ -920,6 +953,53 @@ mod tests {
             Outcome::Reply(other) | Outcome::Aborted(other) => panic!("{source}: {other:?}"),
         }
         *counted.0.lock().unwrap()
+    }
+
+    fn run_alone(source: &str) -> Reply {
+        let (calls, _pending) = mpsc::channel(1);
+        let limits = Limits {
+            time: Duration::from_secs(60),
+            memory: 64 << 20,
+        };
+        let outcome = run(
+            source.as_bytes(),
+            Chunk::Script { sha: "sha" },
+            &[],
+            &[],
+            limits,
+            &Arc::new(Stop::default()),
+            calls,
+        );
+        match outcome {
+            Outcome::Reply(reply) | Outcome::Aborted(reply) => reply,
+        }
+    }
+
+    /// A body's second run loads the bytecode its first compiled, and behaves as the first: the
+    /// same result, and an error raised in a nested function names the same chunk and line.
+    #[test]
+    fn a_body_run_again_from_its_bytecode_answers_as_from_its_text() {
+        let source = "local t = {}\nlocal function f(n)\n  if n > 2 then error('deep ' .. n) end\n  return f(n + 1)\nend\nreturn f(0)\n";
+        assert!(COMPILED.get("user_script", source.as_bytes()).is_none());
+        let first = run_alone(source);
+        assert!(COMPILED.get("user_script", source.as_bytes()).is_some());
+        let second = run_alone(source);
+        assert_eq!(format!("{first:?}"), format!("{second:?}"));
+        assert!(format!("{second:?}").contains("user_script:3: deep 3"), "{second:?}");
+
+        let adds = "local s = 0\nfor i = 1, 10 do s = s + i end\nreturn {s, 'x' .. s}\n";
+        let first = run_alone(adds);
+        let second = run_alone(adds);
+        assert_eq!(format!("{first:?}"), format!("{second:?}"));
+        assert!(format!("{second:?}").contains("55"), "{second:?}");
+
+        // A syntax error is not kept: it is reported at every run.
+        let broken = "return 1 +";
+        for _ in 0..2 {
+            let reply = run_alone(broken);
+            assert!(format!("{reply:?}").contains("Error compiling script"), "{reply:?}");
+        }
+        assert!(COMPILED.get("user_script", broken.as_bytes()).is_none());
     }
 
     /// Hostile: a script logging in a loop wrote 50 MiB from one EVAL. A line is cut at
