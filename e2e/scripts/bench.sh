@@ -269,6 +269,30 @@ PY
     else
         echo "BullMQ case not run: node or e2e/node's packages missing (scripts/test installs them)" >&2
     fi
+    # rq (e2e/scripts/rq_bench.py): the other shape of a job queue, MULTI/EXEC pipelines of
+    # list, hash, sorted-set and stream commands instead of Lua scripts; 1,000 jobs enqueued in
+    # pipelines of 200, then 4 SimpleWorkers run them, every job exactly once. rq is pinned in
+    # the clients' venv scripts/test makes.
+    rq_python=${PGVS3_TOOLS_DIR:-$HOME/.cache/pgvs3-tools}/clients-venv/bin/python
+    if "$rq_python" -c "import rq" 2>/dev/null; then
+        fresh_gateway
+        resp_url[pgvs3]=$gw_resp
+        rq_jobs=1000
+        [ "$smoke" = yes ] && rq_jobs=40
+        for target in pgvs3 redis-always; do
+            result=$("$rq_python" e2e/scripts/rq_bench.py "${resp_url[$target]}/0" "$rq_jobs" "$target") ||
+                { echo "rq on $target: not every job ran exactly once: $result" >&2; [ "$target" = pgvs3 ] && exit 1; }
+            "$python" - "$result" "$rq_jobs" >>"$out/redis-benchmark.ndjson" <<'PY'
+import json, sys
+r, jobs = json.loads(sys.argv[1]), int(sys.argv[2])
+for case, key in [(f"rq: enqueue {jobs:,} jobs (pipelines of 200)", "add_rate"),
+                  ("rq: run them (4 SimpleWorkers)", "complete_rate")]:
+    print(json.dumps({"target": r["target"], "case": case, "rate": r[key]}))
+PY
+        done
+    else
+        echo "rq case not run: the clients' venv with rq missing (scripts/test makes it)" >&2
+    fi
 fi
 
 # The cold cases (issue 39), with the RESP group or alone (`--only cold`): a fresh data
