@@ -246,26 +246,34 @@ if wants resp; then
             done
         done
     done
+    # job_queue LABEL JOBS ADD_CASE RUN_CASE COMMAND...: `COMMAND URL JOBS TARGET` against a fresh
+    # pgvs3 and the durable Redis prints one JSON line (add_rate, complete_rate, exactly_once);
+    # its two rates become rows named ADD_CASE and RUN_CASE (`{jobs:,}` is the job count).
+    job_queue() {
+        local label=$1 jobs=$2 add_case=$3 run_case=$4 result target
+        shift 4
+        fresh_gateway
+        resp_url[pgvs3]=$gw_resp
+        for target in pgvs3 redis-always; do
+            result=$("$@" "${resp_url[$target]}/0" "$jobs" "$target") ||
+                { echo "$label on $target: not every job ran exactly once: $result" >&2; [ "$target" = pgvs3 ] && exit 1; }
+            "$python" - "$result" "$add_case" "$run_case" >>"$out/redis-benchmark.ndjson" <<'PY'
+import json, sys
+r = json.loads(sys.argv[1])
+for case, key in [(sys.argv[2], "add_rate"), (sys.argv[3], "complete_rate")]:
+    print(json.dumps({"target": r["target"], "case": case.format(jobs=r["jobs"]), "rate": r[key]}))
+PY
+        done
+    }
     # BullMQ (issue 39; e2e/node, installed by scripts/test): 2,000 jobs added with addBulk of
     # 200, then a Worker at concurrency 16 completes them, every job exactly once; on a fresh
     # pgvs3 and the durable Redis. A job is ~31 redis.calls in 2 Lua scripts on a few hot keys.
     node_modules=${PGVS3_TOOLS_DIR:-$HOME/.cache/pgvs3-tools}/node/node_modules
     if command -v node >/dev/null && [ -f "$node_modules/bullmq/package.json" ]; then
-        fresh_gateway
-        resp_url[pgvs3]=$gw_resp
         bull_jobs=2000
         [ "$smoke" = yes ] && bull_jobs=200
-        for target in pgvs3 redis-always; do
-            result=$(NODE_PATH=$node_modules node e2e/node/bullmq-bench.js "${resp_url[$target]}/0" "$bull_jobs" "$target") ||
-                { echo "BullMQ on $target: not every job completed exactly once: $result" >&2; [ "$target" = pgvs3 ] && exit 1; }
-            "$python" - "$result" "$bull_jobs" >>"$out/redis-benchmark.ndjson" <<'PY'
-import json, sys
-r, jobs = json.loads(sys.argv[1]), int(sys.argv[2])
-for case, key in [(f"BullMQ: add {jobs:,} jobs (addBulk of 200)", "add_rate"),
-                  ("BullMQ: complete them (Worker, concurrency 16)", "complete_rate")]:
-    print(json.dumps({"target": r["target"], "case": case, "rate": r[key]}))
-PY
-        done
+        job_queue BullMQ "$bull_jobs" "BullMQ: add {jobs:,} jobs (addBulk of 200)" \
+            "BullMQ: complete them (Worker, concurrency 16)" env NODE_PATH="$node_modules" node e2e/node/bullmq-bench.js
     else
         echo "BullMQ case not run: node or e2e/node's packages missing (scripts/test installs them)" >&2
     fi
@@ -275,21 +283,10 @@ PY
     # the clients' venv scripts/test makes.
     rq_python=${PGVS3_TOOLS_DIR:-$HOME/.cache/pgvs3-tools}/clients-venv/bin/python
     if "$rq_python" -c "import rq" 2>/dev/null; then
-        fresh_gateway
-        resp_url[pgvs3]=$gw_resp
         rq_jobs=1000
         [ "$smoke" = yes ] && rq_jobs=40
-        for target in pgvs3 redis-always; do
-            result=$("$rq_python" e2e/scripts/rq_bench.py "${resp_url[$target]}/0" "$rq_jobs" "$target") ||
-                { echo "rq on $target: not every job ran exactly once: $result" >&2; [ "$target" = pgvs3 ] && exit 1; }
-            "$python" - "$result" "$rq_jobs" >>"$out/redis-benchmark.ndjson" <<'PY'
-import json, sys
-r, jobs = json.loads(sys.argv[1]), int(sys.argv[2])
-for case, key in [(f"rq: enqueue {jobs:,} jobs (pipelines of 200)", "add_rate"),
-                  ("rq: run them (4 SimpleWorkers)", "complete_rate")]:
-    print(json.dumps({"target": r["target"], "case": case, "rate": r[key]}))
-PY
-        done
+        job_queue rq "$rq_jobs" "rq: enqueue {jobs:,} jobs (pipelines of 200)" "rq: run them (4 SimpleWorkers)" \
+            "$rq_python" e2e/scripts/rq_bench.py
     else
         echo "rq case not run: the clients' venv with rq missing (scripts/test makes it)" >&2
     fi

@@ -932,26 +932,8 @@ mod tests {
             .with_writer(move || writer.clone())
             .with_max_level(tracing::Level::DEBUG)
             .finish();
-        let (calls, _pending) = mpsc::channel(1);
-        let limits = Limits {
-            time: Duration::from_secs(60),
-            memory: 64 << 20,
-        };
-        let outcome = tracing::subscriber::with_default(subscriber, || {
-            run(
-                source.as_bytes(),
-                Chunk::Script { sha: "sha" },
-                &[],
-                &[],
-                limits,
-                &Arc::new(Stop::default()),
-                calls,
-            )
-        });
-        match outcome {
-            Outcome::Reply(Reply::Nil) => {}
-            Outcome::Reply(other) | Outcome::Aborted(other) => panic!("{source}: {other:?}"),
-        }
+        let reply = tracing::subscriber::with_default(subscriber, || run_alone(source));
+        assert!(matches!(reply, Reply::Nil), "{source}: {reply:?}");
         *counted.0.lock().unwrap()
     }
 
