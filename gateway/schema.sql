@@ -2236,28 +2236,7 @@ BEGIN
     CASE op
     WHEN 'hset' THEN
         PERFORM pgvs3.resp_touch(b, k, 'h');
-        -- unnest, not args[i]: a subscript of a bytea[] walks the array from its start, so
-        -- pairing by subscripts was quadratic in the argument count.
-        -- ints {1} (0039_resp_batched_calls.sql): scores answer, pair by pair, 1 where the pair added its field
-        -- (the first pair naming a field that was not there): the gateway runs consecutive
-        -- HSETs on one key as one call and gives each command the count of its own pairs.
-        -- New fields are inserted in the order they first appear, which is the order their
-        -- `added` numbers are drawn in (the column's default).
-        WITH pairs AS (
-            SELECT f, v, i, min(i) OVER (PARTITION BY f) AS fi FROM (
-                SELECT a AS f, lead(a) OVER (ORDER BY i) AS v, i FROM unnest(args) WITH ORDINALITY u(a, i)
-            ) p WHERE i % 2 = 1
-        ), input AS (
-            SELECT DISTINCT ON (f) f, v, fi FROM pairs ORDER BY f, i DESC
-        ), written AS (
-            INSERT INTO pgvs3.resp_hash AS h (bucket_id, key, field, value) SELECT b, k, f, v FROM input ORDER BY fi
-            ON CONFLICT (bucket_id, key, field) DO UPDATE SET value = EXCLUDED.value
-            RETURNING field, xmax = 0 AS inserted
-        )
-        SELECT count(*) FILTER (WHERE w.inserted AND p.i = p.fi),
-               CASE WHEN ints[1] = 1 THEN array_agg((w.inserted AND p.i = p.fi)::int::float8 ORDER BY p.i) END
-          INTO n, scores
-          FROM pairs p JOIN written w ON w.field = p.f;
+        SELECT w.n, w.added INTO n, scores FROM pgvs3.resp_hash_set(b, k, args, ints[1] = 1) w;
         PERFORM pgvs3.resp_grown(b, k, 'h', args, NULL);
     WHEN 'hsetnx' THEN
         PERFORM pgvs3.resp_create(b, k, 'h');
@@ -2370,6 +2349,32 @@ BEGIN
         ) s, LATERAL (VALUES (1, field), (2, value)) AS p(j, x);
         n := CASE WHEN total < ints[2] THEN 0 ELSE ints[1] + total END;
     END CASE;
+END $$;
+
+--
+-- Name: resp_hash_set(bigint, text, bytea[], boolean); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_hash_set(b bigint, k text, args bytea[], per_pair boolean, OUT n bigint, OUT added double precision[]) RETURNS record
+    LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_nestloop TO 'off'
+    AS $$
+BEGIN
+    WITH pairs AS (
+        SELECT f, i, min(i) OVER same AS fi, max(i) OVER same AS li
+          FROM unnest(args) WITH ORDINALITY u(f, i) WHERE i % 2 = 1 WINDOW same AS (PARTITION BY f)
+    ), written AS (
+        -- OFFSET 0 keeps the subquery, so the values are read after the fields are sorted.
+        INSERT INTO pgvs3.resp_hash AS h (bucket_id, key, field, value)
+        SELECT b, k, s.f, args[s.li + 1] FROM (SELECT f, fi, li FROM pairs WHERE i = fi ORDER BY fi OFFSET 0) s
+        ON CONFLICT (bucket_id, key, field) DO UPDATE SET value = EXCLUDED.value
+        RETURNING field, xmax = 0 AS inserted
+    )
+    SELECT count(*) FILTER (WHERE w.inserted AND p.i = p.fi),
+           CASE WHEN per_pair THEN array_agg((w.inserted AND p.i = p.fi)::int::float8 ORDER BY p.i) END
+      INTO n, added
+      FROM pairs p JOIN written w ON w.field = p.f;
 END $$;
 
 --
@@ -3199,11 +3204,12 @@ BEGIN
         SELECT b, k, ints[p + 6 * i], ints[p + 6 * i + 1], ints[p + 6 * i + 2], ints[p + 6 * i + 3], ints[p + 6 * i + 4], ints[p + 6 * i + 5]
           FROM generate_series(0, ints[6] - 1) i;
         p := p + 6 * ints[6];
-        INSERT INTO pgvs3.resp_stream_entry (bucket_id, key, ms, seq, fields)
-        SELECT b, k, e.ms, e.seq, args[e.start + 1 : e.start + e.size]
-          FROM (SELECT ints[p + 3 * i] AS ms, ints[p + 3 * i + 1] AS seq, ints[p + 3 * i + 2] AS size,
+        SELECT array_agg(e.ms ORDER BY e.i), array_agg(e.seq ORDER BY e.i), array_agg(e.start + 1 ORDER BY e.i), array_agg(e.size ORDER BY e.i)
+          INTO ids_ms, ids_seq, starts, sizes
+          FROM (SELECT i, ints[p + 3 * i] AS ms, ints[p + 3 * i + 1] AS seq, ints[p + 3 * i + 2] AS size,
                        coalesce(sum(ints[p + 3 * i + 2]) OVER (ORDER BY i ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS start
                   FROM generate_series(0, ints[7] - 1) i) e;
+        PERFORM pgvs3.resp_stream_entries(b, k, coalesce(ids_ms, '{}'), ids_seq, args, starts, sizes);
         a := 1 + coalesce((SELECT sum(ints[p + 3 * i + 2]) FROM generate_series(0, ints[7] - 1) i), 0);
         p := p + 3 * ints[7];
         FOR j IN 1 .. ints[8] LOOP
@@ -3431,8 +3437,7 @@ CREATE FUNCTION pgvs3.resp_stream_append(b bigint, k text, ids_ms bigint[], ids_
     SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 BEGIN
-    INSERT INTO pgvs3.resp_stream_entry
-    SELECT b, k, ids_ms[e], ids_seq[e], args[starts[e] : starts[e] + sizes[e] - 1] FROM generate_series(1, cardinality(ids_ms)) e;
+    PERFORM pgvs3.resp_stream_entries(b, k, ids_ms, ids_seq, args, starts, sizes);
     PERFORM pgvs3.resp_stream_append_nodes(b, k, ids_ms, ids_seq);
     RETURN ARRAY(SELECT pgvs3.resp_stream_id(ids_ms[e], ids_seq[e]) FROM generate_series(1, cardinality(ids_ms)) e ORDER BY e);
 END $$;
@@ -3504,6 +3509,21 @@ CREATE FUNCTION pgvs3.resp_stream_counter(s pgvs3.resp_stream, first_ms bigint, 
             END
     END
 $$;
+
+--
+-- Name: resp_stream_entries(bigint, text, bigint[], bigint[], bytea[], bigint[], bigint[]); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_stream_entries(b bigint, k text, ids_ms bigint[], ids_seq bigint[], args bytea[], starts bigint[], sizes bigint[]) RETURNS void
+    LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
+    AS $$
+BEGIN
+    INSERT INTO pgvs3.resp_stream_entry (bucket_id, key, ms, seq, fields)
+    SELECT b, k, ids_ms[e], ids_seq[e],
+           ARRAY(SELECT args[a] FROM generate_series(starts[e], starts[e] + sizes[e] - 1) a ORDER BY a)
+      FROM generate_series(1, cardinality(ids_ms)) e;
+END $$;
 
 --
 -- Name: resp_stream_first(bigint, text); Type: FUNCTION; Schema: pgvs3; Owner: -

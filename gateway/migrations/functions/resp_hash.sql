@@ -14,6 +14,42 @@ BEGIN
               FROM unnest(fields) WITH ORDINALITY AS a(f, i));
 END $$;
 
+-- HSET's pairs (fields and values, one after another in `args`) written to hash `k`: `n`, how
+-- many fields it added, and with `per_pair`, `added`: pair by pair 1 where the pair added its
+-- field (the first pair naming a field that was not there), else 0. The gateway runs
+-- consecutive HSETs on one key as one call (0039_resp_batched_calls.sql) and gives each command
+-- the count of its own pairs. A field named twice takes its last value; new fields are inserted
+-- in the order they first appear, which is the order their `added` numbers are drawn in (the
+-- column's default).
+-- Only the fields and their positions are sorted and matched: each value is read once, by its
+-- position, as its row is inserted. Sorting whole pairs copied every value through three sorts
+-- and two materialized row sets (issue 39, 0079_resp_values_by_position.sql), a quarter of a
+-- coalesced HSET's time with 4 KiB values. A subscript of `args` reads the element directly
+-- only in a generic plan, where `args` stays the expanded array the function was given (a
+-- custom plan flattens it, and a subscript then walks it from its start): hence its own
+-- function, planned once (plan_cache_mode). A generic plan cannot know how many pairs there
+-- are, and took a nested loop to match the written fields to the pairs, quadratic in them (an
+-- HSET of 10,000 fields took seconds): the match is hashed (enable_nestloop).
+CREATE OR REPLACE FUNCTION pgvs3.resp_hash_set(b bigint, k text, args bytea[], per_pair boolean,
+    OUT n bigint, OUT added float8[])
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_nestloop = off AS $$
+BEGIN
+    WITH pairs AS (
+        SELECT f, i, min(i) OVER same AS fi, max(i) OVER same AS li
+          FROM unnest(args) WITH ORDINALITY u(f, i) WHERE i % 2 = 1 WINDOW same AS (PARTITION BY f)
+    ), written AS (
+        -- OFFSET 0 keeps the subquery, so the values are read after the fields are sorted.
+        INSERT INTO pgvs3.resp_hash AS h (bucket_id, key, field, value)
+        SELECT b, k, s.f, args[s.li + 1] FROM (SELECT f, fi, li FROM pairs WHERE i = fi ORDER BY fi OFFSET 0) s
+        ON CONFLICT (bucket_id, key, field) DO UPDATE SET value = EXCLUDED.value
+        RETURNING field, xmax = 0 AS inserted
+    )
+    SELECT count(*) FILTER (WHERE w.inserted AND p.i = p.fi),
+           CASE WHEN per_pair THEN array_agg((w.inserted AND p.i = p.fi)::int::float8 ORDER BY p.i) END
+      INTO n, added
+      FROM pairs p JOIN written w ON w.field = p.f;
+END $$;
+
 CREATE OR REPLACE FUNCTION pgvs3.resp_hash(op text, b bigint, ks text[], strings text[], args bytea[], ints bigint[], floats float8[],
     OUT err text, OUT n bigint, OUT items bytea[], OUT scores float8[])
 LANGUAGE plpgsql AS $$
@@ -51,28 +87,7 @@ BEGIN
     CASE op
     WHEN 'hset' THEN
         PERFORM pgvs3.resp_touch(b, k, 'h');
-        -- unnest, not args[i]: a subscript of a bytea[] walks the array from its start, so
-        -- pairing by subscripts was quadratic in the argument count.
-        -- ints {1} (0039_resp_batched_calls.sql): scores answer, pair by pair, 1 where the pair added its field
-        -- (the first pair naming a field that was not there): the gateway runs consecutive
-        -- HSETs on one key as one call and gives each command the count of its own pairs.
-        -- New fields are inserted in the order they first appear, which is the order their
-        -- `added` numbers are drawn in (the column's default).
-        WITH pairs AS (
-            SELECT f, v, i, min(i) OVER (PARTITION BY f) AS fi FROM (
-                SELECT a AS f, lead(a) OVER (ORDER BY i) AS v, i FROM unnest(args) WITH ORDINALITY u(a, i)
-            ) p WHERE i % 2 = 1
-        ), input AS (
-            SELECT DISTINCT ON (f) f, v, fi FROM pairs ORDER BY f, i DESC
-        ), written AS (
-            INSERT INTO pgvs3.resp_hash AS h (bucket_id, key, field, value) SELECT b, k, f, v FROM input ORDER BY fi
-            ON CONFLICT (bucket_id, key, field) DO UPDATE SET value = EXCLUDED.value
-            RETURNING field, xmax = 0 AS inserted
-        )
-        SELECT count(*) FILTER (WHERE w.inserted AND p.i = p.fi),
-               CASE WHEN ints[1] = 1 THEN array_agg((w.inserted AND p.i = p.fi)::int::float8 ORDER BY p.i) END
-          INTO n, scores
-          FROM pairs p JOIN written w ON w.field = p.f;
+        SELECT w.n, w.added INTO n, scores FROM pgvs3.resp_hash_set(b, k, args, ints[1] = 1) w;
         PERFORM pgvs3.resp_grown(b, k, 'h', args, NULL);
     WHEN 'hsetnx' THEN
         PERFORM pgvs3.resp_create(b, k, 'h');

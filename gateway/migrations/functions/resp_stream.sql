@@ -156,6 +156,25 @@ BEGIN
               FROM generate_series(into_tail + 1, added, per_node) lo) nodes;
 END $$;
 
+-- Stream entries (IDs `ids_ms`/`ids_seq`; entry e's fields and values are `sizes[e]` args from
+-- `starts[e]`) inserted into stream `k`. Each entry's fields are read element by element: a
+-- slice of `args` (`args[from : to]`) made a flat copy of the whole array for every entry, so a
+-- run of XADDs coalesced into one call copied its arguments once per entry, quadratic in the
+-- run's length (half of PostgreSQL's time under 64 pipelines of 16 XADDs of 4 KiB, issue 39,
+-- 0079_resp_values_by_position.sql). A subscript reads the element directly only in a generic
+-- plan, where `args` stays the expanded array the function was given (a custom plan flattens
+-- it, and a subscript then walks it from its start): hence its own function, planned once
+-- (plan_cache_mode).
+CREATE OR REPLACE FUNCTION pgvs3.resp_stream_entries(b bigint, k text, ids_ms bigint[], ids_seq bigint[], args bytea[],
+    starts bigint[], sizes bigint[]) RETURNS void
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+BEGIN
+    INSERT INTO pgvs3.resp_stream_entry (bucket_id, key, ms, seq, fields)
+    SELECT b, k, ids_ms[e], ids_seq[e],
+           ARRAY(SELECT args[a] FROM generate_series(starts[e], starts[e] + sizes[e] - 1) a ORDER BY a)
+      FROM generate_series(1, cardinality(ids_ms)) e;
+END $$;
+
 -- XADD's entries (IDs `ids_ms`/`ids_seq`; entry e's fields and values are `sizes[e]` args from
 -- `starts[e]`) added to stream `k`, and to its nodes: their IDs, as XADD answers them. Its own
 -- function, as is resp_stream_append_nodes, so that their statements are planned once
@@ -166,8 +185,7 @@ CREATE OR REPLACE FUNCTION pgvs3.resp_stream_append(b bigint, k text, ids_ms big
     starts bigint[], sizes bigint[]) RETURNS bytea[]
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 BEGIN
-    INSERT INTO pgvs3.resp_stream_entry
-    SELECT b, k, ids_ms[e], ids_seq[e], args[starts[e] : starts[e] + sizes[e] - 1] FROM generate_series(1, cardinality(ids_ms)) e;
+    PERFORM pgvs3.resp_stream_entries(b, k, ids_ms, ids_seq, args, starts, sizes);
     PERFORM pgvs3.resp_stream_append_nodes(b, k, ids_ms, ids_seq);
     RETURN ARRAY(SELECT pgvs3.resp_stream_id(ids_ms[e], ids_seq[e]) FROM generate_series(1, cardinality(ids_ms)) e ORDER BY e);
 END $$;
@@ -281,11 +299,12 @@ BEGIN
         SELECT b, k, ints[p + 6 * i], ints[p + 6 * i + 1], ints[p + 6 * i + 2], ints[p + 6 * i + 3], ints[p + 6 * i + 4], ints[p + 6 * i + 5]
           FROM generate_series(0, ints[6] - 1) i;
         p := p + 6 * ints[6];
-        INSERT INTO pgvs3.resp_stream_entry (bucket_id, key, ms, seq, fields)
-        SELECT b, k, e.ms, e.seq, args[e.start + 1 : e.start + e.size]
-          FROM (SELECT ints[p + 3 * i] AS ms, ints[p + 3 * i + 1] AS seq, ints[p + 3 * i + 2] AS size,
+        SELECT array_agg(e.ms ORDER BY e.i), array_agg(e.seq ORDER BY e.i), array_agg(e.start + 1 ORDER BY e.i), array_agg(e.size ORDER BY e.i)
+          INTO ids_ms, ids_seq, starts, sizes
+          FROM (SELECT i, ints[p + 3 * i] AS ms, ints[p + 3 * i + 1] AS seq, ints[p + 3 * i + 2] AS size,
                        coalesce(sum(ints[p + 3 * i + 2]) OVER (ORDER BY i ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS start
                   FROM generate_series(0, ints[7] - 1) i) e;
+        PERFORM pgvs3.resp_stream_entries(b, k, coalesce(ids_ms, '{}'), ids_seq, args, starts, sizes);
         a := 1 + coalesce((SELECT sum(ints[p + 3 * i + 2]) FROM generate_series(0, ints[7] - 1) i), 0);
         p := p + 3 * ints[7];
         FOR j IN 1 .. ints[8] LOOP

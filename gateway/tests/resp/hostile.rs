@@ -680,6 +680,59 @@ async fn hset_time_grows_linearly_with_its_fields() {
 }
 
 #[tokio::test]
+async fn stream_restore_time_grows_linearly_with_its_entries() {
+    // Commands of tens of thousands of arguments: not beside the test that measures the peak.
+    let _large = crate::LARGE_ALLOCATIONS.read().await;
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    let value = "v".repeat(512);
+    let mut times = Vec::new();
+    for entries in [5_000usize, 10_000, 20_000] {
+        let key = format!("s{entries}");
+        // One pipeline of XADDs (the gateway may run them as one call), then the stream's
+        // DUMP restored under another name: one call with every entry.
+        let mut pipeline = Vec::new();
+        for n in 0..entries {
+            pipeline.extend(encode(&[
+                b"XADD",
+                key.as_bytes(),
+                b"*",
+                format!("f{n}").as_bytes(),
+                value.as_bytes(),
+            ]));
+        }
+        raw.send(&pipeline).await;
+        for _ in 0..entries {
+            assert!(matches!(raw.reply().await, Some(Value::Bulk(_))));
+        }
+        let Value::Bulk(payload) = raw.command(&["DUMP", &key]).await else {
+            panic!("DUMP of {key}")
+        };
+        let copy = format!("copy{entries}");
+        let started = std::time::Instant::now();
+        raw.send(&encode(&[b"RESTORE", copy.as_bytes(), b"0", &payload])).await;
+        assert_eq!(raw.reply().await, Some(OK()));
+        times.push(started.elapsed().as_secs_f64());
+        assert_eq!(raw.command(&["XLEN", &copy]).await, Value::Int(entries as i64));
+        // The last entry, whole: its fields were cut from the right place in the arguments.
+        let last = raw.command(&["XREVRANGE", &copy, "+", "-", "COUNT", "1"]).await;
+        let expected = Value::Array(vec![Value::bulk(&format!("f{}", entries - 1)), Value::bulk(&value)]);
+        match &last {
+            Value::Array(items) if items.len() == 1 => match &items[0] {
+                Value::Array(entry) => assert_eq!(entry.get(1), Some(&expected), "{last:?}"),
+                other => panic!("XREVRANGE's entry: {other:?}"),
+            },
+            other => panic!("XREVRANGE: {other:?}"),
+        }
+    }
+    // Loose: quadratic work is 4x per doubling (a slice of the arguments per entry was), linear
+    // 2x; the machine may be busy.
+    let per_doubling = (times[2] / times[0]).sqrt();
+    eprintln!("RESTORE of 5k, 10k, 20k entries: {times:.3?} s, {per_doubling:.2}x per doubling");
+    assert!(per_doubling < 3.5, "{per_doubling:.2}x per doubling: {times:?}");
+}
+
+#[tokio::test]
 async fn zadd_time_grows_linearly_with_its_members() {
     // Commands of tens of thousands of arguments: not beside the test that measures the peak.
     let _large = crate::LARGE_ALLOCATIONS.read().await;
