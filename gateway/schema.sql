@@ -3547,6 +3547,7 @@ CREATE TABLE pgvs3.resp_stream_entry (
     seq bigint NOT NULL,
     fields bytea[] NOT NULL
 );
+ALTER TABLE ONLY pgvs3.resp_stream_entry ALTER COLUMN fields SET COMPRESSION lz4;
 
 --
 -- Name: resp_stream_flat(pgvs3.resp_stream_entry[]); Type: FUNCTION; Schema: pgvs3; Owner: -
@@ -5338,6 +5339,7 @@ CREATE TABLE pgvs3.resp_hash (
     value bytea NOT NULL,
     added bigint DEFAULT nextval('pgvs3.resp_hash_added'::regclass)
 );
+ALTER TABLE ONLY pgvs3.resp_hash ALTER COLUMN value SET COMPRESSION lz4;
 
 --
 -- Name: resp_keys; Type: TABLE; Schema: pgvs3; Owner: -
@@ -5392,6 +5394,7 @@ CREATE TABLE pgvs3.resp_list (
     pos bigint NOT NULL,
     value bytea NOT NULL
 );
+ALTER TABLE ONLY pgvs3.resp_list ALTER COLUMN value SET COMPRESSION lz4;
 
 --
 -- Name: resp_messages; Type: TABLE; Schema: pgvs3; Owner: -

@@ -177,6 +177,9 @@ async fn before_auth_requests_are_limited_as_in_redis() {
 /// parsed again from its start on every read, seconds of CPU), and answered right.
 #[tokio::test]
 async fn a_huge_request_in_small_writes_is_parsed_once() {
+    // Its peak (640,000 keys, the request, their parse and the reply) is large and all in this
+    // process: never beside the test that measures the process's peak.
+    let _large = crate::LARGE_ALLOCATIONS.read().await;
     const KEYS: usize = 640_000;
     let gateway = TestGateway::with_resp(&[]).await;
     let mut raw = RawResp::connect(gateway.resp_addr()).await;
