@@ -657,6 +657,14 @@ async fn idle_blocked_clients_cost_no_transactions_while_notifications_work() {
     }
 }
 
+/// Times of one operation at three sizes, each double the one before, grow as linear work
+/// does: loose (linear work is 2x per doubling, quadratic 4x; the machine may be busy).
+fn assert_grows_linearly(what: &str, times: &[f64]) {
+    let per_doubling = (times[2] / times[0]).sqrt();
+    eprintln!("{what}: {times:.3?} s, {per_doubling:.2}x per doubling");
+    assert!(per_doubling < 3.5, "{what}: {per_doubling:.2}x per doubling: {times:?}");
+}
+
 #[tokio::test]
 async fn hset_time_grows_linearly_with_its_fields() {
     // Commands of tens of thousands of arguments: not beside the test that measures the peak.
@@ -676,10 +684,8 @@ async fn hset_time_grows_linearly_with_its_fields() {
         assert_eq!(raw.reply().await, Some(Value::Int(fields as i64)));
         times.push(started.elapsed().as_secs_f64());
     }
-    // Loose: quadratic work is 4x per doubling (it was), linear 2x; the machine may be busy.
-    let per_doubling = (times[2] / times[0]).sqrt();
-    eprintln!("HSET of 10k, 20k, 40k fields: {times:.3?} s, {per_doubling:.2}x per doubling");
-    assert!(per_doubling < 3.5, "{per_doubling:.2}x per doubling: {times:?}");
+    // Quadratic work (it was) is 4x per doubling.
+    assert_grows_linearly("HSET of 10k, 20k, 40k fields", &times);
 }
 
 #[tokio::test]
@@ -728,11 +734,8 @@ async fn stream_restore_time_grows_linearly_with_its_entries() {
             other => panic!("XREVRANGE: {other:?}"),
         }
     }
-    // Loose: quadratic work is 4x per doubling (a slice of the arguments per entry was), linear
-    // 2x; the machine may be busy.
-    let per_doubling = (times[2] / times[0]).sqrt();
-    eprintln!("RESTORE of 5k, 10k, 20k entries: {times:.3?} s, {per_doubling:.2}x per doubling");
-    assert!(per_doubling < 3.5, "{per_doubling:.2}x per doubling: {times:?}");
+    // Quadratic work (a slice of the arguments per entry was) is 4x per doubling.
+    assert_grows_linearly("RESTORE of 5k, 10k, 20k entries", &times);
 }
 
 #[tokio::test]
@@ -754,10 +757,8 @@ async fn zadd_time_grows_linearly_with_its_members() {
         assert_eq!(raw.reply().await, Some(Value::Int(members as i64)));
         times.push(started.elapsed().as_secs_f64());
     }
-    // Loose: quadratic work is 4x per doubling (it was), linear 2x; the machine may be busy.
-    let per_doubling = (times[2] / times[0]).sqrt();
-    eprintln!("ZADD of 10k, 20k, 40k members: {times:.3?} s, {per_doubling:.2}x per doubling");
-    assert!(per_doubling < 3.5, "{per_doubling:.2}x per doubling: {times:?}");
+    // Quadratic work (it was) is 4x per doubling.
+    assert_grows_linearly("ZADD of 10k, 20k, 40k members", &times);
 }
 
 /// The backend (pid) of the statement waiting on a lock, once there is one.
