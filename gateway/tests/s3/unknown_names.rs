@@ -116,6 +116,67 @@ async fn a_reload_forgets_the_misses() {
     gw.stop().await;
 }
 
+/// A key granted in the same transaction that hands it a bucket (the operator's provisioning of a
+/// Bucket that adopts the bucket its predecessor retained: the new key put, the custodian
+/// revoked, the bucket adopted) is decided on that bucket as the transaction left it, at its
+/// first request through a gateway whose catalog has not reloaded since, the NOTIFY still on
+/// its way: the key is read from a newer snapshot than the cached bucket row, which names the
+/// previous owner and refused the key (AccessDenied for a Bucket that said Ready, a CI failure
+/// in the operator's tier). A catalog loaded apart from the gateway has no LISTEN connection
+/// and no poll: it is such a gateway's, deterministically.
+#[tokio::test]
+async fn a_key_read_from_the_database_is_decided_on_buckets_as_new_as_itself() {
+    let gw = TestGateway::with_args(common::fresh_database().await, &["--catalog-poll", "1h"]).await;
+    let master_key = pgvs3_gateway::master_key::MasterKey::from_text(common::MASTER_KEY);
+    let catalog = pgvs3_gateway::store::Catalog::load(gw.gateway.store.pool().clone(), master_key.clone())
+        .await
+        .unwrap();
+    let custodian = add_key(&gw, "CUSTODIANKEY").await;
+    custodian.create_bucket().bucket("handed").send().await.unwrap();
+    catalog.reload_now().await.unwrap();
+    let before = catalog.cached_bucket("handed").expect("cached by the reload");
+    assert_eq!(before.owner.as_deref(), Some("CUSTODIANKEY"));
+
+    let sql = gw.sql().await;
+    sql.batch_execute("BEGIN").await.unwrap();
+    sql.execute(
+        "SELECT pgvs3.put_access_key($1, $2, false, false, 'Bucket team/handed')",
+        &[&"SUCCESSORKEY", &master_key.seal("successor-secret")],
+    )
+    .await
+    .unwrap();
+    sql.execute("SELECT pgvs3.delete_access_key('CUSTODIANKEY')", &[])
+        .await
+        .unwrap();
+    sql.execute("SELECT pgvs3.adopt_bucket('handed', 'SUCCESSORKEY')", &[])
+        .await
+        .unwrap();
+    sql.batch_execute("COMMIT").await.unwrap();
+
+    // The signature check's lookup, then the access check's bucket (`resolve_bucket` reads the
+    // cached row first).
+    let key = catalog.access_key("SUCCESSORKEY").await.unwrap().expect("granted");
+    assert_eq!(key.secret, "successor-secret");
+    let bucket = catalog.cached_bucket("handed").expect("the bucket");
+    assert_eq!(
+        bucket.owner.as_deref(),
+        Some("SUCCESSORKEY"),
+        "the bucket as the key's own transaction left it, not the cached row of before"
+    );
+    assert!(
+        catalog.access_key("CUSTODIANKEY").await.unwrap().is_none(),
+        "the key revoked with it is gone as well"
+    );
+
+    // Through the gateway itself (whose NOTIFY may or may not have come): the key works.
+    let successor = gw.client_for("SUCCESSORKEY", "successor-secret");
+    common::s3::put_request(&successor, "handed", "first", b"at once".to_vec())
+        .send()
+        .await
+        .expect("the successor's first PUT");
+    gw.stop().await;
+}
+
 /// A flood of made-up access keys cannot take the data pool from signed requests: their lookups
 /// (before any signature check) run a few at a time, the rest wait briefly or are answered 503.
 /// Made deterministic by holding `access_keys` locked, so every lookup that starts holds its

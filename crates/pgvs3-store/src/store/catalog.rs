@@ -602,12 +602,37 @@ impl Catalog {
         let found = self.look_up_key(access_key).await?;
         drop(permit);
         self.counted("access_key", if found.is_some() { "found" } else { "missing" });
-        if found.is_none() {
+        let Some((key, read_at)) = found else {
             let mut cached = self.cached.write().expect("catalog lock");
             let loaded = cached.version;
             cached.missing_keys.record(access_key, asked_at, loaded, Instant::now());
+            return Ok(None);
+        };
+        // Cached only once the catalog is as new as the key: a request that finds the key in
+        // the cache must find its buckets as new (see `catch_up_with`).
+        self.catch_up_with(read_at).await;
+        self.learn_key(&key, read_at);
+        Ok(Some(key))
+    }
+
+    /// Brings the cache to catalog version `read_at` (that of a key just read from the
+    /// database) when it is older: the key's request is then decided on buckets at least as new
+    /// as the key. A key is granted in the same transaction as what makes it useful (the
+    /// operator puts a Bucket's key and creates or adopts its bucket in one), so until the
+    /// reload its NOTIFY brings, the cached bucket would still name its previous owner (a
+    /// revoked key, a custodian, nobody) and refuse the new key: AccessDenied for a key whose
+    /// Bucket says Ready (a CI failure in the operator's tier). It is the reload that NOTIFY
+    /// (or, on a standby, the poll) would run a moment later, run first: that one then finds
+    /// the version loaded and reads nothing. Only a key's first request through this gateway
+    /// since a catalog change pays for it; a cached key never does. Should it fail, the request
+    /// goes on with the cache as it is (as before), the reload left to NOTIFY or the poll.
+    async fn catch_up_with(&self, read_at: i64) {
+        if read_at <= self.version() {
+            return;
         }
-        Ok(found)
+        if let Err(error) = self.reload().await {
+            tracing::warn!(error = %format!("{error:#}"), "reloading the catalog for a key newer than it");
+        }
     }
 
     /// What the cache says of `access_key`: the key, known missing, or nothing (as of the
@@ -626,18 +651,14 @@ impl Catalog {
         }
     }
 
-    /// Reads a key the cache does not hold from the database, and caches it.
-    async fn look_up_key(&self, access_key: &str) -> StoreResult<Option<Arc<AccessKey>>> {
+    /// Reads a key the cache does not hold from the database, with the catalog version of the
+    /// snapshot it was read from (the caller caches it).
+    async fn look_up_key(&self, access_key: &str) -> StoreResult<Option<(Arc<AccessKey>, i64)>> {
         if super::is_session_key(access_key) {
-            // Learnt like a key until the next reload of the catalog (a role's change or
-            // deletion is one), its expiry checked on every request.
-            let Some((key, version)) = self.session_key(access_key).await? else {
-                return Ok(None);
-            };
-            let key = Arc::new(key);
-            let mut cached = self.cached.write().expect("catalog lock");
-            cached.keys.learn(key.access_key.clone(), Arc::clone(&key), version);
-            return Ok(Some(key));
+            return Ok(self
+                .session_key(access_key)
+                .await?
+                .map(|(key, version)| (Arc::new(key), version)));
         }
         let client = self.pool.get().await?;
         // With the catalog version of the same snapshot: the key's row is in every snapshot of
@@ -656,18 +677,23 @@ impl Catalog {
             self.decode_key(&row)
                 .map_err(|err| StoreError::Corrupt(err.to_string()))?,
         );
+        Ok(Some((key, row.get("catalog_version"))))
+    }
+
+    /// Caches a key read from the database at catalog version `read_at` (unless the cache
+    /// holds a newer snapshot of it). A session's key is learnt like a key until the next
+    /// reload of the catalog (a role's change or deletion is one), its expiry checked on every
+    /// request.
+    fn learn_key(&self, key: &Arc<AccessKey>, read_at: i64) {
         let mut cached = self.cached.write().expect("catalog lock");
-        // A key learnt before the reload that brings it (its first request can come before the
-        // catalog's notification) may carry a policy: the access checks must run for it, or
-        // its policy would not narrow it until that reload (a CI failure in the operator's
-        // tier). Reloads of older snapshots keep it (CatalogEntries), so they keep the checks on.
-        if key.policy.is_some() {
+        cached.keys.learn(key.access_key.clone(), Arc::clone(key), read_at);
+        // A key learnt before the reload that brings it may carry a policy: the access checks
+        // must run for it, or its policy would not narrow it until that reload (a CI failure in
+        // the operator's tier). Reloads of older snapshots keep it (CatalogEntries), so they
+        // keep the checks on. A session's requests never take the fast path (`has_rules`).
+        if key.policy.is_some() && key.session.is_none() {
             self.rules.store(true, Ordering::Release);
         }
-        cached
-            .keys
-            .learn(key.access_key.clone(), Arc::clone(&key), row.get("catalog_version"));
-        Ok(Some(key))
     }
 
     pub async fn list_buckets(&self, principal: &Principal) -> StoreResult<Vec<BucketSummary>> {
