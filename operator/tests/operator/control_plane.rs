@@ -429,7 +429,8 @@ pub async fn http_get(port: u16, path: &str) -> Option<String> {
 
 /// A `pgvs3` gateway process on `database_url` with `master_key`; its S3 endpoint.
 pub struct Gateway {
-    pub process: Process,
+    /// Held only to be killed with the `Gateway`.
+    _process: Process,
     pub s3_port: u16,
 }
 
@@ -447,8 +448,6 @@ impl Gateway {
             "{} (cargo build -p pgvs3-gateway --bin pgvs3)",
             binary.display()
         );
-        let s3_port = free_port();
-        let admin_port = free_port();
         let mut command = Command::new(binary);
         command.args([
             "serve",
@@ -457,10 +456,14 @@ impl Gateway {
             // `=`: a generated key may begin with `-` (URL-safe base64), which clap
             // would otherwise read as a flag.
             &format!("--master-key={master_key}"),
+            // Ports the gateway's own binds choose, read back from the line it prints once every
+            // listener is bound. A port the test chose by binding and closing a socket could be
+            // taken by anything else before the gateway bound it, after its migrations: a CI run
+            // (ci-40f) lost its admin port so ("Address already in use"), and the gateway exited.
             "--s3-addr",
-            &format!("127.0.0.1:{s3_port}"),
+            "127.0.0.1:0",
             "--admin-addr",
-            &format!("127.0.0.1:{admin_port}"),
+            "127.0.0.1:0",
             "--ojs-addr",
             "off",
             "--resp-addr",
@@ -474,21 +477,33 @@ impl Gateway {
             "--maintenance-interval",
             "1h",
         ]);
-        let gateway = Gateway {
-            process: spawn(&mut command, run_dir.join(format!("gateway-{name}.log"))),
-            s3_port,
-        };
+        let mut process = spawn(&mut command, run_dir.join(format!("gateway-{name}.log")));
         let deadline = tokio::time::Instant::now() + wait();
-        while tokio::net::TcpStream::connect(("127.0.0.1", s3_port)).await.is_err() {
+        let s3_port = loop {
+            if let Some(port) = s3_endpoint_port(&process.log_text()) {
+                break port;
+            }
+            // A gateway that exited will never listen: said at once, with why, rather than
+            // after the whole wait (ci-40f waited 180 s for one that had exited in its first
+            // second, which read as a slow start).
+            if let Some(status) = process.child.try_wait().unwrap() {
+                panic!(
+                    "gateway {name} exited ({status}) before listening: {}",
+                    process.log_text()
+                );
+            }
             assert!(
                 tokio::time::Instant::now() < deadline,
                 "gateway listens within {:?}: {}",
                 wait(),
-                gateway.process.log_text()
+                process.log_text()
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        Gateway {
+            _process: process,
+            s3_port,
         }
-        gateway
     }
 
     pub fn endpoint(&self) -> String {
@@ -507,6 +522,29 @@ impl Gateway {
             .build();
         aws_sdk_s3::Client::from_conf(config)
     }
+}
+
+/// The port of the S3 endpoint a gateway's output announces (`pgvs3 S3 endpoint:
+/// http://127.0.0.1:PORT  (metrics: …)`, printed once every listener is bound), if it has yet.
+/// Only an address followed by more of the line counts: one still being written would read as
+/// a prefix of its port.
+fn s3_endpoint_port(log: &str) -> Option<u16> {
+    let (_, rest) = log.split_once("pgvs3 S3 endpoint: http://")?;
+    let (addr, _) = rest.split_once(char::is_whitespace)?;
+    Some(addr.parse::<std::net::SocketAddr>().ok()?.port())
+}
+
+#[test]
+fn the_s3_port_is_read_from_the_gateways_ready_line() {
+    let log = "2026-12-06T16:09:47.967769Z  INFO pgvs3_gateway::serve: pgvs3 gateway ready s3_addr=127.0.0.1:41325\n\
+               pgvs3 S3 endpoint: http://127.0.0.1:41325  (metrics: http://127.0.0.1:39025/metrics)\n";
+    assert_eq!(s3_endpoint_port(log), Some(41325));
+    assert_eq!(s3_endpoint_port("applied migration version=1\n"), None);
+    assert_eq!(
+        s3_endpoint_port("pgvs3 S3 endpoint: http://127.0.0.1:4"),
+        None,
+        "still being written"
+    );
 }
 
 pub const ROOT_ACCESS_KEY: &str = "PGVS3TESTROOTKEY0001";
