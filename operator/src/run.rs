@@ -106,6 +106,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(args.metrics_addr)
         .await
         .with_context(|| format!("binding {}", args.metrics_addr))?;
+    // The address bound, a port 0 resolved: what a supervisor started on `:0` reads back.
+    let bound = listener.local_addr().context("the health listener's address")?;
+    tracing::info!("health and metrics endpoints on http://{bound}/");
     let identity = std::env::var("POD_NAME").unwrap_or_else(|_| pgvs3_secret::random_token(9));
     run_on(client, listener, identity, &args, shutdown_signal()).await
 }

@@ -41,14 +41,6 @@ pub struct ControlPlane {
     assets: PathBuf,
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 pub fn run(command: &mut Command) -> String {
     let output = command.output().unwrap_or_else(|err| panic!("{command:?}: {err}"));
     assert!(
@@ -362,7 +354,6 @@ fn spawn(command: &mut Command, log: PathBuf) -> Process {
 /// One `pgvs3-operator` process, as the chart's ServiceAccount.
 pub struct Operator {
     pub process: Process,
-    pub health_port: u16,
 }
 
 impl Operator {
@@ -381,7 +372,6 @@ impl Operator {
         settings: &[(&str, &str)],
     ) -> Operator {
         let kubeconfig = plane.service_account_kubeconfig();
-        let health_port = free_port();
         let mut command = Command::new(env!("CARGO_BIN_EXE_pgvs3-operator"));
         command
             .env_clear()
@@ -389,7 +379,9 @@ impl Operator {
             .env("KUBECONFIG", &kubeconfig)
             .env("POD_NAME", identity)
             .env("PGVS3_OPERATOR_LOG", "info,pgvs3_operator=debug")
-            .env("PGVS3_OPERATOR_METRICS_ADDR", format!("127.0.0.1:{health_port}"))
+            // The port its bind chooses, read back from its log (`health_port`): one the test
+            // chose by binding and closing a socket could be taken before the operator binds it.
+            .env("PGVS3_OPERATOR_METRICS_ADDR", "127.0.0.1:0")
             .env("PGVS3_OPERATOR_LEASE_NAMESPACE", SYSTEM_NAMESPACE)
             .env("PGVS3_OPERATOR_LEASE_NAME", lease.0)
             .env("PGVS3_OPERATOR_LEASE_DURATION", lease.1.to_string());
@@ -400,13 +392,20 @@ impl Operator {
         let log = plane.run_dir.join(format!("operator-{identity}.log"));
         Operator {
             process: spawn(command.arg("run"), log),
-            health_port,
         }
+    }
+
+    /// The port of its health and metrics endpoints, once its log says it is bound.
+    fn health_port(&self) -> Option<u16> {
+        let log = self.process.log_text();
+        let (_, rest) = log.split_once("health and metrics endpoints on http://")?;
+        let (addr, _) = rest.split_once('/')?;
+        Some(addr.parse::<std::net::SocketAddr>().ok()?.port())
     }
 
     /// The body of /readyz, or `None` while the process does not answer.
     pub async fn readiness(&self) -> Option<String> {
-        http_get(self.health_port, "/readyz").await
+        http_get(self.health_port()?, "/readyz").await
     }
 }
 
