@@ -181,6 +181,10 @@ pub struct Catalog {
     /// next request (RESP connections that sit idle, subscribed).
     loaded: tokio::sync::watch::Sender<i64>,
     key_lookups: KeyLookups,
+    /// Held by the one reload that brings the cache up to a key just read (`catch_up_with`):
+    /// the first requests of many new keys after one change wait for it rather than each
+    /// reload the catalog on a connection of its own.
+    catching_up: tokio::sync::Mutex<()>,
 }
 
 /// What the cache says of an access key.
@@ -214,6 +218,7 @@ impl Catalog {
             rules: AtomicBool::new(false),
             loaded: tokio::sync::watch::Sender::new(0),
             key_lookups: KeyLookups::default(),
+            catching_up: tokio::sync::Mutex::new(()),
             lookups: IntCounterVec::new(
                 Opts::new(
                     "pgvs3_catalog_lookups_total",
@@ -627,6 +632,11 @@ impl Catalog {
     /// since a catalog change pays for it; a cached key never does. Should it fail, the request
     /// goes on with the cache as it is (as before), the reload left to NOTIFY or the poll.
     async fn catch_up_with(&self, read_at: i64) {
+        if read_at <= self.version() {
+            return;
+        }
+        let _one_at_a_time = self.catching_up.lock().await;
+        // Brought up to it meanwhile, by the reload of another key's request or NOTIFY's.
         if read_at <= self.version() {
             return;
         }
