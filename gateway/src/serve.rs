@@ -166,7 +166,7 @@ impl Core {
             &metrics,
         );
         let (store, standby) = open_store(args, &database, master_key).await?;
-        store.catalog().register_metrics(&metrics);
+        store.register_metrics(&metrics);
 
         let open_files = http_server::raise_open_file_limit();
         warn_if_descriptors_short(args, open_files);

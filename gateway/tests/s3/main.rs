@@ -26,6 +26,7 @@ mod post_object;
 mod presigned;
 mod quota;
 mod refusals;
+mod small_puts;
 mod streaming;
 mod sts;
 mod tool_calls;

@@ -313,20 +313,9 @@ fn answer<T, E: From<StoreError>>(
         }
         Err(err) => {
             for done in done {
-                let _ = done.send(Err(E::from(shared_error(&err))));
+                let _ = done.send(Err(E::from(err.shared())));
             }
         }
-    }
-}
-
-/// One batch's error, for each of the connections that shared it.
-fn shared_error(err: &StoreError) -> StoreError {
-    match err {
-        StoreError::ReadOnly => StoreError::ReadOnly,
-        StoreError::NoSuchBucket => StoreError::NoSuchBucket,
-        StoreError::QuotaExceeded(usage) => StoreError::QuotaExceeded(usage.clone()),
-        StoreError::CommitUnknown(why) => StoreError::CommitUnknown(why.clone()),
-        _ => StoreError::Unavailable(err.to_string()),
     }
 }
 

@@ -207,6 +207,19 @@ impl fmt::Display for StoreError {
 
 impl std::error::Error for StoreError {}
 
+impl StoreError {
+    /// This error (one that befell a whole batch of writes) for each write in the batch.
+    pub fn shared(&self) -> StoreError {
+        match self {
+            StoreError::ReadOnly => StoreError::ReadOnly,
+            StoreError::NoSuchBucket => StoreError::NoSuchBucket,
+            StoreError::QuotaExceeded(usage) => StoreError::QuotaExceeded(usage.clone()),
+            StoreError::CommitUnknown(why) => StoreError::CommitUnknown(why.clone()),
+            _ => StoreError::Unavailable(self.to_string()),
+        }
+    }
+}
+
 impl From<tokio_postgres::Error> for StoreError {
     fn from(err: tokio_postgres::Error) -> Self {
         // 25006: read_only_sql_transaction — what a hot standby answers to any write.

@@ -23,6 +23,7 @@ mod multipart;
 mod notifications;
 mod objects;
 mod origins;
+mod put_lanes;
 mod quotas;
 mod reaper;
 mod resp_acl;
@@ -118,12 +119,15 @@ pub struct Store {
     /// How to reach the server to cancel a keyspace statement its caller abandoned (see
     /// `kv::abandon`); without it such a statement runs to its end.
     cancel: Option<crate::pg::connections::Connections>,
+    /// Small PUTs that arrive together, committed together (put_lanes.rs).
+    put_lanes: Arc<put_lanes::PutLanes>,
 }
 
 impl Store {
     pub fn new(pool: Pool, catalog: Arc<Catalog>) -> Store {
         let streams = share::StreamShare::of(&pool);
         Store {
+            put_lanes: Arc::new(put_lanes::PutLanes::new(pool.clone())),
             pool,
             catalog,
             streams,
@@ -136,6 +140,12 @@ impl Store {
     pub fn cancelling_with(mut self, connections: crate::pg::connections::Connections) -> Store {
         self.cancel = Some(connections);
         self
+    }
+
+    /// Exposes the store's counters (the catalog's, the write lanes') on `metrics`.
+    pub fn register_metrics(&self, metrics: &crate::metrics::Metrics) {
+        self.catalog.register_metrics(metrics);
+        self.put_lanes.register_metrics(metrics);
     }
 
     pub fn catalog(&self) -> &Arc<Catalog> {

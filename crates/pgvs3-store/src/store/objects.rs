@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use bytes::{Bytes, BytesMut};
@@ -16,6 +17,7 @@ use super::bodies::{BodyDigest, body_rows, check_length, inline_span, locate, re
 use super::chunks::{ChunkStream, worth_compressing};
 use super::conditions::{CurrentVersion, DeleteCondition, Preconditions, WriteCondition};
 use super::encryption::ObjectKey;
+use super::put_lanes::PutJob;
 use super::versions::KEY_LOCKS;
 use super::{BucketInfo, Store, StoreError, StoreResult};
 
@@ -615,6 +617,29 @@ impl Store {
         if let Some(object_key) = &object_key {
             object_key.apply_inline(&mut head);
         }
+        // An unconditional write to a bucket that never had versioning goes with the PUTs
+        // arriving beside it (put_lanes.rs); the others take their key's locks in an order of
+        // their own (a versioned write's key lock, a condition's read) and run alone.
+        if matches!(condition, WriteCondition::Always) && bucket.versioning.is_none() {
+            let job = PutJob {
+                bucket_id: bucket.id,
+                sql: Arc::clone(&bucket.sql),
+                key: key.to_string(),
+                size: size as i64,
+                etag,
+                meta,
+                inline: head.freeze(),
+            };
+            let etag = job.etag.clone();
+            let (written, meta) = self.put_lanes.put(job).await;
+            return match written? {
+                Some(written) => Ok(written.outcome(etag, size, meta)),
+                None => {
+                    let client = self.client().await?;
+                    Err(self.refusal(&client, bucket, key).await)
+                }
+            };
+        }
         let client = self.client().await?;
         let row = NewObjectRow {
             key,
@@ -708,18 +733,23 @@ impl Store {
         };
         let statement = db.prepare_cached(sql).await?;
         if let Some(written) = db.query_opt(&statement, &params).await? {
-            return Ok(Written {
-                last_modified: written.get("last_modified"),
-                // A null version (unversioned or suspended bucket) is answered without a version
-                // id, as S3's PutObject reference shows for a versioning-suspended bucket.
-                version_id: written.get("version_id"),
-            });
+            return Ok(Written::from_row(&written));
         }
-        // Refused: tell a missing bucket or key from a precondition that did not hold.
-        let statement = db.prepare_cached(&bucket.sql.head).await?;
-        let current = db.query_opt(&statement, &[&bucket.id, &row.key]).await?;
-        self.found(bucket, current)?;
-        Err(StoreError::PreconditionFailed)
+        Err(self.refusal(db, bucket, row.key).await)
+    }
+
+    /// Why a write of `key` wrote nothing: a missing bucket or key, else a precondition that
+    /// did not hold.
+    async fn refusal(&self, db: &impl GenericClient, bucket: &BucketInfo, key: &str) -> StoreError {
+        let lookup = async {
+            let statement = db.prepare_cached(&bucket.sql.head).await?;
+            let current = db.query_opt(&statement, &[&bucket.id, &key]).await?;
+            self.found(bucket, current)
+        };
+        match lookup.await {
+            Ok(_) => StoreError::PreconditionFailed,
+            Err(err) => err,
+        }
     }
     /// Deletes an object if `condition` holds on it; deleting a missing key succeeds, as in S3.
     #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store delete_object", otel.kind = "client", db.system = "postgresql"))]
@@ -816,6 +846,16 @@ pub(super) struct Written {
 }
 
 impl Written {
+    /// From a write's `RETURNING last_modified, version_id`.
+    pub(super) fn from_row(row: &tokio_postgres::Row) -> Written {
+        Written {
+            last_modified: row.get("last_modified"),
+            // A null version (unversioned or suspended bucket) is answered without a version
+            // id, as S3's PutObject reference shows for a versioning-suspended bucket.
+            version_id: row.get("version_id"),
+        }
+    }
+
     /// The answer to a write of `size` bytes with `etag` and `checksum` that made this row.
     fn outcome(self, etag: String, size: u64, meta: ObjectMeta) -> PutOutcome {
         PutOutcome {
