@@ -469,6 +469,22 @@ pub(crate) mod tests {
         drop(client);
         connection.await.expect("join").expect("connection");
 
+        // The server's processes run with the allocator limits (or the caller's own).
+        let pid = pg.pid().expect("a running postmaster has a pid");
+        let environ = fs::read(format!("/proc/{pid}/environ")).expect("the postmaster's environment");
+        let tunables = environ
+            .split(|byte| *byte == 0)
+            .find_map(|entry| entry.strip_prefix(b"GLIBC_TUNABLES="))
+            .map(|value| String::from_utf8_lossy(value).into_owned());
+        let expected = std::env::var("GLIBC_TUNABLES").unwrap_or_else(|_| settings::ALLOCATOR_TUNABLES.to_owned());
+        // glibc 2.36 parses the variable in place and leaves only its first item visible in
+        // /proc (every item still applies; `ld.so --list-tunables` shows them).
+        let tunables = tunables.expect("GLIBC_TUNABLES in the postmaster's environment");
+        assert!(
+            !tunables.is_empty() && expected.starts_with(&tunables),
+            "{tunables:?} is not what the server was started with ({expected:?})"
+        );
+
         let password = fs::read_to_string(scratch.0.join("pg-password")).expect("password file");
         assert_eq!(password.len(), 32);
         let mode = fs::metadata(scratch.0.join("pg-password"))

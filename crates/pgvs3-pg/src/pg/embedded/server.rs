@@ -13,6 +13,7 @@ use tokio::process::Child;
 use tokio_postgres::NoTls;
 
 use super::account::{ServerAccount, ensure_private_dir};
+use super::settings::ALLOCATOR_TUNABLES;
 use super::socket_config;
 
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -76,6 +77,9 @@ impl Server {
         command.arg("-D").arg(&self.cluster_dir).arg("-p").arg(port.to_string());
         for (name, value) in &self.settings {
             command.arg("-c").arg(format!("{name}={value}"));
+        }
+        if std::env::var_os("GLIBC_TUNABLES").is_none() {
+            command.env("GLIBC_TUNABLES", ALLOCATOR_TUNABLES);
         }
         command
             .stdin(Stdio::null())
