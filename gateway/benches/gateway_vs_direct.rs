@@ -637,36 +637,56 @@ async fn main() -> anyhow::Result<()> {
         let sql_large_put = measure_side(&args, Side::Direct, large_clients, move |c, _| {
             let (pool, body, meta) = (Arc::clone(&pool), body.clone(), meta.clone());
             async move {
+                // As the gateway writes a body (store/staging.rs): a batch of chunks per
+                // transaction, each committed without waiting for the disk, the last batch in
+                // the transaction that writes the row and commits synchronously (its flush
+                // covers every batch before it). The lease rows are left out.
                 let mut client = pool.get().await.unwrap();
-                let tx = client.transaction().await.unwrap();
-                let body_id: i64 = tx
+                let body_id: i64 = client
                     .query_one("SELECT nextval('s3p.body_ids') AS body_id", &[])
                     .await
                     .unwrap()
                     .get("body_id");
-                let sink = tx
-                    .copy_in("COPY s3p.chunks (body_id, seq, data) FROM STDIN (FORMAT binary)")
-                    .await
-                    .unwrap();
-                let writer =
-                    tokio_postgres::binary_copy::BinaryCopyInWriter::new(sink, &[Type::INT8, Type::INT4, Type::BYTEA]);
-                futures::pin_mut!(writer);
-                for (seq, chunk) in body.chunks(pgvs3_gateway::store::CHUNK_SIZE).enumerate() {
-                    writer.as_mut().write(&[&body_id, &(seq as i32), &chunk]).await.unwrap();
+                let chunks_per_batch =
+                    pgvs3_gateway::store::UPLOAD_BATCH_BYTES.div_ceil(pgvs3_gateway::store::CHUNK_SIZE);
+                let chunks: Vec<&[u8]> = body.chunks(pgvs3_gateway::store::CHUNK_SIZE).collect();
+                let batches: Vec<&[&[u8]]> = chunks.chunks(chunks_per_batch).collect();
+                let mut seq = 0i32;
+                for (n, batch) in batches.iter().enumerate() {
+                    let last = n + 1 == batches.len();
+                    let tx = client.transaction().await.unwrap();
+                    if !last {
+                        tx.batch_execute("SET LOCAL synchronous_commit = off").await.unwrap();
+                    }
+                    let sink = tx
+                        .copy_in("COPY s3p.chunks (body_id, seq, data) FROM STDIN (FORMAT binary)")
+                        .await
+                        .unwrap();
+                    let writer = tokio_postgres::binary_copy::BinaryCopyInWriter::new(
+                        sink,
+                        &[Type::INT8, Type::INT4, Type::BYTEA],
+                    );
+                    futures::pin_mut!(writer);
+                    for chunk in batch.iter() {
+                        writer.as_mut().write(&[&body_id, &seq, chunk]).await.unwrap();
+                        seq += 1;
+                    }
+                    writer.finish().await.unwrap();
+                    if last {
+                        let key = format!("sql-large-put-{c}");
+                        let params: [&(dyn ToSql + Sync); 7] = [
+                            &bucket_id,
+                            &key,
+                            &(len as i64),
+                            &ETAG,
+                            &Json(&meta),
+                            &None::<&[u8]>,
+                            &Some(body_id),
+                        ];
+                        tx.query_one(put_sql, &params).await.unwrap();
+                    }
+                    tx.commit().await.unwrap();
                 }
-                writer.finish().await.unwrap();
-                let key = format!("sql-large-put-{c}");
-                let params: [&(dyn ToSql + Sync); 7] = [
-                    &bucket_id,
-                    &key,
-                    &(len as i64),
-                    &ETAG,
-                    &Json(&meta),
-                    &None::<&[u8]>,
-                    &Some(body_id),
-                ];
-                tx.query_one(put_sql, &params).await.unwrap();
-                tx.commit().await.unwrap();
             }
         })
         .await;

@@ -74,6 +74,7 @@ pub use origins::{CacheMode, Origin, OriginEntry};
 pub use quotas::BucketQuota;
 pub use reaper::ReapStats;
 pub use resp_acl::RespAclUser;
+pub use staging::BATCH_BYTES as UPLOAD_BATCH_BYTES;
 pub use sts::{NewSession, RoleTrust, Session, is_session_key};
 pub use tagging::{MAX_BUCKET_TAGS, MAX_OBJECT_TAGS, Tags, tag_set};
 pub use types::{
