@@ -344,10 +344,16 @@ if wants direct; then
     echo "## direct: the gateway's statements straight to PostgreSQL (cargo benches) (${SECONDS}s in)" >&2
     jobs=5000
     [ "$smoke" = yes ] && jobs=300
-    # The 8 MiB GET at one client, as the S3 group runs it; the other large cases at two.
-    cargo_bench gateway_vs_direct -- --seconds "$bench_seconds" --skip "GET 8 MiB" --json "$out/direct-s3.ndjson" >&2
-    cargo_bench gateway_vs_direct -- --seconds "$bench_seconds" --only "GET 8 MiB" --large-clients 1 \
-        --json "$out/direct-s3.ndjson" >&2
+    cargo_bench gateway_vs_direct -- --seconds "$bench_seconds" --skip "MiB" --json "$out/direct-s3.ndjson" >&2
+    # Each large case at the S3 group's workers, each side in a process (and cluster) of its own:
+    # run one after the other in one cluster, the second side would pay for the first's
+    # gigabytes (their checkpoint), as the paired gate found.
+    for large in "GET 8 MiB:1" "PUT 10 MiB:8" "GET 64 MiB:2" "PUT 64 MiB:2"; do
+        for side in gateway direct; do
+            cargo_bench gateway_vs_direct -- --seconds "$bench_seconds" --only "${large%:*}" \
+                --large-clients "${large#*:}" --side "$side" --json "$out/direct-s3.ndjson" >&2
+        done
+    done
     cargo_bench ojs_vs_direct -- --seconds "$bench_seconds" --jobs "$jobs" --json "$out/direct-ojs.ndjson" >&2
 fi
 

@@ -22,6 +22,19 @@ def by_case(records):
     return {r["case"]: r for r in records}
 
 
+def by_direct_case(records):
+    """gateway_vs_direct's records by case, a case's two sides joined when each ran on its own
+    (`--side`: the side left out reads a rate of 0)."""
+    cases = {}
+    for record in records:
+        joined = cases.setdefault(record["case"], record)
+        if joined is not record:
+            for side in ("gateway", "direct"):
+                if record[side]["rate"]:
+                    joined[side] = record[side]
+    return cases
+
+
 def fmt(value, digits=0):
     if value is None:
         return "–"
@@ -50,7 +63,7 @@ def main():
     ratios = []  # (label, value) for the chart
     sections = ["# pgvs3 side by side", "", "```", (out / "machine.txt").read_text().strip(), "```", ""]
 
-    pgvs3, direct_s3 = by_case(load(out / "s3-pgvs3.ndjson")), by_case(load(out / "direct-s3.ndjson"))
+    pgvs3, direct_s3 = by_case(load(out / "s3-pgvs3.ndjson")), by_direct_case(load(out / "direct-s3.ndjson"))
     # The S3 peers that ran (Garage only with --with-garage), each with its own columns.
     peers = {name: cases for name in ["rclone", "garage"] if (cases := by_case(load(out / f"s3-{name}.ndjson")))}
     if pgvs3:

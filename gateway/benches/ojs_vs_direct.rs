@@ -36,6 +36,9 @@ struct Args {
     bench: bool,
 }
 
+/// The bearer token the bench's gateway takes for its OJS job routes.
+const OJS_TOKEN: &str = "bench-ojs-token";
+
 #[derive(Clone)]
 struct Ojs {
     http: Client<HttpConnector, Full<Bytes>>,
@@ -46,6 +49,7 @@ impl Ojs {
     async fn post(&self, path: &str, body: &Value) -> Value {
         let request = hyper::Request::post(format!("{}{path}", self.base))
             .header("content-type", "application/openjobspec+json")
+            .header("authorization", format!("Bearer {OJS_TOKEN}"))
             .body(Full::new(Bytes::from(body.to_string())))
             .unwrap();
         let response = self.http.request(request).await.unwrap();
@@ -145,6 +149,9 @@ async fn main() -> anyhow::Result<()> {
         "127.0.0.1:0",
         "--ojs-addr",
         "127.0.0.1:0",
+        // The job routes need a bearer token, as they do by default in production.
+        "--ojs-token",
+        OJS_TOKEN,
         // Its default port may be taken by another gateway on the machine.
         "--resp-addr",
         "off",
