@@ -269,6 +269,90 @@ async fn every_range_form_is_exact_and_unsatisfiable_ranges_get_416() {
     gw.stop().await;
 }
 
+/// A chunked body is read back in rows of many chunks (chunks.rs `CHUNKS_PER_ROW`, 32): whole
+/// and in ranges that start, end and cross where one row's chunks end and the next's begin it
+/// is exact; a chunk lost from the middle of a row fails every read that reaches it (never a
+/// body short by a chunk, or with the chunks after it shifted), while a range before it reads.
+#[tokio::test]
+async fn chunked_bodies_read_exactly_across_rows_and_a_lost_chunk_fails_the_read() {
+    const CHUNK: usize = 8120;
+    const ROW: usize = 32 * CHUNK;
+    let gw = TestGateway::start().await;
+    gw.client.create_bucket().bucket("rows").send().await.unwrap();
+    let size = 100 * CHUNK + 17;
+    let body = noise(size, 41);
+    put(&gw, "rows", "body", body.clone()).await;
+    assert!(get(&gw, "rows", "body").await == body, "whole body");
+    let range = |first: usize, last: usize| {
+        gw.client
+            .get_object()
+            .bucket("rows")
+            .key("body")
+            .range(format!("bytes={first}-{last}"))
+            .send()
+    };
+    for (first, last) in [
+        (ROW - 1, ROW),
+        (ROW, ROW),
+        (ROW - 5, 2 * ROW + 5),
+        (ROW + 3, 3 * ROW - 1),
+        (3 * ROW, size - 1),
+        (size - 1, size - 1),
+        (0, ROW - 1),
+    ] {
+        let got = range(first, last)
+            .await
+            .unwrap()
+            .body
+            .collect()
+            .await
+            .unwrap()
+            .into_bytes();
+        assert!(got.as_ref() == &body[first..=last], "bytes {first}-{last}");
+    }
+    // Chunk 40, inside the second row, goes missing.
+    let sql = gw.sql().await;
+    let lost = sql.execute("DELETE FROM s3p.chunks WHERE seq = 40", &[]).await.unwrap();
+    assert_eq!(lost, 1);
+    // A read fails at its head (when its first bytes are the lost ones) or in its body.
+    let read = |first: usize, last: usize| {
+        let range = range(first, last);
+        async move {
+            match range.await {
+                Ok(out) => out
+                    .body
+                    .collect()
+                    .await
+                    .map(|b| b.into_bytes().len())
+                    .map_err(|e| e.to_string()),
+                Err(err) => Err(err.to_string()),
+            }
+        }
+    };
+    for (first, last) in [
+        (0, size - 1),
+        (ROW, 2 * ROW - 1),
+        (40 * CHUNK + 1, 40 * CHUNK + 2),
+        (39 * CHUNK, size - 1),
+    ] {
+        let read = read(first, last).await;
+        assert!(read.is_err(), "bytes {first}-{last} reach the lost chunk, got {read:?}");
+    }
+    let before = range(0, 40 * CHUNK - 1)
+        .await
+        .unwrap()
+        .body
+        .collect()
+        .await
+        .unwrap()
+        .into_bytes();
+    assert!(
+        before.as_ref() == &body[..40 * CHUNK],
+        "the bytes before the lost chunk still read"
+    );
+    gw.stop().await;
+}
+
 #[tokio::test]
 async fn metadata_and_standard_headers_are_kept() {
     let gw = TestGateway::start().await;

@@ -8,7 +8,7 @@ use md5::{Digest, Md5};
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::types::Type;
 
-use super::chunks::{ChunkStream, Chunker, Segment};
+use super::chunks::{CHUNKS_PER_ROW, ChunkStream, Chunker, Segment};
 use super::encryption::ObjectKey;
 use super::objects::{BodyObserver, BodyStream, NamespaceSql, ObjectHead, ReadOptions, StoredChecksum};
 use super::{Store, StoreError, StoreResult};
@@ -37,21 +37,31 @@ impl BodySql {
             ),
             // One statement (one snapshot) for all parts. A function scan yields the arrays in
             // order and a nested loop runs the (ordered, not pulled-up) inner query per part, so
-            // rows arrive part by part without a sort that would buffer a whole part.
+            // rows arrive part by part without a sort that would buffer a whole part. Each row
+            // carries a part's chunks from `seq` on, CHUNKS_PER_ROW of them at most (why:
+            // chunks.rs), read by an ordered index range scan.
             read_segments: format!(
-                "SELECT s.body_id, c.seq, c.data
+                "SELECT s.body_id, g.seq,
+                        ARRAY(SELECT c.data FROM {ns}.chunks c
+                               WHERE c.body_id = s.body_id AND c.seq >= g.seq AND c.seq <= least(g.seq + {group} - 1, s.last_seq)
+                               ORDER BY c.seq) AS data
                    FROM unnest($1::bigint[], $2::int[], $3::int[]) AS s(body_id, first_seq, last_seq)
-                  CROSS JOIN LATERAL (SELECT seq, data FROM {ns}.chunks
-                                       WHERE body_id = s.body_id AND seq >= s.first_seq AND seq <= s.last_seq
-                                       ORDER BY seq) c"
+                  CROSS JOIN LATERAL generate_series(s.first_seq, s.last_seq, {group}) AS g(seq)",
+                group = CHUNKS_PER_ROW
             ),
             copy_body: format!(
                 "INSERT INTO {ns}.chunks (body_id, seq, data) SELECT $2, seq, data FROM {ns}.chunks WHERE body_id = $1"
             ),
             next_body_id: format!("SELECT nextval('{ns}.body_ids') AS body_id"),
             copy_chunks: format!("COPY {ns}.chunks (body_id, seq, data) FROM STDIN (FORMAT binary)"),
+            // A plain body's chunks, CHUNKS_PER_ROW to a row, as read_segments.
             read_chunks: format!(
-                "SELECT body_id, seq, data FROM {ns}.chunks WHERE body_id = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq"
+                "SELECT $1::bigint AS body_id, g AS seq,
+                        ARRAY(SELECT c.data FROM {ns}.chunks c
+                               WHERE c.body_id = $1 AND c.seq >= g AND c.seq <= least(g + {group} - 1, $3)
+                               ORDER BY c.seq) AS data
+                   FROM generate_series($2::int, $3::int, {group}) AS g",
+                group = CHUNKS_PER_ROW
             ),
         }
     }
