@@ -493,7 +493,8 @@ async fn main() -> anyhow::Result<()> {
                    ON CONFLICT (bucket_id, key) DO UPDATE SET size = EXCLUDED.size, etag = EXCLUDED.etag,
                       last_modified = EXCLUDED.last_modified, meta = EXCLUDED.meta, inline = EXCLUDED.inline,
                       body_id = EXCLUDED.body_id, expires_at = NULL RETURNING last_modified";
-    let chunk_rows_sql = "SELECT seq, data FROM s3p.chunks WHERE body_id = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq";
+    // The gateway's own statement: rows of up to 32 chunks, each row's chunks an array.
+    let chunk_rows_sql: &'static str = Box::leak(pgvs3_gateway::store::chunk_rows_statement("s3p").into_boxed_str());
     let meta = serde_json::json!({});
 
     println!(
@@ -593,7 +594,7 @@ async fn main() -> anyhow::Result<()> {
         })
         .await;
         // What the gateway sends for a whole chunked body (store/bodies.rs `read_chunks`): the
-        // object's row, then one prepared range scan of its chunks, a row per chunk, each row's
+        // object's row, then one prepared range scan of its chunks, 32 to a row, each row's
         // bytes counted and dropped where the gateway decodes them into a frame.
         let pool = Arc::clone(&direct);
         let last_seq = ((len - 1) / pgvs3_gateway::store::CHUNK_SIZE) as i32;
@@ -611,7 +612,13 @@ async fn main() -> anyhow::Result<()> {
                 let params: [&(dyn ToSql + Sync); 3] = [&body_id, &0i32, &last_seq];
                 let rows = client.query_raw(&statement, params).await.unwrap();
                 let bytes = rows
-                    .map(|row| row.unwrap().get::<_, &[u8]>("data").len())
+                    .map(|row| {
+                        row.unwrap()
+                            .get::<_, Vec<&[u8]>>("data")
+                            .iter()
+                            .map(|c| c.len())
+                            .sum::<usize>()
+                    })
                     .fold(0, |a, b| async move { a + b })
                     .await;
                 assert_eq!(bytes, len);

@@ -54,17 +54,23 @@ impl BodySql {
             ),
             next_body_id: format!("SELECT nextval('{ns}.body_ids') AS body_id"),
             copy_chunks: format!("COPY {ns}.chunks (body_id, seq, data) FROM STDIN (FORMAT binary)"),
-            // A plain body's chunks, CHUNKS_PER_ROW to a row, as read_segments.
-            read_chunks: format!(
-                "SELECT $1::bigint AS body_id, g AS seq,
-                        ARRAY(SELECT c.data FROM {ns}.chunks c
-                               WHERE c.body_id = $1 AND c.seq >= g AND c.seq <= least(g + {group} - 1, $3)
-                               ORDER BY c.seq) AS data
-                   FROM generate_series($2::int, $3::int, {group}) AS g",
-                group = CHUNKS_PER_ROW
-            ),
+            read_chunks: chunk_rows_statement(ns),
         }
     }
+}
+
+/// The statement reading chunks `$2..=$3` of body `$1` in namespace `ns`: rows of `(body_id,
+/// seq, data)`, `data` the chunks from `seq` on, CHUNKS_PER_ROW of them at most, as
+/// read_segments (also the direct side of the `gateway_vs_direct` bench).
+pub fn chunk_rows_statement(ns: &str) -> String {
+    format!(
+        "SELECT $1::bigint AS body_id, g AS seq,
+                ARRAY(SELECT c.data FROM {ns}.chunks c
+                       WHERE c.body_id = $1 AND c.seq >= g AND c.seq <= least(g + {group} - 1, $3)
+                       ORDER BY c.seq) AS data
+           FROM generate_series($2::int, $3::int, {group}) AS g",
+        group = CHUNKS_PER_ROW
+    )
 }
 
 /// The body of a read of bytes `span`: a slice of an inline body, or the chunks of a chunked

@@ -41,6 +41,7 @@ use std::sync::Arc;
 use deadpool_postgres::Pool;
 
 pub use access_logs::{Claim as AccessLogClaim, ClaimedRecords, LoggingConfig, MAX_QUEUED_RECORDS, PartitionDate};
+pub use bodies::chunk_rows_statement;
 pub use bodies::{check_length as check_declared_length, read_prefix};
 pub(crate) use cache::held_body;
 pub use cache::{CacheEntry, DueUpload, EntryHead, FillLock, RangeLookup, UploadLock, WriteEvent};
