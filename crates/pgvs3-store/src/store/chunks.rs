@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 
 use bytes::{Bytes, BytesMut};
 use futures::Stream;
@@ -245,64 +245,54 @@ impl ChunkStream {
     }
 }
 
-/// Rows already received are handed on together, up to this many bytes per frame: one write
-/// per frame instead of one per 8 KiB chunk.
-const MAX_FRAME: usize = 256 * 1024;
-
-/// Chunks a read statement returns per row, as one array: about 256 KiB a row. PostgreSQL 15
-/// sends a row in 8 KiB writes whatever its size, but with a chunk per row each of them woke
-/// the connection's task, handed a row across to the request's task and made a write to the
-/// client, which cost the gateway more than the bytes themselves (an 8 MiB GET: ~880 reads,
-/// ~430 writes and ~520 context switches). With a row of 32 chunks the client gets one write
-/// per row and tokio-postgres's buffer grows to a row, so its reads take what has arrived.
+/// Chunks a read statement returns per row, as one array: about 256 KiB a row, which the
+/// stream hands on as one frame. PostgreSQL 15 sends a row in 8 KiB writes whatever its size,
+/// but with a chunk per row each of them woke the connection's task, handed a row across to the
+/// request's task and made a write to the client, which cost the gateway more than the bytes
+/// themselves (an 8 MiB GET: ~880 reads, ~430 writes and ~520 context switches). With a row of
+/// 32 chunks the client gets one write per row and tokio-postgres's buffer grows to a row, so
+/// its reads take what has arrived.
 pub const CHUNKS_PER_ROW: usize = 32;
 
 impl Stream for ChunkStream {
     type Item = Result<Bytes, StoreError>;
 
+    /// The wanted bytes of the next row's chunks, as one frame.
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        // Sized up front (a frame ends after the row that reaches MAX_FRAME): growing a buffer
-        // to 256 KiB by doubling would copy it several times.
-        let mut frame = BytesMut::with_capacity(
-            (MAX_FRAME + CHUNKS_PER_ROW * CHUNK_SIZE).min(self.remaining as usize + CHUNK_SIZE),
-        );
-        while frame.len() < MAX_FRAME {
+        loop {
             if self.remaining == 0 && !self.next_segment() {
-                break;
+                return Poll::Ready(None);
             }
-            match self.rows.as_mut().poll_next(cx) {
-                Poll::Pending if frame.is_empty() => return Poll::Pending,
-                Poll::Pending => break,
-                Poll::Ready(Some(Ok(row))) => {
-                    let seq: i32 = row.get("seq");
-                    let body_id: i64 = row.get("body_id");
-                    let chunks: Vec<&[u8]> = match row.try_get("data") {
-                        Ok(chunks) => chunks,
-                        Err(err) => return self.fail(StoreError::Corrupt(format!("chunks from {seq}: {err}"))),
-                    };
-                    // A chunk missing from the row shifts the ones after it: the next seq
-                    // expected no longer matches, and decode_into says which is missing.
-                    for (i, chunk) in chunks.into_iter().enumerate() {
-                        if let Err(err) = self.decode_into(body_id, i64::from(seq) + i as i64, chunk, &mut frame) {
-                            return self.fail(err);
-                        }
-                    }
-                }
-                Poll::Ready(Some(Err(err))) => return self.fail(StoreError::from(err)),
-                Poll::Ready(None) => {
+            let row = match ready!(self.rows.as_mut().poll_next(cx)) {
+                Some(Ok(row)) => row,
+                Some(Err(err)) => return self.fail(StoreError::from(err)),
+                None => {
                     let missing = self.next_seq;
                     return self.fail(StoreError::Corrupt(format!("body ends before chunk {missing}")));
                 }
+            };
+            let seq: i32 = row.get("seq");
+            let body_id: i64 = row.get("body_id");
+            let chunks: Vec<&[u8]> = match row.try_get("data") {
+                Ok(chunks) => chunks,
+                Err(err) => return self.fail(StoreError::Corrupt(format!("chunks from {seq}: {err}"))),
+            };
+            // Sized for the row's chunks as they are read back (decompressed).
+            let mut frame = BytesMut::with_capacity((chunks.len() * CHUNK_SIZE).min(self.remaining as usize));
+            // A chunk missing from the row shifts the ones after it: the next seq expected no
+            // longer matches, and decode_into says which is missing.
+            for (i, chunk) in chunks.into_iter().enumerate() {
+                if let Err(err) = self.decode_into(body_id, i64::from(seq) + i as i64, chunk, &mut frame) {
+                    return self.fail(err);
+                }
             }
-        }
-        if self.remaining == 0 && self.segments.is_empty() {
-            // Back to the pool as soon as the last byte is read, not when the client is done.
-            self.client = None;
-        }
-        if frame.is_empty() {
-            Poll::Ready(None)
-        } else {
-            Poll::Ready(Some(Ok(frame.freeze())))
+            if self.remaining == 0 && self.segments.is_empty() {
+                // Back to the pool as soon as the last byte is read, not when the client is done.
+                self.client = None;
+            }
+            if !frame.is_empty() {
+                return Poll::Ready(Some(Ok(frame.freeze())));
+            }
         }
     }
 }
