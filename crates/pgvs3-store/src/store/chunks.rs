@@ -261,6 +261,7 @@ impl Stream for ChunkStream {
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         loop {
             if self.remaining == 0 && !self.next_segment() {
+                self.client = None;
                 return Poll::Ready(None);
             }
             let row = match ready!(self.rows.as_mut().poll_next(cx)) {
