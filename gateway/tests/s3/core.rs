@@ -366,7 +366,7 @@ async fn a_chunked_read_probes_only_the_chunks_it_returns() {
         "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE chunk_rows({body_id}, 0, {})",
         chunks - 1
     );
-    let plan: serde_json::Value = sql.query_one(&explain, &[]).await.unwrap().get(0);
+    let plan: serde_json::Value = sql.query_one(&explain, &[]).await.unwrap().get("QUERY PLAN");
     fn nodes<'a>(node: &'a serde_json::Value, all: &mut Vec<&'a serde_json::Value>) {
         all.push(node);
         for child in node["Plans"].as_array().into_iter().flatten() {
