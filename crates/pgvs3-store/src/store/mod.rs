@@ -19,6 +19,7 @@ mod kv;
 mod lifecycle;
 mod listing;
 mod lock;
+mod md5_lanes;
 mod multipart;
 mod notifications;
 mod objects;
