@@ -137,12 +137,19 @@ rb_csv() {
 # A peer's failures (e.g. rclone's 500 InternalError to some large PUTs) are its behaviour: the
 # cases it completed are in its table, the others are missing; pgvs3's failures fail the run.
 peer_loadgen() { "$bin/pgvs3-loadgen" "$@" || echo "warning: a peer failed: pgvs3-loadgen $1 ${3:-}" >&2; }
+# Before each S3 run: the dirty pages the run before left (a gigabyte after a group of large
+# PUTs, a deleted cluster) are written out, not written back by the kernel during the next
+# server's measured seconds, which billed whichever side came second for the other's bytes.
+settle_disk() { sync; }
 # One S3 case group against a fresh pgvs3 (in capacity mode), rclone and Garage if on, same flags.
 s3_pair() {
     fresh_gateway
+    settle_disk
     loadgen s3 --endpoint "$gw_s3" --json "$out/s3-pgvs3.ndjson" "${capacity[@]}" "$@"
+    settle_disk
     peer_loadgen s3 --endpoint "$rclone_s3" --json "$out/s3-rclone.ndjson" "$@"
     if [ -n "$garage_s3" ]; then
+        settle_disk
         peer_loadgen s3 --endpoint "$garage_s3" "${garage_keys[@]}" --json "$out/s3-garage.ndjson" "$@"
     fi
 }
@@ -156,6 +163,7 @@ beside_pair() {
     for target in pgvs3 rclone; do
         endpoint=$rclone_s3 extra=() runner=peer_loadgen
         [ "$target" = pgvs3 ] && endpoint=$gw_s3 extra=("${capacity[@]}") runner=loadgen
+        settle_disk
         "$runner" s3 --endpoint "$endpoint" --bucket beside-small --json "$out/beside-$target-get.ndjson" \
             --duration "$seconds" --warmup "$((warmup + 1))" --ops get --sizes 4KiB --workers 16 --keys 1000 \
             >"$work/beside-$target-get.txt" &

@@ -137,6 +137,10 @@ run_group() (
         [ $(((round + case) % 2)) -eq 0 ] && order=(after before)
         for side in "${order[@]}"; do
             echo "# round $round, $side: $protocol ${cases[$case]}" >&2
+            # The run before may have left gigabytes of dirty pages (large PUTs): written out
+            # now, or the kernel writes them back during this run and bills it for them (the
+            # 10 MiB PUT's second side ran at half the first's rate, whichever binary it was).
+            sync
             read -r -a case_flags <<<"${cases[$case]}"
             read -r -a side_target <<<"${targets[$side]}"
             status=0
