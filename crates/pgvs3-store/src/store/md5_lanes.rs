@@ -12,6 +12,9 @@
 //! digest at the end. At most [`PIECES_IN_FLIGHT`] pieces of one stream wait for the thread, so
 //! a thread that falls behind slows its uploads down instead of holding their bodies in memory.
 //! Without AVX2 (or off x86-64) the thread hashes each body with the scalar compressor.
+//!
+//! Values that are in memory together (a RESP write batch's, whose S3 ETags their MD5s are)
+//! are hashed side by side on the caller's thread by [`digests`].
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -297,30 +300,44 @@ fn hash_queued(bodies: &mut HashMap<u64, Body>, kernel: Kernel) {
         .collect();
     loop {
         // Each stream's next piece; its permit goes back when the round is done.
-        let round: Vec<(usize, Bytes, OwnedSemaphorePermit)> = queues
+        let mut round: Vec<(&mut Hash, Bytes, OwnedSemaphorePermit)> = streams
             .iter_mut()
-            .enumerate()
-            .filter_map(|(index, queue)| queue.next().map(|(piece, permit)| (index, piece, permit)))
+            .zip(queues.iter_mut())
+            .filter_map(|(body, queue)| queue.next().map(|(piece, permit)| (&mut body.hash, piece, permit)))
             .collect();
         if round.is_empty() {
             return;
         }
-        hash_round(&mut streams, &round, kernel);
+        let mut pieces: Vec<(&mut Hash, &[u8])> = round
+            .iter_mut()
+            .map(|(hash, piece, _)| (&mut **hash, &piece[..]))
+            .collect();
+        hash_pieces(&mut pieces, kernel);
     }
 }
 
-/// One piece of each of some streams: the start of each completes its partial block, the whole
-/// blocks after it run eight streams at a time, and the rest waits in the partial block.
-fn hash_round(streams: &mut [&mut Body], round: &[(usize, Bytes, OwnedSemaphorePermit)], kernel: Kernel) {
-    let mut pending: Vec<(usize, &[[u8; BLOCK]])> = Vec::with_capacity(round.len());
-    let mut tails: Vec<(usize, &[u8])> = Vec::with_capacity(round.len());
-    for (index, piece, _) in round {
-        let rest = streams[*index].hash.absorb(piece);
-        let (blocks, tail) = rest.as_chunks::<BLOCK>();
+/// The MD5 of each of `messages`, their blocks eight messages at a time where the CPU has AVX2:
+/// for values that are hashed together anyway (a RESP write batch's values, whose S3 ETags they
+/// are).
+pub fn digests(messages: &[&[u8]]) -> Vec<[u8; 16]> {
+    let mut hashes: Vec<Hash> = messages.iter().map(|_| Hash::new()).collect();
+    let mut pieces: Vec<(&mut Hash, &[u8])> = hashes.iter_mut().zip(messages.iter().copied()).collect();
+    hash_pieces(&mut pieces, Kernel::detect());
+    hashes.into_iter().map(Hash::finish).collect()
+}
+
+/// One piece of each of some bodies: the start of each completes its partial block, the whole
+/// blocks after it run eight bodies at a time, and the rest waits in the partial block.
+fn hash_pieces(pieces: &mut [(&mut Hash, &[u8])], kernel: Kernel) {
+    let mut pending: Vec<(usize, &[[u8; BLOCK]])> = Vec::with_capacity(pieces.len());
+    let mut tails: Vec<&[u8]> = Vec::with_capacity(pieces.len());
+    for (index, (hash, data)) in pieces.iter_mut().enumerate() {
+        let data: &[u8] = data;
+        let (blocks, tail) = hash.absorb(data).as_chunks::<BLOCK>();
         if !blocks.is_empty() {
-            pending.push((*index, blocks));
+            pending.push((index, blocks));
         }
-        tails.push((*index, tail));
+        tails.push(tail);
     }
     while !pending.is_empty() {
         match kernel {
@@ -332,30 +349,30 @@ fn hash_round(streams: &mut [&mut Body], round: &[(usize, Bytes, OwnedSemaphoreP
                     .map(|(_, blocks)| blocks.len())
                     .min()
                     .unwrap_or(0);
-                // Lanes without a stream of their own hash the first one's blocks again, and are
+                // Lanes without a body of their own hash the first one's blocks again, and are
                 // thrown away.
                 let mut states = [INIT; LANES];
                 let mut data = [pending[0].1; LANES];
                 for (lane, (index, blocks)) in pending[..group].iter().enumerate() {
-                    states[lane] = streams[*index].hash.state;
+                    states[lane] = pieces[*index].0.state;
                     data[lane] = &blocks[..count];
                 }
                 avx2::compress_lanes(&mut states, &data, count);
                 for (lane, (index, blocks)) in pending[..group].iter_mut().enumerate() {
-                    streams[*index].hash.state = states[lane];
+                    pieces[*index].0.state = states[lane];
                     *blocks = &blocks[count..];
                 }
                 pending.retain(|(_, blocks)| !blocks.is_empty());
             }
             _ => {
                 for (index, blocks) in pending.drain(..) {
-                    md5::block_api::compress(&mut streams[index].hash.state, blocks);
+                    md5::block_api::compress(&mut pieces[index].0.state, blocks);
                 }
             }
         }
     }
-    for (index, tail) in tails {
-        streams[index].hash.keep(tail);
+    for ((hash, _), tail) in pieces.iter_mut().zip(tails) {
+        hash.keep(tail);
     }
 }
 
@@ -607,6 +624,22 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn bodies_hashed_one_at_a_time_have_their_own_md5() {
         hashes_as_md5_does(Kernel::Scalar, 7).await;
+    }
+
+    /// Values hashed together, of lengths around the padding's edges and many blocks long,
+    /// fewer and more than the lanes: each has its own MD5.
+    #[test]
+    fn values_hashed_together_each_have_their_own_md5() {
+        let mut rng = StdRng::seed_from_u64(5);
+        for count in [0, 1, 2, 7, 8, 9, 33] {
+            let values = bodies(&mut rng);
+            let values: Vec<&[u8]> = values.iter().take(count).map(Vec::as_slice).collect();
+            let digests = digests(&values);
+            assert_eq!(digests.len(), values.len());
+            for (value, digest) in values.iter().zip(digests) {
+                assert_eq!(digest, md5_of(value), "{} bytes among {count}", value.len());
+            }
+        }
     }
 
     /// The eight-lane compression against md-5's, lane by lane, over one block and several.
