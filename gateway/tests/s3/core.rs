@@ -174,9 +174,9 @@ async fn objects_of_every_size_class_round_trip_byte_exact() {
     gw.stop().await;
 }
 
-/// Chunked bodies uploaded at once are hashed side by side on one thread (the store's
-/// md5_lanes): each keeps its own ETag, the MD5 of its bytes, whatever the others' sizes, and
-/// with a checksum the request asks for computed beside it.
+/// Chunked bodies uploaded at once, each hashed beside its own stream: each keeps its own ETag,
+/// the MD5 of its bytes, whatever the others' sizes, and with a checksum the request asks for
+/// computed beside it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn bodies_uploaded_at_once_each_get_the_md5_of_their_own_bytes() {
     let gw = TestGateway::start().await;

@@ -179,10 +179,6 @@ impl UploadCheck {
 }
 
 impl BodyObserver for UploadCheck {
-    fn watches_bytes(&self) -> bool {
-        self.checksum.is_some()
-    }
-
     fn update(&mut self, data: &[u8]) {
         if let Some((_, hasher, _)) = &mut self.checksum {
             hasher.update(data);

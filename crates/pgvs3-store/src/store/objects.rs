@@ -176,11 +176,6 @@ pub struct Upload {
 /// Sees every byte of an upload and decides, once it is complete, whether it may be committed:
 /// the protocol front verifies the digests its client declared (possibly in trailers).
 pub trait BodyObserver: Send {
-    /// Whether `update` does anything with the bytes: an observer that judges the body by its
-    /// size and MD5 alone is not handed them.
-    fn watches_bytes(&self) -> bool {
-        true
-    }
     fn update(&mut self, data: &[u8]);
     /// Called with the complete body's size and MD5, before commit; an error aborts the write.
     fn finish(self: Box<Self>, size: u64, md5: &[u8; 16]) -> StoreResult<Option<StoredChecksum>>;
@@ -199,10 +194,6 @@ pub trait BodyObserver: Send {
 pub struct StoredBytes;
 
 impl BodyObserver for StoredBytes {
-    fn watches_bytes(&self) -> bool {
-        false
-    }
-
     fn update(&mut self, _data: &[u8]) {}
 
     fn finish(self: Box<Self>, _size: u64, _md5: &[u8; 16]) -> StoreResult<Option<StoredChecksum>> {
