@@ -4,12 +4,12 @@
 
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
-use md5::{Digest, Md5};
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::types::Type;
 
 use super::chunks::{CHUNKS_PER_ROW, ChunkStream, Chunker, Segment};
 use super::encryption::ObjectKey;
+use super::md5_lanes::{Lost, Md5Stream};
 use super::objects::{BodyObserver, BodyStream, NamespaceSql, ObjectHead, ReadOptions, StoredChecksum};
 use super::{Store, StoreError, StoreResult};
 
@@ -231,22 +231,23 @@ const PIECES_IN_DIGEST: usize = 16;
 /// Hashes a chunked body on a blocking thread while it is written: its MD5 (the ETag) and
 /// whatever the observer checks. MD5 is serial (about 600 MB/s here, 41% of the gateway's CPU
 /// on a 10 MiB PUT); on the request's task it ran between the COPY's writes, here it overlaps
-/// them. The queue is bounded, so a hash that falls behind slows the upload down.
+/// them, and the thread hashes the pieces other uploads' threads have queued beside its own
+/// (md5_lanes.rs). The queue is bounded, so a hash that falls behind slows the upload down.
 pub(super) struct BodyDigest {
     pieces: tokio::sync::mpsc::Sender<Bytes>,
-    hashed: tokio::task::JoinHandle<([u8; 16], Box<dyn BodyObserver>)>,
+    hashed: tokio::task::JoinHandle<(Result<[u8; 16], Lost>, Box<dyn BodyObserver>)>,
 }
 
 impl BodyDigest {
     pub(super) fn start(mut observer: Box<dyn BodyObserver>) -> BodyDigest {
         let (pieces, mut queued) = tokio::sync::mpsc::channel::<Bytes>(PIECES_IN_DIGEST);
         let hashed = tokio::task::spawn_blocking(move || {
-            let mut md5 = Md5::new();
+            let md5 = Md5Stream::open();
             while let Some(piece) = queued.blocking_recv() {
-                md5.update(&piece);
                 observer.update(&piece);
+                md5.give(piece);
             }
-            (md5.finalize().into(), observer)
+            (md5.finish(), observer)
         });
         BodyDigest { pieces, hashed }
     }
@@ -265,6 +266,7 @@ impl BodyDigest {
             .hashed
             .await
             .map_err(|err| StoreError::Body(format!("the body's digest failed: {err}")))?;
+        let md5 = md5.map_err(|Lost| StoreError::Body("the body's digest was lost".into()))?;
         Ok((md5, observer.finish(size, &md5)?))
     }
 }

@@ -1,26 +1,39 @@
-//! MD5 of many values at once: the blocks of up to eight values side by side in the lanes of
+//! MD5 of many bodies at once: the blocks of up to eight bodies side by side in the lanes of
 //! AVX2 registers.
 //!
-//! A RESP string's S3 ETag is the MD5 of its value, and MD5 is serial: each 64-byte block needs
-//! the state the one before left, so one value hashes at ~640 MB/s on this project's machines
-//! whatever the CPU offers. Eight values are eight independent chains, though, and one AVX2
-//! instruction advances all eight (MinIO's md5-simd does the same for concurrent uploads): a
-//! write batch's values, in memory together, are hashed by [`digests`] at ~4.4 GB/s for eight.
-//! A value alone, and every value on a CPU without AVX2 (or off x86-64), goes through md-5's
+//! S3 makes a PUT's ETag the MD5 of its body (a RESP string's too), and MD5 is serial: each
+//! 64-byte block needs the state the one before left, so one body hashes at ~640 MB/s on this
+//! project's machines whatever the CPU offers, about half the gateway's CPU on a 10 MiB PUT.
+//! Eight bodies are eight independent chains, though, and one AVX2 instruction advances all
+//! eight (MinIO's md5-simd does the same for the same reason): ~4.4 GB/s for eight here.
+//! A body alone, and every body on a CPU without AVX2 (or off x86-64), goes through md-5's
 //! scalar compressor.
 //!
-//! Uploads were hashed this way too, on one thread shared by every upload (session 44): the
-//! gateway's CPU per 10 MiB PUT fell by 40 %, but under a loaded machine that one thread was a
-//! single share of the CPU for all uploads, and a client with a 3-second low-speed limit
-//! (pyarrow's) gave up on an upload part twice in CI. Each upload hashes its own body on a
-//! blocking thread of its own again (bodies.rs `BodyDigest`); docs/benchmarks.md has the figures.
+//! Two ways in:
+//! - [`digests`]: values in memory together (a RESP write batch's, whose S3 ETags they are).
+//! - [`Md5Stream`]: an upload's body, piece by piece, on the upload's own blocking thread.
+//!   Every few pieces that thread hashes what its stream has queued *and* what other open
+//!   streams have queued, side by side. There is no hashing thread of its own: in session 44
+//!   one thread hashed every upload, and on a loaded machine that one thread was one share of
+//!   the CPU for all of them (a client with a 3-second low-speed limit, pyarrow's, gave up on
+//!   an upload part twice in CI). Here each upload still brings its own thread, as when each
+//!   hashed only its own body, and the threads take turns at the shared work.
 
-use std::sync::LazyLock;
+use std::sync::{Arc, Condvar, LazyLock, Mutex, MutexGuard, PoisonError};
 
-/// Values hashed side by side: the 32-bit lanes of a 256-bit register.
+use bytes::Bytes;
+
+/// Bodies hashed side by side: the 32-bit lanes of a 256-bit register.
 const LANES: usize = 8;
 const BLOCK: usize = 64;
 const INIT: [u32; 4] = [0x6745_2301, 0xefcd_ab89, 0x98ba_dcfe, 0x1032_5476];
+/// A stream's pieces queued before its thread hashes them (with whatever others have queued):
+/// enough that other uploads' threads have queued some of theirs meanwhile, so that the lanes
+/// fill.
+const HASH_AT: usize = 8;
+/// A stream's pieces queued at most: past it, while another thread hashes the stream, its own
+/// thread waits (and so does its upload) instead of holding more of the body in memory.
+const QUEUED_AT_MOST: usize = 16;
 
 /// How blocks are compressed: eight lanes at a time where the CPU has AVX2.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -38,6 +51,15 @@ impl Kernel {
         }
         Kernel::Scalar
     }
+
+    /// Bodies compressed at once.
+    fn width(self) -> usize {
+        match self {
+            Kernel::Scalar => 1,
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2 => LANES,
+        }
+    }
 }
 
 /// The MD5 of each of `messages`, their blocks eight messages at a time where the CPU has AVX2:
@@ -48,77 +70,355 @@ pub fn digests(messages: &[&[u8]]) -> Vec<[u8; 16]> {
 }
 
 fn digests_by(messages: &[&[u8]], kernel: Kernel) -> Vec<[u8; 16]> {
-    let mut states = vec![INIT; messages.len()];
-    let blocks = messages.iter().map(|message| message.as_chunks::<BLOCK>().0).collect();
-    compress_blocks(&mut states, blocks, kernel);
-    messages
-        .iter()
-        .zip(states)
-        .map(|(message, state)| finish(state, message))
-        .collect()
+    let mut hashes: Vec<Hash> = messages.iter().map(|_| Hash::new()).collect();
+    let jobs = hashes
+        .iter_mut()
+        .zip(messages)
+        .map(|(hash, message)| Job {
+            hash,
+            pieces: vec![*message],
+        })
+        .collect();
+    compress_jobs(jobs, kernel);
+    hashes.into_iter().map(Hash::finish).collect()
 }
 
-/// Compresses each message's whole `blocks` into its state: eight messages at a time in AVX2
-/// lanes, a message left alone by md-5's function.
-fn compress_blocks(states: &mut [[u32; 4]], blocks: Vec<&[[u8; BLOCK]]>, kernel: Kernel) {
-    let mut pending: Vec<(usize, &[[u8; BLOCK]])> = blocks
-        .into_iter()
-        .enumerate()
-        .filter(|(_, blocks)| !blocks.is_empty())
-        .collect();
-    while !pending.is_empty() {
+/// One body's hash so far: the MD5 state after its whole blocks, and the bytes of the block it
+/// is in.
+struct Hash {
+    state: [u32; 4],
+    partial: [u8; BLOCK],
+    partial_len: usize,
+    length: u64,
+}
+
+impl Hash {
+    fn new() -> Hash {
+        Hash {
+            state: INIT,
+            partial: [0; BLOCK],
+            partial_len: 0,
+            length: 0,
+        }
+    }
+
+    /// Takes the start of `data` into the partial block (compressing it once full) and answers
+    /// what is left: empty, or starting at a block boundary.
+    fn absorb<'a>(&mut self, data: &'a [u8]) -> &'a [u8] {
+        self.length += data.len() as u64;
+        if self.partial_len == 0 {
+            return data;
+        }
+        let take = (BLOCK - self.partial_len).min(data.len());
+        self.partial[self.partial_len..self.partial_len + take].copy_from_slice(&data[..take]);
+        self.partial_len += take;
+        if self.partial_len == BLOCK {
+            md5::block_api::compress(&mut self.state, &[self.partial]);
+            self.partial_len = 0;
+        }
+        &data[take..]
+    }
+
+    /// Keeps `tail` (shorter than a block, after whole blocks) for the next piece. A piece that
+    /// ended inside the partial block has no tail and left that block as it is.
+    fn keep(&mut self, tail: &[u8]) {
+        if tail.is_empty() {
+            return;
+        }
+        self.partial[..tail.len()].copy_from_slice(tail);
+        self.partial_len = tail.len();
+    }
+
+    /// MD5's padding (a 1 bit, zeros, the length in bits), then the digest.
+    fn finish(mut self) -> [u8; 16] {
+        let bits = self.length.wrapping_mul(8);
+        self.partial[self.partial_len] = 0x80;
+        self.partial[self.partial_len + 1..].fill(0);
+        if self.partial_len >= BLOCK - 8 {
+            md5::block_api::compress(&mut self.state, &[self.partial]);
+            self.partial = [0; BLOCK];
+        }
+        self.partial[BLOCK - 8..].copy_from_slice(&bits.to_le_bytes());
+        md5::block_api::compress(&mut self.state, &[self.partial]);
+        let mut digest = [0; 16];
+        for (bytes, word) in digest.chunks_exact_mut(4).zip(self.state) {
+            bytes.copy_from_slice(&word.to_le_bytes());
+        }
+        digest
+    }
+}
+
+/// Pieces of one body to hash, in order, into its hash.
+struct Job<'a> {
+    hash: &'a mut Hash,
+    pieces: Vec<&'a [u8]>,
+}
+
+/// Where a job is: the whole blocks of its current piece not yet compressed (never empty while
+/// it has a lane), the piece's tail after them, and the pieces after it.
+struct Cursor<'a> {
+    hash: &'a mut Hash,
+    blocks: &'a [[u8; BLOCK]],
+    tail: &'a [u8],
+    pieces: std::vec::IntoIter<&'a [u8]>,
+}
+
+impl<'a> Cursor<'a> {
+    fn start(job: Job<'a>) -> Option<Cursor<'a>> {
+        let mut cursor = Cursor {
+            hash: job.hash,
+            blocks: &[],
+            tail: &[],
+            pieces: job.pieces.into_iter(),
+        };
+        cursor.next_blocks().then_some(cursor)
+    }
+
+    /// Once the current blocks are compressed: keeps the piece's tail and moves on to the next
+    /// piece with whole blocks. False when the job is done (its last tail kept).
+    fn next_blocks(&mut self) -> bool {
+        while self.blocks.is_empty() {
+            self.hash.keep(self.tail);
+            self.tail = &[];
+            let Some(piece) = self.pieces.next() else {
+                return false;
+            };
+            (self.blocks, self.tail) = self.hash.absorb(piece).as_chunks::<BLOCK>();
+        }
+        true
+    }
+}
+
+/// Compresses every job's pieces into its hash: up to eight jobs at a time in AVX2 lanes, a
+/// job that runs out of blocks giving its lane to the next one, so the lanes stay full while
+/// eight have blocks; a job left alone goes through md-5's function.
+fn compress_jobs(jobs: Vec<Job<'_>>, kernel: Kernel) {
+    let mut waiting = jobs.into_iter();
+    let mut active: Vec<Cursor> = Vec::with_capacity(LANES);
+    loop {
+        while active.len() < kernel.width() {
+            let Some(job) = waiting.next() else { break };
+            active.extend(Cursor::start(job));
+        }
         match kernel {
+            _ if active.is_empty() => return,
             #[cfg(target_arch = "x86_64")]
-            Kernel::Avx2 if pending.len() > 1 => {
-                let group = pending.len().min(LANES);
-                let count = pending[..group]
-                    .iter()
-                    .map(|(_, blocks)| blocks.len())
-                    .min()
-                    .unwrap_or(0);
-                // Lanes without a message of their own hash the first one's blocks again, and
-                // are thrown away.
-                let mut lanes = [INIT; LANES];
-                let mut data = [pending[0].1; LANES];
-                for (lane, (index, blocks)) in pending[..group].iter().enumerate() {
-                    lanes[lane] = states[*index];
-                    data[lane] = &blocks[..count];
+            Kernel::Avx2 if active.len() > 1 => {
+                let count = active.iter().map(|cursor| cursor.blocks.len()).min().unwrap_or(0);
+                // Lanes without a job of their own hash the first one's blocks again, and are
+                // thrown away.
+                let mut states = [INIT; LANES];
+                let mut data = [active[0].blocks; LANES];
+                for (lane, cursor) in active.iter().enumerate() {
+                    states[lane] = cursor.hash.state;
+                    data[lane] = &cursor.blocks[..count];
                 }
-                avx2::compress_lanes(&mut lanes, &data, count);
-                for (lane, (index, blocks)) in pending[..group].iter_mut().enumerate() {
-                    states[*index] = lanes[lane];
-                    *blocks = &blocks[count..];
+                avx2::compress_lanes(&mut states, &data, count);
+                for (lane, cursor) in active.iter_mut().enumerate() {
+                    cursor.hash.state = states[lane];
+                    cursor.blocks = &cursor.blocks[count..];
                 }
-                pending.retain(|(_, blocks)| !blocks.is_empty());
             }
             _ => {
-                for (index, blocks) in pending.drain(..) {
-                    md5::block_api::compress(&mut states[index], blocks);
+                for cursor in &mut active {
+                    md5::block_api::compress(&mut cursor.hash.state, cursor.blocks);
+                    cursor.blocks = &[];
                 }
             }
+        }
+        active.retain_mut(Cursor::next_blocks);
+    }
+}
+
+/// A body's MD5, piece by piece, hashed beside other open streams' bodies. Used from a
+/// blocking thread (it hashes, and may wait).
+pub struct Md5Stream {
+    lane: Arc<Lane>,
+    open: &'static Registry,
+    kernel: Kernel,
+}
+
+/// Another thread that was hashing the stream panicked: its state is gone.
+#[derive(Debug)]
+pub struct Lost;
+
+/// A stream as the threads share it.
+struct Lane {
+    state: Mutex<LaneState>,
+    /// Signalled when a thread gives back the stream's hash (or loses it).
+    returned: Condvar,
+}
+
+struct LaneState {
+    /// `None` while a thread hashes the stream's queued pieces it took (the stream is claimed).
+    hash: Option<Hash>,
+    queued: Vec<Bytes>,
+    lost: bool,
+}
+
+/// Open streams, each until its [`Md5Stream`] is finished or dropped: the process's one
+/// ([`OPEN`]), or a test's own.
+struct Registry {
+    streams: Mutex<Vec<Arc<Lane>>>,
+}
+
+static OPEN: Registry = Registry {
+    streams: Mutex::new(Vec::new()),
+};
+
+/// A lock whose holder panicked is still taken: the data behind these locks is consistent
+/// between statements (a claim that panicked marks its streams lost, see [`Claim`]).
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Md5Stream {
+    pub fn open() -> Md5Stream {
+        Md5Stream::open_in(&OPEN)
+    }
+
+    fn open_in(open: &'static Registry) -> Md5Stream {
+        let lane = Arc::new(Lane {
+            state: Mutex::new(LaneState {
+                hash: Some(Hash::new()),
+                queued: Vec::new(),
+                lost: false,
+            }),
+            returned: Condvar::new(),
+        });
+        lock(&open.streams).push(Arc::clone(&lane));
+        Md5Stream {
+            lane,
+            open,
+            kernel: Kernel::detect(),
+        }
+    }
+
+    /// Hashes `piece` after the pieces given before it: queued, and once [`HASH_AT`] are,
+    /// hashed with whatever other streams have queued. While another thread hashes this
+    /// stream, waits only once [`QUEUED_AT_MOST`] pieces are queued.
+    pub fn give(&self, piece: Bytes) {
+        if piece.is_empty() {
+            return;
+        }
+        let mut state = lock(&self.lane.state);
+        state.queued.push(piece);
+        if state.queued.len() < HASH_AT {
+            return;
+        }
+        while state.hash.is_none() && !state.lost && state.queued.len() >= QUEUED_AT_MOST {
+            state = self.lane.returned.wait(state).unwrap_or_else(PoisonError::into_inner);
+        }
+        if state.hash.is_none() {
+            // Claimed by another thread (which takes the queue once it gives the stream back),
+            // or lost ([`Md5Stream::finish`] tells).
+            return;
+        }
+        drop(state);
+        hash_together(&self.lane, self.open, self.kernel);
+    }
+
+    /// The MD5 of every piece given.
+    pub fn finish(self) -> Result<[u8; 16], Lost> {
+        loop {
+            let mut state = lock(&self.lane.state);
+            while state.hash.is_none() && !state.lost {
+                state = self.lane.returned.wait(state).unwrap_or_else(PoisonError::into_inner);
+            }
+            if state.lost {
+                return Err(Lost);
+            }
+            if state.queued.is_empty() {
+                let hash = state.hash.take().expect("an unclaimed stream has its hash");
+                return Ok(hash.finish());
+            }
+            drop(state);
+            hash_together(&self.lane, self.open, self.kernel);
         }
     }
 }
 
-/// The digest of `message` from the state its whole blocks left: its last partial block with
-/// MD5's padding (a 1 bit, zeros, the length in bits).
-fn finish(mut state: [u32; 4], message: &[u8]) -> [u8; 16] {
-    let tail = message.as_chunks::<BLOCK>().1;
-    let mut block = [0; BLOCK];
-    block[..tail.len()].copy_from_slice(tail);
-    block[tail.len()] = 0x80;
-    if tail.len() >= BLOCK - 8 {
-        md5::block_api::compress(&mut state, &[block]);
-        block = [0; BLOCK];
+impl Drop for Md5Stream {
+    fn drop(&mut self) {
+        lock(&self.open.streams).retain(|lane| !Arc::ptr_eq(lane, &self.lane));
     }
-    let bits = (message.len() as u64).wrapping_mul(8);
-    block[BLOCK - 8..].copy_from_slice(&bits.to_le_bytes());
-    md5::block_api::compress(&mut state, &[block]);
-    let mut digest = [0; 16];
-    for (bytes, word) in digest.chunks_exact_mut(4).zip(state) {
-        bytes.copy_from_slice(&word.to_le_bytes());
+}
+
+/// Claims `own` (when no other thread has) and up to seven other open streams with pieces
+/// queued, hashes their queued pieces side by side, and gives the streams back.
+fn hash_together(own: &Arc<Lane>, open: &Registry, kernel: Kernel) {
+    let mut claim = Claim { streams: Vec::new() };
+    claim.take(own, lock(&own.state));
+    if claim.streams.is_empty() {
+        return;
     }
-    digest
+    for lane in lock(&open.streams).iter() {
+        if claim.streams.len() == kernel.width() {
+            break;
+        }
+        // A stream whose lock is held is being given a piece or given back: passed over now,
+        // its own thread hashes it soon.
+        if !Arc::ptr_eq(lane, own)
+            && let Ok(state) = lane.state.try_lock()
+        {
+            claim.take(lane, state);
+        }
+    }
+    let jobs = claim
+        .streams
+        .iter_mut()
+        .map(|claimed| Job {
+            hash: &mut claimed.hash,
+            pieces: claimed.pieces.iter().map(|piece| &piece[..]).collect(),
+        })
+        .collect();
+    compress_jobs(jobs, kernel);
+    claim.give_back();
+}
+
+/// Streams a thread has taken to hash: each one's hash and the pieces it had queued.
+struct Claim {
+    streams: Vec<Claimed>,
+}
+
+struct Claimed {
+    lane: Arc<Lane>,
+    hash: Hash,
+    pieces: Vec<Bytes>,
+}
+
+impl Claim {
+    /// Takes the stream when it is not claimed and has pieces queued.
+    fn take(&mut self, lane: &Arc<Lane>, mut state: MutexGuard<'_, LaneState>) {
+        if state.queued.is_empty() {
+            return;
+        }
+        if let Some(hash) = state.hash.take() {
+            self.streams.push(Claimed {
+                lane: Arc::clone(lane),
+                hash,
+                pieces: std::mem::take(&mut state.queued),
+            });
+        }
+    }
+
+    fn give_back(mut self) {
+        for claimed in self.streams.drain(..) {
+            lock(&claimed.lane.state).hash = Some(claimed.hash);
+            claimed.lane.returned.notify_all();
+        }
+    }
+}
+
+impl Drop for Claim {
+    /// Streams not given back (the hashing panicked) are lost: their threads stop waiting and
+    /// their uploads fail, instead of hanging.
+    fn drop(&mut self) {
+        for claimed in self.streams.drain(..) {
+            lock(&claimed.lane.state).lost = true;
+            claimed.lane.returned.notify_all();
+        }
+    }
 }
 
 /// The round constants: the integer part of 2^32 × |sin(i + 1)| (RFC 1321, 3.4).
@@ -319,6 +619,108 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A registry of a test's own, so that no other test's streams are claimed with its own.
+    fn registry() -> &'static Registry {
+        Box::leak(Box::new(Registry {
+            streams: Mutex::new(Vec::new()),
+        }))
+    }
+
+    /// `body` cut into pieces of random lengths, some of whole blocks.
+    fn pieces(rng: &mut StdRng, body: &[u8]) -> Vec<Bytes> {
+        let mut pieces = Vec::new();
+        let mut at = 0;
+        while at < body.len() {
+            let len = match rng.random_range(0..4) {
+                0 => BLOCK * rng.random_range(1..40),
+                _ => rng.random_range(1..5_000),
+            }
+            .min(body.len() - at);
+            pieces.push(Bytes::copy_from_slice(&body[at..at + len]));
+            at += len;
+        }
+        pieces
+    }
+
+    /// Twelve bodies streamed at once from threads of their own, in pieces of random lengths:
+    /// the threads hash each other's queued pieces side by side, and each body gets its own MD5.
+    #[test]
+    fn streams_hashed_side_by_side_each_get_their_own_md5() {
+        let open = registry();
+        let barrier = Arc::new(std::sync::Barrier::new(12));
+        let threads: Vec<_> = (0..12u64)
+            .map(|seed| {
+                let barrier = Arc::clone(&barrier);
+                std::thread::spawn(move || {
+                    let mut rng = StdRng::seed_from_u64(100 + seed);
+                    let mut body = vec![0; rng.random_range(0..400_000)];
+                    rng.fill_bytes(&mut body);
+                    let pieces = pieces(&mut rng, &body);
+                    let stream = Md5Stream::open_in(open);
+                    barrier.wait();
+                    for piece in pieces {
+                        stream.give(piece);
+                    }
+                    (stream.finish().expect("nothing panicked"), md5_of(&body), body.len())
+                })
+            })
+            .collect();
+        for thread in threads {
+            let (streamed, expected, len) = thread.join().unwrap();
+            assert_eq!(streamed, expected, "a body of {len} bytes");
+        }
+        assert!(lock(&open.streams).is_empty(), "finished streams leave the registry");
+    }
+
+    /// A stream's thread that reaches its turn hashes the pieces another stream has queued,
+    /// and that stream's digest still covers every piece in order.
+    #[test]
+    fn a_stream_hashes_the_pieces_another_has_queued() {
+        let open = registry();
+        let mut rng = StdRng::seed_from_u64(7);
+        let bodies: Vec<Vec<u8>> = (0..2)
+            .map(|_| {
+                let mut body = vec![0; 3 * HASH_AT * 1000];
+                rng.fill_bytes(&mut body);
+                body
+            })
+            .collect();
+        let (quiet, busy) = (Md5Stream::open_in(open), Md5Stream::open_in(open));
+        let quiet_pieces: Vec<Bytes> = bodies[0].chunks(1000).map(Bytes::copy_from_slice).collect();
+        for piece in &quiet_pieces[..HASH_AT - 1] {
+            quiet.give(piece.clone());
+        }
+        assert_eq!(lock(&quiet.lane.state).queued.len(), HASH_AT - 1);
+        for piece in bodies[1].chunks(1000).take(HASH_AT) {
+            busy.give(Bytes::copy_from_slice(piece));
+        }
+        let state = lock(&quiet.lane.state);
+        assert!(state.queued.is_empty() && state.hash.as_ref().is_some_and(|hash| hash.length == 7_000));
+        drop(state);
+        for piece in &quiet_pieces[HASH_AT - 1..] {
+            quiet.give(piece.clone());
+        }
+        for piece in bodies[1].chunks(1000).skip(HASH_AT) {
+            busy.give(Bytes::copy_from_slice(piece));
+        }
+        assert_eq!(quiet.finish().unwrap(), md5_of(&bodies[0]));
+        assert_eq!(busy.finish().unwrap(), md5_of(&bodies[1]));
+    }
+
+    /// A claim dropped before it gave its streams back (a thread that panicked while hashing):
+    /// the stream's owner learns it at once instead of waiting for ever.
+    #[test]
+    fn a_stream_whose_claim_was_lost_fails_instead_of_hanging() {
+        let open = registry();
+        let stream = Md5Stream::open_in(open);
+        stream.give(Bytes::from_static(b"queued"));
+        let mut claim = Claim { streams: Vec::new() };
+        claim.take(&stream.lane, lock(&stream.lane.state));
+        assert_eq!(claim.streams.len(), 1);
+        drop(claim);
+        assert!(stream.finish().is_err());
     }
 
     /// The eight-lane compression against md-5's, lane by lane, over one block and several.
