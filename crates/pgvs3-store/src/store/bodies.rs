@@ -235,8 +235,12 @@ const PIECES_IN_DIGEST: usize = 16;
 /// (md5_lanes.rs). The queue is bounded, so a hash that falls behind slows the upload down.
 pub(super) struct BodyDigest {
     pieces: tokio::sync::mpsc::Sender<Bytes>,
-    hashed: tokio::task::JoinHandle<(Result<[u8; 16], Lost>, Box<dyn BodyObserver>)>,
+    hashed: tokio::task::JoinHandle<Hashed>,
 }
+
+/// What a body's thread answers at its end: the MD5 (unless another thread lost it) and the
+/// observer that saw every piece.
+type Hashed = (Result<[u8; 16], Lost>, Box<dyn BodyObserver>);
 
 impl BodyDigest {
     pub(super) fn start(mut observer: Box<dyn BodyObserver>) -> BodyDigest {
