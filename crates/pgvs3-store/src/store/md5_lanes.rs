@@ -76,7 +76,7 @@ fn digests_by(messages: &[&[u8]], kernel: Kernel) -> Vec<[u8; 16]> {
         .zip(messages)
         .map(|(hash, message)| Job {
             hash,
-            pieces: vec![*message],
+            pieces: std::slice::from_ref(message),
         })
         .collect();
     compress_jobs(jobs, kernel);
@@ -148,28 +148,28 @@ impl Hash {
     }
 }
 
-/// Pieces of one body to hash, in order, into its hash.
-struct Job<'a> {
+/// Pieces of one body to hash, in order, into its hash (borrowed: no copy, no allocation).
+struct Job<'a, P> {
     hash: &'a mut Hash,
-    pieces: Vec<&'a [u8]>,
+    pieces: &'a [P],
 }
 
 /// Where a job is: the whole blocks of its current piece not yet compressed (never empty while
 /// it has a lane), the piece's tail after them, and the pieces after it.
-struct Cursor<'a> {
+struct Cursor<'a, P> {
     hash: &'a mut Hash,
     blocks: &'a [[u8; BLOCK]],
     tail: &'a [u8],
-    pieces: std::vec::IntoIter<&'a [u8]>,
+    pieces: std::slice::Iter<'a, P>,
 }
 
-impl<'a> Cursor<'a> {
-    fn start(job: Job<'a>) -> Option<Cursor<'a>> {
+impl<'a, P: AsRef<[u8]>> Cursor<'a, P> {
+    fn start(job: Job<'a, P>) -> Option<Cursor<'a, P>> {
         let mut cursor = Cursor {
             hash: job.hash,
             blocks: &[],
             tail: &[],
-            pieces: job.pieces.into_iter(),
+            pieces: job.pieces.iter(),
         };
         cursor.next_blocks().then_some(cursor)
     }
@@ -183,7 +183,7 @@ impl<'a> Cursor<'a> {
             let Some(piece) = self.pieces.next() else {
                 return false;
             };
-            (self.blocks, self.tail) = self.hash.absorb(piece).as_chunks::<BLOCK>();
+            (self.blocks, self.tail) = self.hash.absorb(piece.as_ref()).as_chunks::<BLOCK>();
         }
         true
     }
@@ -192,9 +192,9 @@ impl<'a> Cursor<'a> {
 /// Compresses every job's pieces into its hash: up to eight jobs at a time in AVX2 lanes, a
 /// job that runs out of blocks giving its lane to the next one, so the lanes stay full while
 /// eight have blocks; a job left alone goes through md-5's function.
-fn compress_jobs(jobs: Vec<Job<'_>>, kernel: Kernel) {
+fn compress_jobs<P: AsRef<[u8]>>(jobs: Vec<Job<'_, P>>, kernel: Kernel) {
     let mut waiting = jobs.into_iter();
-    let mut active: Vec<Cursor> = Vec::with_capacity(LANES);
+    let mut active: Vec<Cursor<P>> = Vec::with_capacity(LANES);
     loop {
         while active.len() < kernel.width() {
             let Some(job) = waiting.next() else { break };
@@ -369,7 +369,7 @@ fn hash_together(own: &Arc<Lane>, open: &Registry, kernel: Kernel) {
         .iter_mut()
         .map(|claimed| Job {
             hash: &mut claimed.hash,
-            pieces: claimed.pieces.iter().map(|piece| &piece[..]).collect(),
+            pieces: &claimed.pieces,
         })
         .collect();
     compress_jobs(jobs, kernel);
