@@ -283,7 +283,57 @@ impl TypedCall {
     pub fn same_op(&self, other: &TypedCall) -> bool {
         self.family == other.family && self.op == other.op
     }
+
+    /// Whether the call may change what its keys hold: its function's `write` (each family
+    /// file's `write boolean := op [NOT] IN (...)`; every call of `pgvs3.resp_keys` writes).
+    /// A call that does not write answers from its keys' state and leaves nothing behind: no
+    /// row, no version, no event (the test `writes_agree_with_the_sql_functions`).
+    pub fn writes(&self) -> bool {
+        match self.family {
+            Family::Keys => true,
+            Family::Hash => HASH_WRITES.contains(&self.op),
+            Family::Set => SET_WRITES.contains(&self.op),
+            Family::Zset => ZSET_WRITES.contains(&self.op),
+            Family::List => LIST_WRITES.contains(&self.op),
+            Family::Stream => STREAM_WRITES.contains(&self.op),
+            Family::StreamGroup => !STREAM_GROUP_READS.contains(&self.op),
+        }
+    }
 }
+
+const HASH_WRITES: &[&str] = &["hset", "hsetnx", "hdel", "hincrby", "hincrbyfloat"];
+const SET_WRITES: &[&str] = &[
+    "sadd",
+    "srem",
+    "spop",
+    "smove",
+    "sinterstore",
+    "sunionstore",
+    "sdiffstore",
+];
+const ZSET_WRITES: &[&str] = &[
+    "zadd",
+    "zrem",
+    "zincrby",
+    "zpopmin",
+    "zpopmax",
+    "zrangestore",
+    "zunionstore",
+    "zinterstore",
+    "zdiffstore",
+    "zremrangebyrank",
+    "zremrangebyscore",
+    "zremrangebylex",
+    "bzpopmin",
+    "bzpopmax",
+    "zmpop",
+];
+const LIST_WRITES: &[&str] = &[
+    "lpush", "rpush", "lpushx", "rpushx", "lpop", "rpop", "lset", "linsert", "lrem", "ltrim", "lmove", "blpop",
+    "brpop", "lmpop",
+];
+const STREAM_WRITES: &[&str] = &["xadd", "xdel", "xtrim", "xsetid", "xrestore"];
+const STREAM_GROUP_READS: &[&str] = &["xpending", "xinfo_groups", "xinfo_consumers"];
 
 /// The size of a reply cut at its call's `reply_limit`, as PostgreSQL built it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -863,6 +913,80 @@ mod tests {
         check!(ListOp, "resp_list.sql");
         check!(StreamOp, "resp_stream.sql");
         check!(StreamGroupOp, "resp_stream_group.sql");
+    }
+
+    /// The operations a family file's `write boolean := op [NOT] IN (...)` names, and whether
+    /// it says NOT (they are then the reads).
+    fn sql_writes(family: &str, text: &str) -> (BTreeSet<String>, bool) {
+        let head = format!("FUNCTION pgvs3.resp_{family}(op text");
+        let start = text.find(&head).unwrap_or_else(|| panic!("{head} not found"));
+        let tokens = tokens(&text[start..]);
+        let at = tokens
+            .windows(4)
+            .position(|w| {
+                word(Some(&w[0]), "write")
+                    && word(Some(&w[1]), "boolean")
+                    && w[2] == Token::Symbol(":".into())
+                    && w[3] == Token::Symbol("=".into())
+            })
+            .unwrap_or_else(|| panic!("resp_{family} declares no `write boolean :=`"));
+        let mut j = at + 4;
+        assert!(word(tokens.get(j), "op"), "resp_{family}'s `write` is not a test of op");
+        j += 1;
+        let not = word(tokens.get(j), "not");
+        if not {
+            j += 1;
+        }
+        assert!(
+            word(tokens.get(j), "in"),
+            "resp_{family}'s `write` is not `op [NOT] IN (...)`"
+        );
+        let mut named = BTreeSet::new();
+        for token in &tokens[j + 2..] {
+            match token {
+                Token::Str(op) => {
+                    named.insert(op.clone());
+                }
+                Token::Symbol(s) if s == ")" => break,
+                _ => {}
+            }
+        }
+        (named, not)
+    }
+
+    fn writes_agree<O: SqlOp>(text: &str) {
+        let family = FAMILIES[O::FAMILY as usize];
+        let (named, not) = sql_writes(family, text);
+        for op in O::ALL {
+            let call = TypedCall::new(*op, vec!["k".to_owned()], Vec::new());
+            assert_eq!(
+                call.writes(),
+                named.contains(op.code()) != not,
+                "resp_{family}'s `write` and TypedCall::writes disagree on {}",
+                op.code()
+            );
+        }
+    }
+
+    #[test]
+    fn writes_agree_with_the_sql_functions() {
+        macro_rules! check {
+            ($op:ty, $file:literal) => {
+                writes_agree::<$op>(include_str!(concat!(
+                    "../../../../gateway/migrations/functions/",
+                    $file
+                )))
+            };
+        }
+        check!(HashOp, "resp_hash.sql");
+        check!(SetOp, "resp_set.sql");
+        check!(ZsetOp, "resp_zset.sql");
+        check!(ListOp, "resp_list.sql");
+        check!(StreamOp, "resp_stream.sql");
+        check!(StreamGroupOp, "resp_stream_group.sql");
+        for op in KeysOp::ALL {
+            assert!(TypedCall::new(*op, vec!["k".to_owned()], Vec::new()).writes());
+        }
     }
 
     /// The error codes a function file answers: the literals assigned to `err` (`err := 'code'`,

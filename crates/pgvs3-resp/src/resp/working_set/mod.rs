@@ -2,13 +2,19 @@
 //! answer a script's typed `redis.call`s without a round trip each (issue 39).
 //!
 //! A call a predictor can answer from the key's value is answered at once, and its effect
-//! applied to the value; the call itself still runs in its family's SQL function, later, in
-//! one round trip with the others, each with the reply it was answered (a *speculated* call).
-//! PostgreSQL checks every speculated call's reply against what the function answers, and a
-//! difference aborts the transaction (`pgvs3.resp_expect`, functions/resp_keys.sql): the run
-//! starts over without speculation. So the database stays the only truth, a predictor that is
-//! wrong costs a run's time, never a wrong reply, and the effects are written by the very
-//! functions a client's commands run (encodings, lengths, events, wake-ups of blocked pops).
+//! applied to the value (a *speculated* call). A speculated write still runs in its family's
+//! SQL function, later, in one round trip with the others, each with the reply it was answered:
+//! PostgreSQL checks the reply against what the function answers, and a difference aborts the
+//! transaction (`pgvs3.resp_expect`, functions/resp_keys.sql): the run starts over without
+//! speculation. So the effects are written by the very functions a client's commands run
+//! (encodings, lengths, events, wake-ups of blocked pops), and a predictor wrong about a write
+//! costs a run's time, never a wrong reply. A speculated read is not sent at all: it changes
+//! nothing, and the value it was answered from is the key's, exactly: a key's value comes
+//! from a load in the run's own transaction, or from the working set only when the key still
+//! has the version the value was left at (cache.rs), every change of a typed key by pgvs3 gives
+//! it a new version, the run holds the key's lock from its load to its commit, and the batch
+//! judges expiry by one frozen clock (store/kv/sql.rs `BATCH_CLOCK`). What the values are after
+//! a run's writes is held to the functions by the differential tests (tests/resp/working_set.rs).
 //!
 //! A predictor answers `None` whenever it is not sure (an error would result, a key it does not
 //! know, a form of the command it does not model, a reply past the call's limit): the call then

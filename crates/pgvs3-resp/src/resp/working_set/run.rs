@@ -161,8 +161,12 @@ impl RunSet {
         Ok(self.confirmed)
     }
 
-    /// Sends the owed calls, then `call` (run as usual), then the loads, and reads `versions`;
-    /// with `commit`, commits after them.
+    /// Sends the owed writes, then `call` (run as usual), then the loads, and reads `versions`;
+    /// with `commit`, commits after them. The owed reads are not sent: each was answered from a
+    /// value the key held, under the batch's lock, at the version the run found it at, judged by
+    /// the batch's frozen clock, and so answers as its function would there; a read changes
+    /// nothing for a later call to depend on. (Replaying them was a third of a BullMQ job's
+    /// calls, each a function's run inside the queue keys' locks.)
     async fn send(
         &mut self,
         batch: &mut KvBatch,
@@ -172,17 +176,19 @@ impl RunSet {
         commit: bool,
     ) -> StoreResult<crate::store::Speculated> {
         let pending = std::mem::take(&mut self.pending);
-        let calls: Vec<&TypedCall> = pending.iter().map(|(call, _)| call).chain(call).collect();
+        let answered = pending.len() as u64;
+        let owed: Vec<&(TypedCall, TypedRow)> = pending.iter().filter(|(call, _)| call.writes()).collect();
+        let calls: Vec<&TypedCall> = owed.iter().map(|(call, _)| call).chain(call).collect();
         let speculation = Speculation {
-            expected: pending.iter().map(|(_, row)| Some(row)).collect(),
+            expected: owed.iter().map(|(_, row)| Some(row)).collect(),
             loads,
             load_limit: LOAD_LIMIT,
             versions,
         };
         let mut sent = batch.typed_speculated(&calls, &speculation, commit).await?;
-        self.confirmed += pending.len() as u64;
+        self.confirmed += answered;
         // The owed calls' rows were answered already: only `call`'s is left.
-        sent.rows.drain(..pending.len());
+        sent.rows.drain(..owed.len());
         Ok(sent)
     }
 }
