@@ -25,7 +25,7 @@ mod library;
 mod lua_struct;
 mod pattern;
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, LazyLock};
@@ -34,12 +34,12 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use mlua::{ChunkMode, HookTriggers, Lua, LuaOptions, StdLib, Table, Value, VmState};
 use sha1::{Digest, Sha1};
-use tokio::sync::{mpsc, oneshot};
 
 use super::codec::{Reply, format_score};
 
-/// A `redis.call` on its way to the connection's task, with where its reply goes.
-pub type Call = (Vec<Bytes>, oneshot::Sender<Reply>);
+/// Where a script's `redis.call`s go: each is made on the interpreter's own thread, one at a
+/// time, and answers its reply.
+pub type Calls = Box<dyn FnMut(Vec<Bytes>) -> Reply>;
 
 /// How far one script may go.
 #[derive(Debug, Clone, Copy)]
@@ -325,7 +325,7 @@ impl Chunk<'_> {
     }
 }
 
-/// Runs a script to its end; `calls` carries its `redis.call`s to the connection's task.
+/// Runs a script to its end; `calls` makes its `redis.call`s.
 pub fn run(
     source: &[u8],
     chunk: Chunk<'_>,
@@ -333,7 +333,7 @@ pub fn run(
     argv: &[Bytes],
     limits: Limits,
     stop: &Arc<Stop>,
-    calls: mpsc::Sender<Call>,
+    calls: Calls,
 ) -> Outcome {
     let deadline = Instant::now() + limits.time;
     let protocol = Rc::new(Cell::new(2));
@@ -462,7 +462,7 @@ fn sandbox(
     limits: Limits,
     deadline: Instant,
     stop: &Arc<Stop>,
-    calls: mpsc::Sender<Call>,
+    calls: Calls,
     protocol: &Rc<Cell<u8>>,
 ) -> mlua::Result<Lua> {
     // The base library (with coroutines, as in 5.1), table, string, math, and Redis's cjson,
@@ -585,13 +585,9 @@ fn log_rate_allows(bytes: usize) -> bool {
 /// call) keeps the script's frame and its line. `redis.pcall` returns an error reply as an error
 /// table; `redis.call` raises it, marked with [`RAISED`] and the script's line, which the
 /// prelude turns back into the table Redis raises.
-fn native_calls(
-    lua: &Lua,
-    calls: mpsc::Sender<Call>,
-    protocol: &Rc<Cell<u8>>,
-) -> mlua::Result<(mlua::Function, mlua::Function)> {
+fn native_calls(lua: &Lua, calls: Calls, protocol: &Rc<Cell<u8>>) -> mlua::Result<(mlua::Function, mlua::Function)> {
     let dispatch = Rc::new(Dispatch {
-        calls,
+        calls: RefCell::new(calls),
         count: Cell::new(0),
         bytes: Cell::new(0),
     });
@@ -652,7 +648,7 @@ const RAISED: &str = "\u{1}pgvs3:";
 
 /// Where a script's calls go, and how many it made.
 struct Dispatch {
-    calls: mpsc::Sender<Call>,
+    calls: RefCell<Calls>,
     count: Cell<u64>,
     bytes: Cell<u64>,
 }
@@ -674,13 +670,8 @@ impl Dispatch {
                 "ERR a script may pass at most {MAX_CALL_BYTES} bytes of arguments to its calls"
             ));
         }
-        let (reply_to, reply) = oneshot::channel();
-        if self.calls.blocking_send((args, reply_to)).is_err() {
-            return Reply::error("ERR the script's connection went away");
-        }
-        reply
-            .blocking_recv()
-            .unwrap_or_else(|_| Reply::error("ERR the script's connection went away"))
+        // Never borrowed twice: no Lua runs while a call is made.
+        (self.calls.borrow_mut())(args)
     }
 }
 
@@ -938,7 +929,6 @@ mod tests {
     }
 
     fn run_alone(source: &str) -> Reply {
-        let (calls, _pending) = mpsc::channel(1);
         let limits = Limits {
             time: Duration::from_secs(60),
             memory: 64 << 20,
@@ -950,7 +940,7 @@ mod tests {
             &[],
             limits,
             &Arc::new(Stop::default()),
-            calls,
+            Box::new(|_| Reply::error("ERR no calls in this test")),
         );
         match outcome {
             Outcome::Reply(reply) | Outcome::Aborted(reply) => reply,

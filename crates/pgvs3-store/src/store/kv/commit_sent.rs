@@ -49,6 +49,12 @@ impl CommitSent {
         SIGNAL.scope(self.clone(), work)
     }
 
+    /// The signal the current task's work runs in, if any: for work of that task carried on
+    /// another thread (a script's calls, made on its interpreter's thread).
+    pub fn current() -> Option<CommitSent> {
+        SIGNAL.try_with(CommitSent::clone).ok()
+    }
+
     /// Forgets COMMITs sent so far: from now on [`is_sent`](CommitSent::is_sent) tells of the
     /// work that comes next (a connection's next command).
     pub fn clear(&self) {
