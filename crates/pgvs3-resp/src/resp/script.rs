@@ -683,8 +683,8 @@ impl Scripts {
     /// to that thread and comes back (`None`: the interpreter's thread failed, and the session,
     /// with its batch, is gone). A call answered without a round trip (from the working set)
     /// then costs no switch between threads; before, every call went to the connection's task
-    /// and its reply back, two wake-ups of a sleeping thread each (BullMQ: ~26 a job, a third
-    /// of the gateway's CPU in the scheduler, inside the queue keys' locks).
+    /// and its reply back, two wake-ups of a sleeping thread each (BullMQ: ~26 calls a job,
+    /// inside the queue keys' locks; docs/benchmarks.md, session 46).
     async fn evaluate(&self, session: Session, request: &Request) -> (Option<Session>, Outcome) {
         // Waiting here holds the run's key locks, which is safe: a running script never waits
         // for a lock (keys it did not declare are only tried), so it always ends and frees its
