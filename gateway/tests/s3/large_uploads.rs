@@ -135,3 +135,75 @@ async fn a_slow_clients_large_upload_is_stored_byte_for_byte() {
     assert_eq!(leased_chunks(&sql).await, 0, "nothing is left leased");
     gw.stop().await;
 }
+
+/// While a batch is written the body goes on being read, up to one batch more: with the chunk
+/// table locked, so that the first batch's write waits, the client still hands over most of a
+/// second megabyte; then its pieces wait, until the lock goes and the writes go on. The body is
+/// stored byte for byte, and nothing is left leased.
+#[tokio::test]
+async fn a_body_is_read_on_while_its_batch_is_written_up_to_one_batch_more() {
+    const PIECE: usize = 64 << 10;
+    let gw = TestGateway::start().await;
+    gw.client.create_bucket().bucket("ahead").send().await.unwrap();
+    let sql = gw.sql().await;
+    let locker = gw.sql().await;
+    let body = Bytes::from(noise((3 << 20) + 12_345, 46));
+    let (pieces, mut queued) = tokio::sync::mpsc::channel::<Bytes>(1);
+    let stream: BodyStream = Box::pin(futures::stream::poll_fn(move |cx| {
+        queued.poll_recv(cx).map(|piece| piece.map(Ok))
+    }));
+    let buckets = buckets(&gw);
+    let upload = tokio::spawn(async move { put(&buckets, "ahead", "k", stream, RequestedEncryption::None).await });
+    locker
+        .batch_execute("BEGIN; LOCK TABLE s3p.chunks IN SHARE MODE")
+        .await
+        .unwrap();
+    let mut at = 0;
+    let send = async |at: &mut usize, limit: Duration| {
+        let end = (*at + PIECE).min(body.len());
+        let sent = tokio::time::timeout(limit, pieces.send(body.slice(*at..end))).await;
+        if sent.is_ok() {
+            *at = end;
+        }
+        sent.is_ok()
+    };
+    // The first batch and a piece: its write starts, and waits for the lock.
+    while at < (1 << 20) + PIECE {
+        assert!(send(&mut at, Duration::from_secs(30)).await, "the first batch is read");
+    }
+    common::eventually(Duration::from_secs(30), "the first batch's write waits", || async {
+        let waiting: i64 = sql
+            .query_one("SELECT count(*) FROM pg_locks WHERE NOT granted", &[])
+            .await
+            .unwrap()
+            .get("count");
+        (waiting > 0).then_some(())
+    })
+    .await;
+    // Fifteen pieces more are read while it waits (they stay short of a second full batch).
+    for _ in 0..15 {
+        assert!(
+            send(&mut at, Duration::from_secs(30)).await,
+            "read on while the batch is written, at {at}"
+        );
+    }
+    // Then at most a batch's last pieces: the reading stops one batch ahead.
+    let mut more = 0;
+    while send(&mut at, Duration::from_millis(500)).await {
+        more += 1;
+        assert!(more <= 4, "read past one batch ahead of the write, at {at}");
+    }
+    locker.batch_execute("ROLLBACK").await.unwrap();
+    while at < body.len() {
+        assert!(
+            send(&mut at, Duration::from_secs(30)).await,
+            "the rest is read once the lock is gone"
+        );
+    }
+    drop(pieces);
+    let stored = upload.await.unwrap().unwrap();
+    assert_eq!(stored.size, body.len() as u64);
+    assert!(get(&gw, "ahead", "k").await == body, "stored byte for byte");
+    assert_eq!(leased_chunks(&sql).await, 0, "nothing is left leased");
+    gw.stop().await;
+}

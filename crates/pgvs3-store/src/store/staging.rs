@@ -1,6 +1,9 @@
 //! Large bodies from clients, written so that a client sending slowly holds no database
 //! connection: up to [`BATCH_BYTES`] of a body are read ahead in memory, and only a full batch
-//! (or the end of the body) takes a connection, for as long as writing it takes. A body that
+//! (or the end of the body) takes a connection, for as long as writing it takes. While a batch
+//! is written the body goes on being read, up to one batch more: the client keeps sending, and a
+//! batch slow to write (a loaded database) does not stall its upload until a client's low-speed
+//! limit gives up on it. A body that
 //! fits one batch is written in the transaction that stores its row, as before. A longer one is
 //! written batch by batch, each batch committed on its own: nothing of it is visible until the
 //! last batch commits with the row that names the body, and until then the body is *leased* —
@@ -80,21 +83,25 @@ impl Store {
         key: Option<&'a ObjectKey>,
     ) -> StoreResult<Staged<'a>> {
         let mut staged = Staged {
-            store: self,
-            sql,
-            key,
-            chunker: Chunker::new(compress),
-            ready: Vec::new(),
-            ready_bytes: 0,
-            next_seq: 0,
-            size: 0,
-            lease: None,
+            writer: Writer {
+                store: self,
+                sql,
+                key,
+                next_seq: 0,
+                lease: None,
+            },
+            read: Read {
+                chunker: Chunker::new(compress),
+                ready: Vec::new(),
+                ready_bytes: 0,
+                size: 0,
+            },
         };
-        staged.take(head.freeze(), digest).await?;
+        staged.read.take(head.freeze(), digest).await?;
         while let Some(piece) = staged.next_piece(body).await? {
-            staged.take(piece, digest).await?;
-            if staged.ready_bytes >= BATCH_BYTES {
-                staged.flush().await?;
+            staged.read.take(piece, digest).await?;
+            if staged.read.ready_bytes >= BATCH_BYTES && staged.flush_reading(body, digest).await? {
+                break;
             }
         }
         Ok(staged)
@@ -103,24 +110,30 @@ impl Store {
 
 /// A body read to its end, all but its last batch written.
 pub(super) struct Staged<'a> {
+    writer: Writer<'a>,
+    read: Read,
+}
+
+/// What writes a body's batches: apart from what reads the body, so that both go on at once.
+struct Writer<'a> {
     store: &'a Store,
     sql: &'a NamespaceSql,
     key: Option<&'a ObjectKey>,
-    chunker: Chunker,
-    /// Full chunks (compressed where it paid, not yet sealed) waiting for their batch.
-    ready: Vec<Bytes>,
-    ready_bytes: usize,
     next_seq: i32,
-    size: u64,
     /// Set once the first batch is written ahead of the row.
     lease: Option<Lease>,
 }
 
-impl Staged<'_> {
-    pub(super) fn size(&self) -> u64 {
-        self.size
-    }
+/// What is read of a body and not written yet.
+struct Read {
+    chunker: Chunker,
+    /// Full chunks (compressed where it paid, not yet sealed) waiting for their batch.
+    ready: Vec<Bytes>,
+    ready_bytes: usize,
+    size: u64,
+}
 
+impl Read {
     async fn take(&mut self, piece: Bytes, digest: Option<&BodyDigest>) -> StoreResult<()> {
         if piece.is_empty() {
             return Ok(());
@@ -137,10 +150,53 @@ impl Staged<'_> {
         Ok(())
     }
 
+    /// The full chunks read so far, to be written as a batch.
+    fn full_batch(&mut self) -> Vec<Bytes> {
+        self.ready_bytes = 0;
+        std::mem::take(&mut self.ready)
+    }
+}
+
+impl Staged<'_> {
+    pub(super) fn size(&self) -> u64 {
+        self.read.size
+    }
+
+    /// Writes the full batch read so far while the body's next pieces are read, until the
+    /// batch is written (or one more is read, which then waits for it); answers whether the
+    /// body ended meanwhile. A piece the body had not given yet when the batch was written is
+    /// left to the next read (`next` takes nothing from a stream when dropped unfinished).
+    async fn flush_reading(&mut self, body: &mut BodyStream, digest: Option<&BodyDigest>) -> StoreResult<bool> {
+        let batch = self.read.full_batch();
+        let Staged { writer, read } = self;
+        let written = writer.flush(batch);
+        futures::pin_mut!(written);
+        loop {
+            if read.ready_bytes >= BATCH_BYTES {
+                written.await?;
+                return Ok(false);
+            }
+            tokio::select! {
+                biased;
+                done = &mut written => {
+                    done?;
+                    return Ok(false);
+                }
+                piece = body.next() => match piece.transpose()? {
+                    Some(piece) => read.take(piece, digest).await?,
+                    None => {
+                        written.await?;
+                        return Ok(true);
+                    }
+                },
+            }
+        }
+    }
+
     /// The body's next piece; while it waits, a lease is renewed when due.
     async fn next_piece(&mut self, body: &mut BodyStream) -> StoreResult<Option<Bytes>> {
         loop {
-            let Some(lease) = &mut self.lease else {
+            let Some(lease) = &mut self.writer.lease else {
                 return body.next().await.transpose();
             };
             match tokio::time::timeout_at(lease.renew_due(), body.next()).await {
@@ -148,7 +204,7 @@ impl Staged<'_> {
                 Err(_) => {
                     // A lease not renewed now (no connection, a database error) is renewed with
                     // the next batch; one that ran out fails the upload.
-                    let renewed = match self.store.stream_client().await {
+                    let renewed = match self.writer.store.stream_client().await {
                         Ok(client) => lease.renew(&*client).await,
                         Err(err) => Err(err),
                     };
@@ -163,8 +219,45 @@ impl Staged<'_> {
         }
     }
 
-    /// Writes the full chunks read so far, in a transaction of their own, under the body's lease.
-    async fn flush(&mut self) -> StoreResult<()> {
+    /// Writes the rest of the body inside `tx` (the transaction that stores the row naming it)
+    /// and takes it out of its lease; returns the body id. [`Staged::committed`] once `tx` has
+    /// committed.
+    pub(super) async fn finish(&mut self, tx: &tokio_postgres::Transaction<'_>) -> StoreResult<i64> {
+        if let Some(chunk) = self.read.chunker.finish() {
+            self.read.ready.push(chunk);
+        }
+        let writer = &mut self.writer;
+        let body_id = match &writer.lease {
+            Some(lease) => {
+                let taken = tx
+                    .execute(
+                        &writer.sql.staging.take,
+                        &[&lease.body_id, &COMMIT_MARGIN.as_secs_f64()],
+                    )
+                    .await?;
+                if taken != 1 {
+                    return Err(lease_ran_out());
+                }
+                lease.body_id
+            }
+            None => tx.query_one(&writer.sql.bodies.next_body_id, &[]).await?.get("body_id"),
+        };
+        let rest = self.read.full_batch();
+        writer.write(tx, body_id, rest).await?;
+        Ok(body_id)
+    }
+
+    /// The body's row has committed: its chunks are no longer the lease's.
+    pub(super) fn committed(mut self) {
+        if let Some(lease) = &mut self.writer.lease {
+            lease.done = true;
+        }
+    }
+}
+
+impl Writer<'_> {
+    /// Writes `batch`, in a transaction of its own, under the body's lease.
+    async fn flush(&mut self, batch: Vec<Bytes>) -> StoreResult<()> {
         let mut client = self.store.stream_client().await?;
         let tx = client.transaction().await?;
         // A batch's commit acknowledges nothing, so it does not wait for its WAL to reach the
@@ -199,49 +292,25 @@ impl Staged<'_> {
             }
         };
         let body_id = lease.body_id;
-        self.write_ready(&tx, body_id).await?;
+        self.write(&tx, body_id, batch).await?;
         tx.commit().await?;
         Ok(())
     }
 
-    /// Writes the rest of the body inside `tx` (the transaction that stores the row naming it)
-    /// and takes it out of its lease; returns the body id. [`Staged::committed`] once `tx` has
-    /// committed.
-    pub(super) async fn finish(&mut self, tx: &tokio_postgres::Transaction<'_>) -> StoreResult<i64> {
-        if let Some(chunk) = self.chunker.finish() {
-            self.ready.push(chunk);
-        }
-        let body_id = match &self.lease {
-            Some(lease) => {
-                let taken = tx
-                    .execute(&self.sql.staging.take, &[&lease.body_id, &COMMIT_MARGIN.as_secs_f64()])
-                    .await?;
-                if taken != 1 {
-                    return Err(lease_ran_out());
-                }
-                lease.body_id
-            }
-            None => tx.query_one(&self.sql.bodies.next_body_id, &[]).await?.get("body_id"),
-        };
-        self.write_ready(tx, body_id).await?;
-        Ok(body_id)
-    }
-
-    /// The body's row has committed: its chunks are no longer the lease's.
-    pub(super) fn committed(mut self) {
-        if let Some(lease) = &mut self.lease {
-            lease.done = true;
-        }
-    }
-
-    async fn write_ready(&mut self, tx: &tokio_postgres::Transaction<'_>, body_id: i64) -> StoreResult<()> {
-        if self.ready.is_empty() {
+    /// Writes `chunks` of body `body_id` in `tx`, numbered on from the last written.
+    async fn write(
+        &mut self,
+        tx: &tokio_postgres::Transaction<'_>,
+        body_id: i64,
+        chunks: Vec<Bytes>,
+    ) -> StoreResult<()> {
+        if chunks.is_empty() {
             return Ok(());
         }
         let sink = tx.copy_in(&self.sql.bodies.copy_chunks).await?;
         let writer = BinaryCopyInWriter::new(sink, &[Type::INT8, Type::INT4, Type::BYTEA]);
         futures::pin_mut!(writer);
-        for chunk in self.ready.drain(..) {
+        for chunk in chunks {
             let seq = self.next_seq;
             let chunk = match self.key {
                 None => chunk,
@@ -254,7 +323,6 @@ impl Staged<'_> {
             writer.as_mut().write(&[&body_id, &seq, &&chunk[..]]).await?;
             self.next_seq += 1;
         }
-        self.ready_bytes = 0;
         writer.finish().await?;
         Ok(())
     }
