@@ -2352,6 +2352,83 @@ BEGIN
 END $$;
 
 --
+-- Name: resp_hash_apply(bigint, text, boolean, boolean, boolean, bigint, bigint, bytea[], bytea[], bytea[], bytea[], bytea[], bytea[], bytea[]); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_hash_apply(b bigint, k text, existed boolean, emptied boolean, bump boolean, peak bigint, longest bigint, gone bytea[], gone_values bytea[], changed bytea[], changed_from bytea[], changed_to bytea[], added bytea[], added_values bytea[]) RETURNS boolean
+    LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
+    AS $$
+DECLARE
+    now timestamptz := pgvs3.resp_now();
+    n bigint;
+    lim record;
+BEGIN
+    IF existed THEN
+        PERFORM 1 FROM pgvs3.resp_keys
+          WHERE bucket_id = b AND key = k AND type = 'h' AND (expires_at IS NULL OR expires_at > now);
+        IF NOT FOUND THEN
+            RETURN false;
+        END IF;
+        IF emptied THEN
+            -- Its fields go with it (the foreign key cascades).
+            DELETE FROM pgvs3.resp_keys WHERE bucket_id = b AND key = k;
+        END IF;
+    ELSE
+        DELETE FROM pgvs3.resp_keys WHERE bucket_id = b AND key = k AND expires_at <= now;
+    END IF;
+    IF NOT existed OR emptied THEN
+        IF cardinality(added) = 0 THEN
+            RETURN true;
+        END IF;
+        INSERT INTO pgvs3.resp_keys (bucket_id, key, type) VALUES (b, k, 'h') ON CONFLICT DO NOTHING;
+        IF NOT FOUND THEN
+            RETURN false;
+        END IF;
+    END IF;
+    IF cardinality(gone) > 0 THEN
+        DELETE FROM pgvs3.resp_hash h USING unnest(gone, gone_values) AS g(f, v)
+         WHERE h.bucket_id = b AND h.key = k AND h.field = g.f AND h.value = g.v;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        IF n <> cardinality(gone) THEN
+            RETURN false;
+        END IF;
+    END IF;
+    IF cardinality(changed) > 0 THEN
+        UPDATE pgvs3.resp_hash h SET value = c.t FROM unnest(changed, changed_from, changed_to) AS c(f, o, t)
+         WHERE h.bucket_id = b AND h.key = k AND h.field = c.f AND h.value = c.o;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        IF n <> cardinality(changed) THEN
+            RETURN false;
+        END IF;
+    END IF;
+    IF cardinality(added) > 0 THEN
+        -- In their order, so that their `added` numbers (the column's default) follow it.
+        INSERT INTO pgvs3.resp_hash (bucket_id, key, field, value)
+        SELECT b, k, a.f, a.v FROM unnest(added, added_values) WITH ORDINALITY AS a(f, v, i) ORDER BY a.i
+        ON CONFLICT DO NOTHING;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        IF n <> cardinality(added) THEN
+            RETURN false;
+        END IF;
+    END IF;
+    IF emptied AND cardinality(added) = 0 THEN
+        RETURN true;
+    END IF;
+    IF bump AND existed AND NOT emptied THEN
+        UPDATE pgvs3.resp_keys SET version = nextval('pgvs3.resp_key_versions') WHERE bucket_id = b AND key = k;
+    END IF;
+    -- A large key stays large; one of before layout v51 (NULL) is judged when read.
+    IF peak > 0 AND EXISTS (SELECT 1 FROM pgvs3.resp_keys WHERE bucket_id = b AND key = k AND NOT large) THEN
+        lim := pgvs3.resp_small_limits(b, 'h');
+        IF peak > lim.entries OR longest > lim.value THEN
+            UPDATE pgvs3.resp_keys SET large = true WHERE bucket_id = b AND key = k;
+        END IF;
+    END IF;
+    RETURN true;
+END $$;
+
+--
 -- Name: resp_hash_set(bigint, text, bytea[], boolean); Type: FUNCTION; Schema: pgvs3; Owner: -
 --
 

@@ -50,6 +50,98 @@ BEGIN
       FROM pairs p JOIN written w ON w.field = p.f;
 END $$;
 
+-- A script run's writes to hash `k`, set-based (layout v81): what its speculated HSET, HSETNX,
+-- HINCRBY and HDEL calls changed, as the gateway's working set holds it (resp/working_set/
+-- hash.rs), written in one call instead of one family call each (issue 39). Every field comes
+-- with the value the run found it at, and a row is written only where it still holds that value:
+-- the answer is whether every one did (and the key was as the run found it), which the caller
+-- raises on (`pgvs3.resp_expect`), so a value changed underneath aborts the run as a
+-- mispredicted call does. The run holds the key's lock, so only a writer outside pgvs3 could.
+--   existed: the key held a live hash when the run's changes began, else it was absent.
+--   emptied: the run removed its last field since: its row goes (TTL and encoding with it, as
+--     Redis deletes an emptied hash), and what is left after is a new key.
+--   bump: a write changed the key (its version moves; WATCH sees it).
+--   peak, longest: the most fields the hash held after a write, and the longest field or value
+--     a write added: judged as pgvs3.resp_grown judges each write's, against the keyspace's
+--     limits, so that a hash past them at any point of the run is in its large encoding.
+--   gone, gone_values: fields removed, with the values found.
+--   changed, changed_from, changed_to: fields overwritten in place (their place in the small
+--     encoding's order stays).
+--   added, added_values: new fields, in the order they were added (a field removed and set again
+--     comes in gone and here: it goes last, as in Redis's listpack).
+CREATE OR REPLACE FUNCTION pgvs3.resp_hash_apply(b bigint, k text, existed boolean, emptied boolean, bump boolean,
+    peak bigint, longest bigint, gone bytea[], gone_values bytea[],
+    changed bytea[], changed_from bytea[], changed_to bytea[], added bytea[], added_values bytea[])
+RETURNS boolean LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+    now timestamptz := pgvs3.resp_now();
+    n bigint;
+    lim record;
+BEGIN
+    IF existed THEN
+        PERFORM 1 FROM pgvs3.resp_keys
+          WHERE bucket_id = b AND key = k AND type = 'h' AND (expires_at IS NULL OR expires_at > now);
+        IF NOT FOUND THEN
+            RETURN false;
+        END IF;
+        IF emptied THEN
+            -- Its fields go with it (the foreign key cascades).
+            DELETE FROM pgvs3.resp_keys WHERE bucket_id = b AND key = k;
+        END IF;
+    ELSE
+        DELETE FROM pgvs3.resp_keys WHERE bucket_id = b AND key = k AND expires_at <= now;
+    END IF;
+    IF NOT existed OR emptied THEN
+        IF cardinality(added) = 0 THEN
+            RETURN true;
+        END IF;
+        INSERT INTO pgvs3.resp_keys (bucket_id, key, type) VALUES (b, k, 'h') ON CONFLICT DO NOTHING;
+        IF NOT FOUND THEN
+            RETURN false;
+        END IF;
+    END IF;
+    IF cardinality(gone) > 0 THEN
+        DELETE FROM pgvs3.resp_hash h USING unnest(gone, gone_values) AS g(f, v)
+         WHERE h.bucket_id = b AND h.key = k AND h.field = g.f AND h.value = g.v;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        IF n <> cardinality(gone) THEN
+            RETURN false;
+        END IF;
+    END IF;
+    IF cardinality(changed) > 0 THEN
+        UPDATE pgvs3.resp_hash h SET value = c.t FROM unnest(changed, changed_from, changed_to) AS c(f, o, t)
+         WHERE h.bucket_id = b AND h.key = k AND h.field = c.f AND h.value = c.o;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        IF n <> cardinality(changed) THEN
+            RETURN false;
+        END IF;
+    END IF;
+    IF cardinality(added) > 0 THEN
+        -- In their order, so that their `added` numbers (the column's default) follow it.
+        INSERT INTO pgvs3.resp_hash (bucket_id, key, field, value)
+        SELECT b, k, a.f, a.v FROM unnest(added, added_values) WITH ORDINALITY AS a(f, v, i) ORDER BY a.i
+        ON CONFLICT DO NOTHING;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        IF n <> cardinality(added) THEN
+            RETURN false;
+        END IF;
+    END IF;
+    IF emptied AND cardinality(added) = 0 THEN
+        RETURN true;
+    END IF;
+    IF bump AND existed AND NOT emptied THEN
+        UPDATE pgvs3.resp_keys SET version = nextval('pgvs3.resp_key_versions') WHERE bucket_id = b AND key = k;
+    END IF;
+    -- A large key stays large; one of before layout v51 (NULL) is judged when read.
+    IF peak > 0 AND EXISTS (SELECT 1 FROM pgvs3.resp_keys WHERE bucket_id = b AND key = k AND NOT large) THEN
+        lim := pgvs3.resp_small_limits(b, 'h');
+        IF peak > lim.entries OR longest > lim.value THEN
+            UPDATE pgvs3.resp_keys SET large = true WHERE bucket_id = b AND key = k;
+        END IF;
+    END IF;
+    RETURN true;
+END $$;
+
 CREATE OR REPLACE FUNCTION pgvs3.resp_hash(op text, b bigint, ks text[], strings text[], args bytea[], ints bigint[], floats float8[],
     OUT err text, OUT n bigint, OUT items bytea[], OUT scores float8[])
 LANGUAGE plpgsql AS $$

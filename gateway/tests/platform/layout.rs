@@ -115,6 +115,7 @@ const NEW_SINCE_V10: &[&str] = &[
     "pgvs3.resp_fits(bigint,text,\"char\")",
     "pgvs3.resp_grown(bigint,text,\"char\",bytea[],bigint)",
     "pgvs3.resp_hash(text,bigint,text[],text[],bytea[],bigint[],double precision[])",
+    "pgvs3.resp_hash_apply(bigint,text,boolean,boolean,boolean,bigint,bigint,bytea[],bytea[],bytea[],bytea[],bytea[],bytea[],bytea[])",
     "pgvs3.resp_hash_set(bigint,text,bytea[],boolean)",
     "pgvs3.resp_hash_values(bigint,text,bytea[])",
     "pgvs3.resp_hold_keyspace(bigint,boolean)",

@@ -449,6 +449,21 @@ async fn a_value_the_database_no_longer_holds_is_caught_by_a_write_and_the_scrip
     assert_eq!(eval(&mut con, get, &key).await, Value::bulk("20"));
     assert_eq!(eval(&mut con, incr, &key).await, Value::Int(21));
     assert_eq!(metric(&gateway, "pgvs3_resp_speculation_misses_total").await, 1.0);
+
+    // A field a run only overwrites is checked too: a script's hash writes go as one write of
+    // what they changed (pgvs3.resp_hash_apply), each row only where it still holds the value
+    // the run found. Replayed, this HSET would have answered 0 either way and written over the
+    // edit unseen.
+    sql.execute(
+        "UPDATE pgvs3.resp_hash SET value = 'edited' WHERE key = 'job:1' AND field = 'attempts'",
+        &[],
+    )
+    .await
+    .unwrap();
+    let overwrite = "return redis.call('HSET', KEYS[1], 'attempts', '30')";
+    assert_eq!(eval(&mut con, overwrite, &key).await, Value::Int(0));
+    assert_eq!(metric(&gateway, "pgvs3_resp_speculation_misses_total").await, 2.0);
+    assert_eq!(con.command(&["HGET", "job:1", "attempts"]).await, Value::bulk("30"));
 }
 
 #[tokio::test]
@@ -602,5 +617,101 @@ async fn speculated_list_and_set_calls_answer_as_calls_run_one_by_one() {
         speculated > total as f64 / 2.0,
         "{speculated} of {total} calls predicted"
     );
+    assert_eq!(metric(&speculating, "pgvs3_resp_speculation_misses_total").await, 0.0);
+}
+
+/// Values of hash fields: integers for HINCRBY, and one past `hash-max-listpack-value` (64).
+const HASH_VALUES: &[&str] = &[
+    "1",
+    "7",
+    "-3",
+    "x",
+    "a value longer than sixty-four bytes, which no listpack of the default limits takes",
+];
+
+/// One call of a random script on two hashes (KEYS[1] made in the script, KEYS[2] made before
+/// with a TTL): every write the working set predicts, reads between them, HDELs of every field
+/// (a run empties a hash and may make it again), EXPIRE and DEL (run in the database, which the
+/// run's owed writes must go ahead of).
+fn random_hash_call(rng: &mut Rng) -> String {
+    let key = |rng: &mut Rng| format!("KEYS[{}]", 1 + rng.below(2));
+    let f = |rng: &mut Rng| rng.pick(&["f1", "f2", "f3", "f4", "f5"]).to_owned();
+    let v = |rng: &mut Rng| rng.pick(HASH_VALUES).to_owned();
+    let words: Vec<String> = match rng.below(16) {
+        0..=2 => vec!["HSET".into(), key(rng), f(rng), v(rng), f(rng), v(rng)],
+        3 => vec!["HMSET".into(), key(rng), f(rng), v(rng)],
+        4 => vec!["HSETNX".into(), key(rng), f(rng), v(rng)],
+        5 | 6 => vec![
+            "HINCRBY".into(),
+            key(rng),
+            f(rng),
+            (rng.below(7) as i64 - 3).to_string(),
+        ],
+        7 | 8 => vec!["HDEL".into(), key(rng), f(rng), f(rng)],
+        9 => vec![
+            "HDEL".into(),
+            key(rng),
+            "f1".into(),
+            "f2".into(),
+            "f3".into(),
+            "f4".into(),
+            "f5".into(),
+        ],
+        10 => vec!["HGETALL".into(), key(rng)],
+        11 => vec!["HMGET".into(), key(rng), f(rng), f(rng)],
+        12 => vec!["HLEN".into(), key(rng)],
+        13 => vec!["EXPIRE".into(), key(rng), "1000".into()],
+        14 => vec!["DEL".into(), key(rng)],
+        _ => vec!["HEXISTS".into(), key(rng), f(rng)],
+    };
+    lua_call(&words)
+}
+
+/// What a hash holds as the gateway without a working set reads it: its fields and values in
+/// its encoding's order, the encoding, and whether it has a TTL.
+async fn hash_state(con: &mut RawResp, key: &str) -> (Value, Value, bool) {
+    let fields = con.command(&["HGETALL", key]).await;
+    let encoding = con.command(&["OBJECT", "ENCODING", key]).await;
+    let ttl = con.command(&["TTL", key]).await;
+    (fields, encoding, matches!(ttl, Value::Int(seconds) if seconds > 0))
+}
+
+#[tokio::test]
+async fn speculated_hash_writes_leave_what_the_calls_leave() {
+    let (speculating, _plain, mut a, mut b) = two_gateways().await;
+    let seed = seed(0x4a54_3939_u64);
+    let mut rng = Rng(seed | 1);
+    // Small limits, so that runs pass them: the large encoding answers in byte order.
+    assert_eq!(
+        a.command(&["CONFIG", "SET", "hash-max-listpack-entries", "3"]).await,
+        Value::Simple("OK".to_owned())
+    );
+    let keys = |prefix: &str| -> Vec<String> { vec![format!("{prefix}:h1"), format!("{prefix}:h2")] };
+    let (keys_a, keys_b) = (keys("a"), keys("b"));
+    for keys in [&keys_a, &keys_b] {
+        assert_eq!(
+            b.command(&["HSET", &keys[1], "f2", "1", "f1", "x"]).await,
+            Value::Int(2)
+        );
+        assert_eq!(b.command(&["EXPIRE", &keys[1], "1000"]).await, Value::Int(1));
+    }
+    for round in 0..120 {
+        let calls: Vec<String> = (0..1 + rng.below(10)).map(|_| random_hash_call(&mut rng)).collect();
+        let script = format!("return {{{}}}", calls.join(", "));
+        let (got, want) = (
+            eval(&mut a, &script, &keys_a).await,
+            eval(&mut b, &script, &keys_b).await,
+        );
+        assert_eq!(got, want, "round {round}: {script}");
+        // What each run left in the database, read without a working set.
+        for (key_a, key_b) in keys_a.iter().zip(&keys_b) {
+            assert_eq!(
+                hash_state(&mut b, key_a).await,
+                hash_state(&mut b, key_b).await,
+                "round {round}: {key_a}; {script}"
+            );
+        }
+    }
+    assert!(metric(&speculating, "pgvs3_resp_speculated_calls_total").await > 100.0);
     assert_eq!(metric(&speculating, "pgvs3_resp_speculation_misses_total").await, 0.0);
 }

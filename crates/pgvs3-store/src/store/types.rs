@@ -446,7 +446,41 @@ pub struct Speculation<'a> {
     /// Keys whose typed versions are read after the calls and loads (the versions the batch's
     /// loads give a typed key, `t<version>`), absent keys left out.
     pub versions: Vec<String>,
+    /// Hashes' changes written set-based, ahead of the calls (see [`HashWrite`]).
+    pub hash_writes: Vec<HashWrite>,
 }
+
+/// What a script run's speculated writes changed of one hash, written in one call
+/// (`pgvs3.resp_hash_apply`, functions/resp_hash.sql, which says what each part means) instead
+/// of the calls themselves. Each field comes with the value the run found it at, and the call
+/// fails the batch with [`StoreError::Mispredicted`](crate::store::StoreError) unless the key
+/// and every row it writes were so.
+#[derive(Debug, Default, Clone)]
+pub struct HashWrite {
+    pub key: String,
+    pub existed: bool,
+    pub emptied: bool,
+    pub bump: bool,
+    pub peak: i64,
+    pub longest: i64,
+    /// Fields removed, with the values found.
+    pub gone: Vec<(Bytes, Bytes)>,
+    /// Fields overwritten in place: the field, the value found, the value written.
+    pub changed: Vec<(Bytes, Bytes, Bytes)>,
+    /// New fields and their values, in the order they were added.
+    pub added: Vec<(Bytes, Bytes)>,
+}
+
+impl HashWrite {
+    /// Whether it writes nothing (HDEL of fields that were not there).
+    pub fn is_empty(&self) -> bool {
+        !self.emptied && !self.bump && self.gone.is_empty() && self.changed.is_empty() && self.added.is_empty()
+    }
+}
+
+/// The statement of a [`HashWrite`]: `$1` the bucket, then its parts in the function's order.
+pub(super) const HASH_APPLY: &str = "SELECT pgvs3.resp_expect(pgvs3.resp_hash_apply($1, $2, $3, $4, $5, $6, $7,
+    $8, $9, $10, $11, $12, $13, $14)) AS kept";
 
 /// What the calls of a [`Speculation`] answered.
 #[derive(Debug, Default)]

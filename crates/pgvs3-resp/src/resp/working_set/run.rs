@@ -1,13 +1,13 @@
 //! One script run's share of the working set: the values of the keys it knows, and the calls it
 //! answered from them that have not been sent yet.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use super::{Known, Value, WorkingSet, family_type, predict};
+use super::{Known, Value, WorkingSet, family_type, hash, predict};
 use crate::resp::codec::Reply;
 use crate::resp::typed::Typed;
-use crate::store::{KvBatch, KvValue, Speculation, StoreError, StoreResult, TypedCall, TypedRow};
+use crate::store::{Family, HashWrite, KvBatch, KvValue, Speculation, StoreError, StoreResult, TypedCall, TypedRow};
 
 /// The most elements of one key a run loads into the working set.
 const LOAD_LIMIT: i64 = 10_000;
@@ -20,6 +20,8 @@ pub struct RunSet {
     pending: Vec<(TypedCall, TypedRow)>,
     /// Calls answered so far whose check in the database passed.
     confirmed: u64,
+    /// The hashes `pending` writes to, to be written set-based (see [`RunSet::send`]).
+    hashes: HashMap<String, hash::Track>,
 }
 
 impl RunSet {
@@ -30,6 +32,7 @@ impl RunSet {
             known: Known::new(),
             pending: Vec::new(),
             confirmed: 0,
+            hashes: HashMap::new(),
         }
     }
 
@@ -65,7 +68,18 @@ impl RunSet {
         let call = &typed.call;
         if typed.blocking.is_none() {
             self.learn(batch, &call.keys, stale);
+            let hash_write = call.family() == Family::Hash && call.writes();
+            let present = |known: &Known| {
+                call.keys
+                    .first()
+                    .is_some_and(|key| matches!(known.get(key), Some(Some(_))))
+            };
+            let was_present = present(&self.known);
             if let Some(row) = predict(call, &mut self.known, batch.now) {
+                if hash_write && let Some(key) = call.keys.first() {
+                    let track = self.hashes.entry(key.clone()).or_insert(hash::Track::new(was_present));
+                    track.note(call, &row, present(&self.known));
+                }
                 self.pending.push((call.clone(), row.clone()));
                 return Ok(typed.reply(row));
             }
@@ -167,6 +181,11 @@ impl RunSet {
     /// the batch's frozen clock, and so answers as its function would there; a read changes
     /// nothing for a later call to depend on. (Replaying them was a third of a BullMQ job's
     /// calls, each a function's run inside the queue keys' locks.)
+    ///
+    /// A hash's owed writes go as one set-based write of what they changed (`hash::Track`),
+    /// ahead of the other calls, when no other owed call writes to its key (a key can change
+    /// type within a run: then the calls keep their order) and the run still holds its value;
+    /// else as the calls.
     async fn send(
         &mut self,
         batch: &mut KvBatch,
@@ -177,18 +196,44 @@ impl RunSet {
     ) -> StoreResult<crate::store::Speculated> {
         let pending = std::mem::take(&mut self.pending);
         let answered = pending.len() as u64;
-        let owed: Vec<&(TypedCall, TypedRow)> = pending.iter().filter(|(call, _)| call.writes()).collect();
+        let hash_writes = self.hash_writes(&pending);
+        let written: HashSet<&str> = hash_writes.iter().map(|write| write.key.as_str()).collect();
+        let owed: Vec<&(TypedCall, TypedRow)> = pending
+            .iter()
+            .filter(|(call, _)| {
+                call.writes() && !(call.family() == Family::Hash && written.contains(call.keys[0].as_str()))
+            })
+            .collect();
         let calls: Vec<&TypedCall> = owed.iter().map(|(call, _)| call).chain(call).collect();
         let speculation = Speculation {
             expected: owed.iter().map(|(_, row)| Some(row)).collect(),
             loads,
             load_limit: LOAD_LIMIT,
             versions,
+            hash_writes: hash_writes.into_iter().filter(|write| !write.is_empty()).collect(),
         };
         let mut sent = batch.typed_speculated(&calls, &speculation, commit).await?;
         self.confirmed += answered;
         // The owed calls' rows were answered already: only `call`'s is left.
         sent.rows.drain(..owed.len());
         Ok(sent)
+    }
+
+    /// The set-based writes of the hashes the `pending` calls write to (see [`RunSet::send`]);
+    /// every hash's record of changes starts over, the database having them once they are sent.
+    fn hash_writes(&mut self, pending: &[(TypedCall, TypedRow)]) -> Vec<HashWrite> {
+        let mut writes = Vec::new();
+        for (key, track) in self.hashes.drain() {
+            let shared = pending.iter().any(|(call, _)| {
+                call.writes() && call.family() != Family::Hash && call.keys.iter().any(|other| *other == key)
+            });
+            match self.known.get_mut(&key) {
+                Some(Some(Value::Hash(hash))) if shared => hash.written(),
+                Some(Some(Value::Hash(hash))) => writes.push(track.write(&key, Some(hash))),
+                Some(None) if !shared => writes.push(track.write(&key, None)),
+                _ => {}
+            }
+        }
+        writes
     }
 }

@@ -14,7 +14,7 @@ use super::{Change, FINE_LOCK_LIMIT, KvBatch, KvSql, KvValue, StringForm};
 use crate::store::chunks::Chunker;
 use crate::store::key_probes::rows_of_keys;
 use crate::store::objects::INLINE_LIMIT;
-use crate::store::types::{Loaded, Speculated, Speculation, TypedCall};
+use crate::store::types::{HASH_APPLY, HashWrite, Loaded, Speculated, Speculation, TypedCall};
 use crate::store::{BucketInfo, StoreError, StoreResult};
 
 impl KvBatch {
@@ -77,7 +77,12 @@ impl KvBatch {
         // the namespace's statements reach its objects).
         let expired_strings = match self.in_transaction {
             true => {
-                let keys: Vec<&str> = calls.iter().flat_map(|call| &call.keys).map(String::as_str).collect();
+                let keys: Vec<&str> = calls
+                    .iter()
+                    .flat_map(|call| &call.keys)
+                    .chain(speculation.hash_writes.iter().map(|write| &write.key))
+                    .map(String::as_str)
+                    .collect();
                 Some((
                     client
                         .prepare_cached(&self.bucket.sql.kv.delete_expired_strings)
@@ -88,6 +93,10 @@ impl KvBatch {
             false => None,
         };
         let commit = commit && self.in_transaction;
+        let hash_apply = match speculation.hash_writes.is_empty() {
+            true => None,
+            false => Some(client.prepare_cached(HASH_APPLY).await?),
+        };
         // Sent in this order on the first poll, so in one round trip with the calls.
         let before = async {
             let begin = async {
@@ -111,7 +120,13 @@ impl KvBatch {
                     None => Ok(()),
                 }
             };
-            futures::try_join!(begin, changes, expired).map(drop)
+            // Ahead of the calls: a hash's writes are on keys no call of the round trip owes
+            // a write to (working_set/run.rs).
+            let hash_writes = futures::future::try_join_all(speculation.hash_writes.iter().map(|write| {
+                let statement = hash_apply.as_ref().expect("prepared for hash writes");
+                send_hash_write(client, statement, id, write)
+            }));
+            futures::try_join!(begin, changes, expired, hash_writes).map(drop)
         };
         // The loads and versions a working set asked for, prepared first so that they go out
         // in the same round trip, after the calls.
@@ -652,6 +667,39 @@ static TYPED_VERSIONS: LazyLock<String> = LazyLock::new(|| {
         rows_of_keys("pgvs3.resp_keys", "r", "$1", "$2")
     )
 });
+
+/// Sends one hash's set-based writes (see [`HashWrite`]).
+async fn send_hash_write(
+    client: &deadpool_postgres::Object,
+    statement: &tokio_postgres::Statement,
+    bucket: i64,
+    write: &HashWrite,
+) -> Result<(), tokio_postgres::Error> {
+    let gone_fields: Vec<&[u8]> = write.gone.iter().map(|(field, _)| &field[..]).collect();
+    let gone_values: Vec<&[u8]> = write.gone.iter().map(|(_, value)| &value[..]).collect();
+    let changed: Vec<&[u8]> = write.changed.iter().map(|(field, _, _)| &field[..]).collect();
+    let changed_from: Vec<&[u8]> = write.changed.iter().map(|(_, from, _)| &from[..]).collect();
+    let changed_to: Vec<&[u8]> = write.changed.iter().map(|(_, _, to)| &to[..]).collect();
+    let added: Vec<&[u8]> = write.added.iter().map(|(field, _)| &field[..]).collect();
+    let added_values: Vec<&[u8]> = write.added.iter().map(|(_, value)| &value[..]).collect();
+    let params: [&(dyn ToSql + Sync); 14] = [
+        &bucket,
+        &write.key,
+        &write.existed,
+        &write.emptied,
+        &write.bump,
+        &write.peak,
+        &write.longest,
+        &gone_fields,
+        &gone_values,
+        &changed,
+        &changed_from,
+        &changed_to,
+        &added,
+        &added_values,
+    ];
+    client.query_one(statement, &params).await.map(drop)
+}
 
 /// A working set's load as it answered (see [`Loaded`]).
 fn loaded_value(row: &tokio_postgres::Row) -> Loaded {
