@@ -737,11 +737,17 @@ async fn speculated_hash_writes_leave_what_the_calls_leave() {
     let set = "return redis.call('HSET', KEYS[1], 'w', 'same')";
     eval(&mut a, set, &key).await;
     let mut watcher = RawResp::connect(speculating.resp_addr()).await;
-    assert_eq!(watcher.command(&["WATCH", &key[0]]).await, Value::Simple("OK".to_owned()));
+    assert_eq!(
+        watcher.command(&["WATCH", &key[0]]).await,
+        Value::Simple("OK".to_owned())
+    );
     let speculated = metric(&speculating, "pgvs3_resp_speculated_calls_total").await;
     assert_eq!(eval(&mut a, set, &key).await, Value::Int(0));
     assert!(metric(&speculating, "pgvs3_resp_speculated_calls_total").await > speculated);
     assert_eq!(watcher.command(&["MULTI"]).await, Value::Simple("OK".to_owned()));
-    assert_eq!(watcher.command(&["HGET", &key[0], "w"]).await, Value::Simple("QUEUED".to_owned()));
+    assert_eq!(
+        watcher.command(&["HGET", &key[0], "w"]).await,
+        Value::Simple("QUEUED".to_owned())
+    );
     assert_eq!(watcher.command(&["EXEC"]).await, Value::Nil);
 }
