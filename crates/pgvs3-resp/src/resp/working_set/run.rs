@@ -224,9 +224,9 @@ impl RunSet {
     fn hash_writes(&mut self, pending: &[(TypedCall, TypedRow)]) -> Vec<HashWrite> {
         let mut writes = Vec::new();
         for (key, track) in self.hashes.drain() {
-            let shared = pending.iter().any(|(call, _)| {
-                call.writes() && call.family() != Family::Hash && call.keys.iter().any(|other| *other == key)
-            });
+            let shared = pending
+                .iter()
+                .any(|(call, _)| call.writes() && call.family() != Family::Hash && call.keys.contains(&key));
             match self.known.get_mut(&key) {
                 Some(Some(Value::Hash(hash))) if shared => hash.written(),
                 Some(Some(Value::Hash(hash))) => writes.push(track.write(&key, Some(hash))),
