@@ -197,6 +197,15 @@ async fn a_flood_of_unknown_keys_leaves_connections_for_signed_requests() {
     .await;
     gw.gateway.store.catalog().refresh().await.unwrap();
     gw.client.create_bucket().bucket("busy").send().await.unwrap();
+    // The lock below holds up every read of `access_keys`, not only the flood's lookups: a
+    // catalog reload waiting on it holds a pool connection too, outside the lookups' bound. The
+    // bucket's creation changed the catalog, and its reload (NOTIFY's, or the listener's or
+    // the poll's first, late on a loaded machine) could come after the lock: three of the four
+    // connections then waited, or all four with two such reloads, and every signed PUT waited
+    // out its second for a connection (503, a CI failure). Have that reload now: reloads run one
+    // at a time, so once this returns none is running, the cache has the bucket's version and
+    // later refreshes read only the version row (asserted below: no reload waits).
+    gw.gateway.store.catalog().refresh().await.unwrap();
     let holder = gw.sql().await;
     holder
         .batch_execute("BEGIN; LOCK TABLE pgvs3.access_keys IN ACCESS EXCLUSIVE MODE")
@@ -219,17 +228,26 @@ async fn a_flood_of_unknown_keys_leaves_connections_for_signed_requests() {
         }));
     }
     let watcher = gw.sql().await;
+    // The gateway's statements waiting for the lock: lookups of one key, and catalog reloads.
+    let waiting_on = |pattern: &'static str| {
+        let watcher = &watcher;
+        async move {
+            watcher
+                .query_one(
+                    "SELECT count(*) AS waiting FROM pg_stat_activity
+                      WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE $1",
+                    &[&pattern],
+                )
+                .await
+                .unwrap()
+                .get::<_, i64>("waiting")
+        }
+    };
+    const LOOKUPS: &str = "%FROM pgvs3.access_keys WHERE access_key = $1%";
+    const RELOADS: &str = "%FROM pgvs3.access_keys WHERE NOT disabled%";
     let mut waiting = 0;
     for _ in 0..3000 {
-        waiting = watcher
-            .query_one(
-                "SELECT count(*) AS waiting FROM pg_stat_activity
-                  WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%access_keys%'",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get::<_, i64>("waiting");
+        waiting = waiting_on(LOOKUPS).await;
         if waiting >= 2 {
             break;
         }
@@ -246,6 +264,10 @@ async fn a_flood_of_unknown_keys_leaves_connections_for_signed_requests() {
         let body = common::s3::read_object(&gw.client, "busy", &key).await;
         assert_eq!(body, b"signed");
     }
+    // The bound itself: the flood's lookups hold two connections, no more, and nothing else
+    // waits on the lock.
+    assert_eq!(waiting_on(LOOKUPS).await, 2, "lookups of unknown keys waiting");
+    assert_eq!(waiting_on(RELOADS).await, 0, "catalog reloads waiting");
     flooding.store(false, std::sync::atomic::Ordering::Relaxed);
     holder.batch_execute("ROLLBACK").await.unwrap();
     for task in flood {

@@ -181,10 +181,14 @@ pub struct Catalog {
     /// next request (RESP connections that sit idle, subscribed).
     loaded: tokio::sync::watch::Sender<i64>,
     key_lookups: KeyLookups,
-    /// Held by the one reload that brings the cache up to a key just read (`catch_up_with`):
-    /// the first requests of many new keys after one change wait for it rather than each
-    /// reload the catalog on a connection of its own.
-    catching_up: tokio::sync::Mutex<()>,
+    /// Held by the one reload running (with the version check before it, in `refresh` and
+    /// `catch_up_with`): the listener's, the poll's, `reload_now`'s and the first requests of
+    /// many new keys after one change wait for it rather than each reload the catalog on a
+    /// connection of its own, and find the version loaded when they get it. Unserialized, each
+    /// reload held a pool connection for as long as `access_keys` was slow to read (locked),
+    /// beside the bounded lookups of unknown keys (`KeyLookups`): the poll's and the listener's
+    /// with the lookups' two took the whole of a pool of 4, and signed requests waited for none.
+    reloading: tokio::sync::Mutex<()>,
 }
 
 /// What the cache says of an access key.
@@ -218,7 +222,7 @@ impl Catalog {
             rules: AtomicBool::new(false),
             loaded: tokio::sync::watch::Sender::new(0),
             key_lookups: KeyLookups::default(),
-            catching_up: tokio::sync::Mutex::new(()),
+            reloading: tokio::sync::Mutex::new(()),
             lookups: IntCounterVec::new(
                 Opts::new(
                     "pgvs3_catalog_lookups_total",
@@ -228,7 +232,7 @@ impl Catalog {
             )
             .expect("metric"),
         });
-        catalog.reload().await?;
+        catalog.reload_now().await?;
         Ok(catalog)
     }
 
@@ -245,8 +249,10 @@ impl Catalog {
         &self.pool
     }
 
-    /// Reloads everything when the catalog version moved since the last load.
+    /// Reloads everything when the catalog version moved since the last load. Once it returns,
+    /// no reload that began before it is still running.
     pub async fn refresh(&self) -> anyhow::Result<bool> {
+        let _one_at_a_time = self.reloading.lock().await;
         let client = self.pool.get().await?;
         let version: i64 = client
             .query_one("SELECT version FROM pgvs3.catalog_version", &[])
@@ -263,9 +269,11 @@ impl Catalog {
     /// Reloads the catalog whatever version this gateway has seen: for a caller that must not
     /// miss a change committed a moment ago (a key named in a policy being put).
     pub async fn reload_now(&self) -> anyhow::Result<()> {
+        let _one_at_a_time = self.reloading.lock().await;
         self.reload().await
     }
 
+    /// Reads the catalog and installs it; callers hold `reloading`.
     async fn reload(&self) -> anyhow::Result<()> {
         let mut client = self.pool.get().await?;
         // One snapshot, so the version matches the rows read with it.
@@ -635,7 +643,7 @@ impl Catalog {
         if read_at <= self.version() {
             return;
         }
-        let _one_at_a_time = self.catching_up.lock().await;
+        let _one_at_a_time = self.reloading.lock().await;
         // Brought up to it meanwhile, by the reload of another key's request or NOTIFY's.
         if read_at <= self.version() {
             return;
