@@ -2019,6 +2019,63 @@ BEGIN
 END $_$;
 
 --
+-- Name: resp_apply_begin(bigint, text, "char", boolean, boolean, boolean); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_apply_begin(b bigint, k text, t "char", existed boolean, emptied boolean, adds boolean) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    now timestamptz := pgvs3.resp_now();
+BEGIN
+    IF existed THEN
+        PERFORM 1 FROM pgvs3.resp_keys
+          WHERE bucket_id = b AND key = k AND type = t AND (expires_at IS NULL OR expires_at > now);
+        IF NOT FOUND THEN
+            RETURN false;
+        END IF;
+        IF emptied THEN
+            DELETE FROM pgvs3.resp_keys WHERE bucket_id = b AND key = k;
+        END IF;
+    ELSE
+        DELETE FROM pgvs3.resp_keys WHERE bucket_id = b AND key = k AND expires_at <= now;
+    END IF;
+    IF (NOT existed OR emptied) AND adds THEN
+        INSERT INTO pgvs3.resp_keys (bucket_id, key, type) VALUES (b, k, t) ON CONFLICT DO NOTHING;
+        RETURN FOUND;
+    END IF;
+    RETURN true;
+END $$;
+
+--
+-- Name: resp_apply_end(bigint, text, "char", boolean, boolean, boolean, boolean, bigint, bigint); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_apply_end(b bigint, k text, t "char", existed boolean, emptied boolean, bump boolean, adds boolean, peak bigint, longest bigint) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    lim record;
+BEGIN
+    IF emptied AND NOT adds THEN
+        IF NOT existed THEN
+            UPDATE pgvs3.resp_watches SET touched = true WHERE bucket_id = b AND key = k AND NOT touched;
+        END IF;
+        RETURN;
+    END IF;
+    IF bump AND existed AND NOT emptied THEN
+        UPDATE pgvs3.resp_keys SET version = nextval('pgvs3.resp_key_versions') WHERE bucket_id = b AND key = k;
+    END IF;
+    -- A large key stays large; one of before layout v51 (NULL) is judged when read.
+    IF peak > 0 AND EXISTS (SELECT 1 FROM pgvs3.resp_keys WHERE bucket_id = b AND key = k AND NOT large) THEN
+        lim := pgvs3.resp_small_limits(b, t);
+        IF peak > lim.entries OR longest > lim.value THEN
+            UPDATE pgvs3.resp_keys SET large = true WHERE bucket_id = b AND key = k;
+        END IF;
+    END IF;
+END $$;
+
+--
 -- Name: resp_batch_notify(bytea, bytea, integer); Type: FUNCTION; Schema: pgvs3; Owner: -
 --
 
@@ -2360,31 +2417,10 @@ CREATE FUNCTION pgvs3.resp_hash_apply(b bigint, k text, existed boolean, emptied
     SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
-    now timestamptz := pgvs3.resp_now();
     n bigint;
-    lim record;
 BEGIN
-    IF existed THEN
-        PERFORM 1 FROM pgvs3.resp_keys
-          WHERE bucket_id = b AND key = k AND type = 'h' AND (expires_at IS NULL OR expires_at > now);
-        IF NOT FOUND THEN
-            RETURN false;
-        END IF;
-        IF emptied THEN
-            -- Its fields go with it (the foreign key cascades).
-            DELETE FROM pgvs3.resp_keys WHERE bucket_id = b AND key = k;
-        END IF;
-    ELSE
-        DELETE FROM pgvs3.resp_keys WHERE bucket_id = b AND key = k AND expires_at <= now;
-    END IF;
-    IF NOT existed OR emptied THEN
-        IF cardinality(added) = 0 THEN
-            RETURN true;
-        END IF;
-        INSERT INTO pgvs3.resp_keys (bucket_id, key, type) VALUES (b, k, 'h') ON CONFLICT DO NOTHING;
-        IF NOT FOUND THEN
-            RETURN false;
-        END IF;
+    IF NOT pgvs3.resp_apply_begin(b, k, 'h', existed, emptied, cardinality(added) > 0) THEN
+        RETURN false;
     END IF;
     IF cardinality(gone) > 0 THEN
         DELETE FROM pgvs3.resp_hash h USING unnest(gone, gone_values) AS g(f, v)
@@ -2412,19 +2448,7 @@ BEGIN
             RETURN false;
         END IF;
     END IF;
-    IF emptied AND cardinality(added) = 0 THEN
-        RETURN true;
-    END IF;
-    IF bump AND existed AND NOT emptied THEN
-        UPDATE pgvs3.resp_keys SET version = nextval('pgvs3.resp_key_versions') WHERE bucket_id = b AND key = k;
-    END IF;
-    -- A large key stays large; one of before layout v51 (NULL) is judged when read.
-    IF peak > 0 AND EXISTS (SELECT 1 FROM pgvs3.resp_keys WHERE bucket_id = b AND key = k AND NOT large) THEN
-        lim := pgvs3.resp_small_limits(b, 'h');
-        IF peak > lim.entries OR longest > lim.value THEN
-            UPDATE pgvs3.resp_keys SET large = true WHERE bucket_id = b AND key = k;
-        END IF;
-    END IF;
+    PERFORM pgvs3.resp_apply_end(b, k, 'h', existed, emptied, bump, cardinality(added) > 0, peak, longest);
     RETURN true;
 END $$;
 
@@ -4812,6 +4836,50 @@ BEGIN
         items := NULL;
         scores := NULL;
     END IF;
+END $$;
+
+--
+-- Name: resp_zset_apply(bigint, text, boolean, boolean, boolean, bigint, bigint, bytea[], double precision[], bytea[], double precision[], double precision[], bytea[], double precision[]); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_zset_apply(b bigint, k text, existed boolean, emptied boolean, bump boolean, peak bigint, longest bigint, gone bytea[], gone_scores double precision[], changed bytea[], changed_from double precision[], changed_to double precision[], added bytea[], added_scores double precision[]) RETURNS boolean
+    LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
+    AS $$
+DECLARE
+    n bigint;
+BEGIN
+    IF NOT pgvs3.resp_apply_begin(b, k, 'z', existed, emptied, cardinality(added) > 0) THEN
+        RETURN false;
+    END IF;
+    IF cardinality(gone) > 0 THEN
+        DELETE FROM pgvs3.resp_zset z USING unnest(gone, gone_scores) AS g(m, s)
+         WHERE z.bucket_id = b AND z.key = k AND z.member = g.m AND z.score = g.s;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        IF n <> cardinality(gone) THEN
+            RETURN false;
+        END IF;
+    END IF;
+    IF cardinality(changed) > 0 THEN
+        UPDATE pgvs3.resp_zset z SET score = c.t FROM unnest(changed, changed_from, changed_to) AS c(m, o, t)
+         WHERE z.bucket_id = b AND z.key = k AND z.member = c.m AND z.score = c.o;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        IF n <> cardinality(changed) THEN
+            RETURN false;
+        END IF;
+    END IF;
+    IF cardinality(added) > 0 THEN
+        INSERT INTO pgvs3.resp_zset (bucket_id, key, member, score)
+        SELECT b, k, a.m, a.s FROM unnest(added, added_scores) AS a(m, s)
+        ON CONFLICT DO NOTHING;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        IF n <> cardinality(added) THEN
+            RETURN false;
+        END IF;
+        PERFORM pgvs3.resp_wake(b, k);
+    END IF;
+    PERFORM pgvs3.resp_apply_end(b, k, 'z', existed, emptied, bump, cardinality(added) > 0, peak, longest);
+    RETURN true;
 END $$;
 
 --

@@ -52,18 +52,13 @@ END $$;
 
 -- A script run's writes to hash `k`, set-based (layout v81): what its speculated HSET, HSETNX,
 -- HINCRBY and HDEL calls changed, as the gateway's working set holds it (resp/working_set/
--- hash.rs), written in one call instead of one family call each (issue 39). Every field comes
--- with the value the run found it at, and a row is written only where it still holds that value:
--- the answer is whether every one did (and the key was as the run found it), which the caller
--- raises on (`pgvs3.resp_expect`), so a value changed underneath aborts the run as a
+-- changes.rs), written in one call instead of one family call each (issue 39). Every field
+-- comes with the value the run found it at, and a row is written only where it still holds
+-- that value: the answer is whether every one did (and the key was as the run found it), which
+-- the caller raises on (`pgvs3.resp_expect`), so a value changed underneath aborts the run as a
 -- mispredicted call does. The run holds the key's lock, so only a writer outside pgvs3 could.
---   existed: the key held a live hash when the run's changes began, else it was absent.
---   emptied: the run removed its last field since: its row goes (TTL and encoding with it, as
---     Redis deletes an emptied hash), and what is left after is a new key.
---   bump: a write changed the key (its version moves; WATCH sees it).
---   peak, longest: the most fields the hash held after a write, and the longest field or value
---     a write added: judged as pgvs3.resp_grown judges each write's, against the keyspace's
---     limits, so that a hash past them at any point of the run is in its large encoding.
+-- The key's part (existed, emptied, bump, peak, longest) is pgvs3.resp_apply_begin's and
+-- pgvs3.resp_apply_end's (functions/resp_keys.sql); the fields':
 --   gone, gone_values: fields removed, with the values found.
 --   changed, changed_from, changed_to: fields overwritten in place (their place in the small
 --     encoding's order stays).
@@ -74,31 +69,10 @@ CREATE OR REPLACE FUNCTION pgvs3.resp_hash_apply(b bigint, k text, existed boole
     changed bytea[], changed_from bytea[], changed_to bytea[], added bytea[], added_values bytea[])
 RETURNS boolean LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
-    now timestamptz := pgvs3.resp_now();
     n bigint;
-    lim record;
 BEGIN
-    IF existed THEN
-        PERFORM 1 FROM pgvs3.resp_keys
-          WHERE bucket_id = b AND key = k AND type = 'h' AND (expires_at IS NULL OR expires_at > now);
-        IF NOT FOUND THEN
-            RETURN false;
-        END IF;
-        IF emptied THEN
-            -- Its fields go with it (the foreign key cascades).
-            DELETE FROM pgvs3.resp_keys WHERE bucket_id = b AND key = k;
-        END IF;
-    ELSE
-        DELETE FROM pgvs3.resp_keys WHERE bucket_id = b AND key = k AND expires_at <= now;
-    END IF;
-    IF NOT existed OR emptied THEN
-        IF cardinality(added) = 0 THEN
-            RETURN true;
-        END IF;
-        INSERT INTO pgvs3.resp_keys (bucket_id, key, type) VALUES (b, k, 'h') ON CONFLICT DO NOTHING;
-        IF NOT FOUND THEN
-            RETURN false;
-        END IF;
+    IF NOT pgvs3.resp_apply_begin(b, k, 'h', existed, emptied, cardinality(added) > 0) THEN
+        RETURN false;
     END IF;
     IF cardinality(gone) > 0 THEN
         DELETE FROM pgvs3.resp_hash h USING unnest(gone, gone_values) AS g(f, v)
@@ -126,19 +100,7 @@ BEGIN
             RETURN false;
         END IF;
     END IF;
-    IF emptied AND cardinality(added) = 0 THEN
-        RETURN true;
-    END IF;
-    IF bump AND existed AND NOT emptied THEN
-        UPDATE pgvs3.resp_keys SET version = nextval('pgvs3.resp_key_versions') WHERE bucket_id = b AND key = k;
-    END IF;
-    -- A large key stays large; one of before layout v51 (NULL) is judged when read.
-    IF peak > 0 AND EXISTS (SELECT 1 FROM pgvs3.resp_keys WHERE bucket_id = b AND key = k AND NOT large) THEN
-        lim := pgvs3.resp_small_limits(b, 'h');
-        IF peak > lim.entries OR longest > lim.value THEN
-            UPDATE pgvs3.resp_keys SET large = true WHERE bucket_id = b AND key = k;
-        END IF;
-    END IF;
+    PERFORM pgvs3.resp_apply_end(b, k, 'h', existed, emptied, bump, cardinality(added) > 0, peak, longest);
     RETURN true;
 END $$;
 

@@ -214,6 +214,66 @@ BEGIN
     END IF;
 END $$;
 
+-- A run's set-based writes to key `k` of type `t` ('h', 'z'; layout v81: resp_hash_apply,
+-- resp_zset_apply), the key's part before the elements' (`adds`: the write adds elements):
+-- whether the key is as the run found it, a live key of the type (`existed`) or none (an
+-- expired row is deleted, as resp_check deletes one before a write); with `emptied` (the run
+-- removed its last element) its row goes, its elements, TTL and encoding with it (the foreign
+-- keys cascade); a key made or made again by the write is inserted.
+CREATE OR REPLACE FUNCTION pgvs3.resp_apply_begin(b bigint, k text, t "char", existed boolean, emptied boolean, adds boolean)
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    now timestamptz := pgvs3.resp_now();
+BEGIN
+    IF existed THEN
+        PERFORM 1 FROM pgvs3.resp_keys
+          WHERE bucket_id = b AND key = k AND type = t AND (expires_at IS NULL OR expires_at > now);
+        IF NOT FOUND THEN
+            RETURN false;
+        END IF;
+        IF emptied THEN
+            DELETE FROM pgvs3.resp_keys WHERE bucket_id = b AND key = k;
+        END IF;
+    ELSE
+        DELETE FROM pgvs3.resp_keys WHERE bucket_id = b AND key = k AND expires_at <= now;
+    END IF;
+    IF (NOT existed OR emptied) AND adds THEN
+        INSERT INTO pgvs3.resp_keys (bucket_id, key, type) VALUES (b, k, t) ON CONFLICT DO NOTHING;
+        RETURN FOUND;
+    END IF;
+    RETURN true;
+END $$;
+
+-- The key's part after the elements' (see resp_apply_begin): a key kept whose elements changed
+-- (`bump`) gets a new version, as WATCH sees it (a key made or deleted here was by its row); one
+-- made and emptied within the run leaves no row, but its WATCHes see the write, as Redis's do.
+-- `peak` (the most elements after a write) and `longest` (the longest element a write added)
+-- are judged as resp_grown judges each write's, so that a key past its small encoding's limits
+-- at any point of the run is in its large encoding.
+CREATE OR REPLACE FUNCTION pgvs3.resp_apply_end(b bigint, k text, t "char", existed boolean, emptied boolean, bump boolean,
+    adds boolean, peak bigint, longest bigint)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    lim record;
+BEGIN
+    IF emptied AND NOT adds THEN
+        IF NOT existed THEN
+            UPDATE pgvs3.resp_watches SET touched = true WHERE bucket_id = b AND key = k AND NOT touched;
+        END IF;
+        RETURN;
+    END IF;
+    IF bump AND existed AND NOT emptied THEN
+        UPDATE pgvs3.resp_keys SET version = nextval('pgvs3.resp_key_versions') WHERE bucket_id = b AND key = k;
+    END IF;
+    -- A large key stays large; one of before layout v51 (NULL) is judged when read.
+    IF peak > 0 AND EXISTS (SELECT 1 FROM pgvs3.resp_keys WHERE bucket_id = b AND key = k AND NOT large) THEN
+        lim := pgvs3.resp_small_limits(b, t);
+        IF peak > lim.entries OR longest > lim.value THEN
+            UPDATE pgvs3.resp_keys SET large = true WHERE bucket_id = b AND key = k;
+        END IF;
+    END IF;
+END $$;
+
 -- OBJECT ENCODING of a hash, set or sorted set: whether it is in its large encoding (NULL:
 -- no such key).
 CREATE OR REPLACE FUNCTION pgvs3.resp_large(b bigint, k text) RETURNS boolean LANGUAGE plpgsql STABLE AS $$

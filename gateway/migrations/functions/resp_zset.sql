@@ -103,6 +103,51 @@ BEGIN
               FROM final) f;
 END $$;
 
+-- A script run's writes to sorted set `k`, set-based (layout v81): what its speculated ZADD,
+-- ZINCRBY, ZREM, ZPOPMIN/ZPOPMAX and ZREMRANGEBY* calls changed, as resp_hash_apply writes a
+-- hash's (functions/resp_hash.sql says how, and how a changed row is caught): members removed
+-- with the scores found, members whose score changed, and members added. Members added wake the
+-- clients blocked on the key (BZPOPMIN), as a ZADD that adds does.
+CREATE OR REPLACE FUNCTION pgvs3.resp_zset_apply(b bigint, k text, existed boolean, emptied boolean, bump boolean,
+    peak bigint, longest bigint, gone bytea[], gone_scores float8[],
+    changed bytea[], changed_from float8[], changed_to float8[], added bytea[], added_scores float8[])
+RETURNS boolean LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+    n bigint;
+BEGIN
+    IF NOT pgvs3.resp_apply_begin(b, k, 'z', existed, emptied, cardinality(added) > 0) THEN
+        RETURN false;
+    END IF;
+    IF cardinality(gone) > 0 THEN
+        DELETE FROM pgvs3.resp_zset z USING unnest(gone, gone_scores) AS g(m, s)
+         WHERE z.bucket_id = b AND z.key = k AND z.member = g.m AND z.score = g.s;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        IF n <> cardinality(gone) THEN
+            RETURN false;
+        END IF;
+    END IF;
+    IF cardinality(changed) > 0 THEN
+        UPDATE pgvs3.resp_zset z SET score = c.t FROM unnest(changed, changed_from, changed_to) AS c(m, o, t)
+         WHERE z.bucket_id = b AND z.key = k AND z.member = c.m AND z.score = c.o;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        IF n <> cardinality(changed) THEN
+            RETURN false;
+        END IF;
+    END IF;
+    IF cardinality(added) > 0 THEN
+        INSERT INTO pgvs3.resp_zset (bucket_id, key, member, score)
+        SELECT b, k, a.m, a.s FROM unnest(added, added_scores) AS a(m, s)
+        ON CONFLICT DO NOTHING;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        IF n <> cardinality(added) THEN
+            RETURN false;
+        END IF;
+        PERFORM pgvs3.resp_wake(b, k);
+    END IF;
+    PERFORM pgvs3.resp_apply_end(b, k, 'z', existed, emptied, bump, cardinality(added) > 0, peak, longest);
+    RETURN true;
+END $$;
+
 CREATE OR REPLACE FUNCTION pgvs3.resp_zset(op text, b bigint, ks text[], strings text[], args bytea[], ints bigint[], floats float8[],
     OUT err text, OUT n bigint, OUT items bytea[], OUT scores float8[])
 LANGUAGE plpgsql AS $$

@@ -135,7 +135,7 @@ fn random_zset_or_stream_call(rng: &mut Rng) -> String {
     };
     let lex = |rng: &mut Rng| rng.pick(&["-", "+", "[m1", "(m2", "[m3", "(m5", "[m"]).to_owned();
     let rank = |rng: &mut Rng| (rng.below(9) as i64 - 4).to_string();
-    let args = match rng.below(32) {
+    let args = match rng.below(35) {
         0..=2 => {
             let flags = rng.pick(&[
                 "", "NX", "XX", "GT", "LT", "CH", "XX GT CH", "NX CH", "LT CH", "INCR", "XX INCR", "GT INCR",
@@ -237,7 +237,17 @@ fn random_zset_or_stream_call(rng: &mut Rng) -> String {
             "MINID".into(),
             rng.pick(&["1-0", "1-3", "1-4"]).into(),
         ],
-        _ => words(&["XDEL", "5", "1-0"]),
+        31 => words(&["XDEL", "5", "1-0"]),
+        // Run in the database, after the calls the run owes on the key.
+        32 => words(&["EXPIRE", "4", "1000"]),
+        33 => words(&["DEL", "4"]),
+        // A member past `zset-max-listpack-value` (64): the large encoding.
+        _ => vec![
+            "ZADD".into(),
+            "4".into(),
+            score(rng),
+            "a member longer than sixty-four bytes, which no listpack of the default limits takes".into(),
+        ],
     };
     let mut words = vec![args[0].clone(), format!("KEYS[{}]", args[1])];
     words.extend(args[2..].iter().cloned());
@@ -287,7 +297,7 @@ async fn metric(gateway: &TestGateway, name: &str) -> f64 {
 
 #[tokio::test]
 async fn speculated_calls_answer_as_calls_run_one_by_one() {
-    runs_agree(random_call, None, &[], 60).await;
+    runs_agree(random_call, &[], &[], 60).await;
 }
 
 /// The sorted set and stream commands in the forms their predictors tell apart (ZADD's flags
@@ -300,7 +310,7 @@ async fn speculated_calls_answer_as_calls_run_one_by_one() {
 async fn zset_and_stream_calls_of_every_form_answer_as_calls_run_one_by_one() {
     runs_agree(
         random_zset_or_stream_call,
-        Some(("stream-node-max-entries", "3")),
+        &[("stream-node-max-entries", "3"), ("zset-max-listpack-entries", "4")],
         &[
             (
                 "ZADD",
@@ -344,19 +354,40 @@ fn seed(default: u64) -> u64 {
     seed
 }
 
+/// What key `key` (the `at`th of a script's five) holds, read without a working set: its
+/// elements (a set's sorted, a stream's count), encoding, and whether it has a TTL.
+async fn key_state(con: &mut RawResp, key: &str, at: usize) -> (Value, Value, bool) {
+    let elements = match at {
+        0 => con.command(&["HGETALL", key]).await,
+        1 => con.command(&["LRANGE", key, "0", "-1"]).await,
+        2 => match con.command(&["SMEMBERS", key]).await {
+            Value::Array(mut items) => {
+                items.sort_by_key(|item| format!("{item:?}"));
+                Value::Array(items)
+            }
+            other => other,
+        },
+        3 => con.command(&["ZRANGE", key, "0", "-1", "WITHSCORES"]).await,
+        _ => con.command(&["XLEN", key]).await,
+    };
+    let encoding = con.command(&["OBJECT", "ENCODING", key]).await;
+    let ttl = con.command(&["TTL", key]).await;
+    (elements, encoding, matches!(ttl, Value::Int(seconds) if seconds > 0))
+}
+
 /// Random scripts of `random_call`s run on a gateway that speculates and on one that does not
 /// (one database, `config` set in it, and the keys `made` first by commands outside scripts:
 /// a name, the key's place among `keys`, the other arguments) answer the same and leave the
-/// same, and no answer of the working set missed.
+/// same after every run, and no answer of the working set missed.
 async fn runs_agree(
     random_call: fn(&mut Rng) -> String,
-    config: Option<(&str, &str)>,
+    config: &[(&str, &str)],
     made: &[(&str, usize, &[&str])],
     rounds: u64,
 ) {
     let (speculating, plain, mut a, mut b) = two_gateways().await;
     let seed = seed(0x5eed_3939_u64);
-    if let Some((name, value)) = config {
+    for (name, value) in config {
         assert_eq!(
             a.command(&["CONFIG", "SET", name, value]).await,
             Value::Simple("OK".to_owned())
@@ -380,34 +411,15 @@ async fn runs_agree(
             eval(&mut b, &script, &keys_b).await,
         );
         assert_eq!(without_ids(got), without_ids(want), "round {round}: {script}");
-    }
-    // The keys hold the same, read by the gateway without a working set.
-    for (read, at) in [
-        ("HGETALL", 0),
-        ("LRANGE", 1),
-        ("SMEMBERS", 2),
-        ("ZRANGE", 3),
-        ("XLEN", 4),
-    ] {
-        let read_of = |keys: &[String]| -> Vec<String> {
-            let mut words = vec![read.to_owned(), keys[at].clone()];
-            if matches!(read, "LRANGE" | "ZRANGE") {
-                words.extend(["0".to_owned(), "-1".to_owned()]);
-            }
-            words
-        };
-        let (wa, wb) = (read_of(&keys_a), read_of(&keys_b));
-        let wa: Vec<&str> = wa.iter().map(String::as_str).collect();
-        let wb: Vec<&str> = wb.iter().map(String::as_str).collect();
-        let (mut got, mut want) = (b.command(&wa).await, b.command(&wb).await);
-        if read == "SMEMBERS" {
-            for value in [&mut got, &mut want] {
-                if let Value::Array(items) = value {
-                    items.sort_by_key(|item| format!("{item:?}"));
-                }
-            }
+        // What each run left in the database, read by the gateway without a working set.
+        for at in 0..keys_a.len() {
+            assert_eq!(
+                key_state(&mut b, &keys_a[at], at).await,
+                key_state(&mut b, &keys_b[at], at).await,
+                "round {round}: {}; {script}",
+                keys_a[at]
+            );
         }
-        assert_eq!(got, want, "{read}");
     }
     // Calls were answered from the working set, and every answer held.
     assert!(metric(&speculating, "pgvs3_resp_speculated_calls_total").await > 0.0);

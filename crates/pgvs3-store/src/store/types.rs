@@ -446,40 +446,64 @@ pub struct Speculation<'a> {
     /// Keys whose typed versions are read after the calls and loads (the versions the batch's
     /// loads give a typed key, `t<version>`), absent keys left out.
     pub versions: Vec<String>,
-    /// Hashes' changes written set-based, ahead of the calls (see [`HashWrite`]).
+    /// Hashes' and sorted sets' changes written set-based, ahead of the calls (see
+    /// [`ElementWrites`]).
     pub hash_writes: Vec<HashWrite>,
+    pub zset_writes: Vec<ZsetWrite>,
 }
 
-/// What a script run's speculated writes changed of one hash, written in one call
-/// (`pgvs3.resp_hash_apply`, functions/resp_hash.sql, which says what each part means) instead
-/// of the calls themselves. Each field comes with the value the run found it at, and the call
-/// fails the batch with [`StoreError::Mispredicted`](crate::store::StoreError) unless the key
-/// and every row it writes were so.
-#[derive(Debug, Default, Clone)]
-pub struct HashWrite {
+/// What a script run's speculated writes changed of one key's elements, written in one call
+/// (`pgvs3.resp_hash_apply`, functions/resp_hash.sql, which says what each part means, and
+/// `pgvs3.resp_zset_apply`) instead of the calls themselves. Each element comes with the value
+/// the run found it at, and the call fails the batch with
+/// [`StoreError::Mispredicted`](crate::store::StoreError) unless the key and every row it
+/// writes were so.
+#[derive(Debug, Clone)]
+pub struct ElementWrites<V> {
     pub key: String,
     pub existed: bool,
     pub emptied: bool,
     pub bump: bool,
     pub peak: i64,
     pub longest: i64,
-    /// Fields removed, with the values found.
-    pub gone: Vec<(Bytes, Bytes)>,
-    /// Fields overwritten in place: the field, the value found, the value written.
-    pub changed: Vec<(Bytes, Bytes, Bytes)>,
-    /// New fields and their values, in the order they were added.
-    pub added: Vec<(Bytes, Bytes)>,
+    /// Elements removed, with the values found.
+    pub gone: Vec<(Bytes, V)>,
+    /// Elements overwritten in place: the element, the value found, the value written.
+    pub changed: Vec<(Bytes, V, V)>,
+    /// New elements and their values, in the order they were added.
+    pub added: Vec<(Bytes, V)>,
 }
 
-impl HashWrite {
-    /// Whether it writes nothing (HDEL of fields that were not there).
+/// A hash's fields and their values.
+pub type HashWrite = ElementWrites<Bytes>;
+/// A sorted set's members and their scores.
+pub type ZsetWrite = ElementWrites<f64>;
+
+impl<V> ElementWrites<V> {
+    pub fn new(key: &str, existed: bool, emptied: bool, bump: bool) -> ElementWrites<V> {
+        ElementWrites {
+            key: key.to_owned(),
+            existed,
+            emptied,
+            bump,
+            peak: 0,
+            longest: 0,
+            gone: Vec::new(),
+            changed: Vec::new(),
+            added: Vec::new(),
+        }
+    }
+
+    /// Whether it writes nothing (removals of elements that were not there).
     pub fn is_empty(&self) -> bool {
         !self.emptied && !self.bump && self.gone.is_empty() && self.changed.is_empty() && self.added.is_empty()
     }
 }
 
-/// The statement of a [`HashWrite`]: `$1` the bucket, then its parts in the function's order.
+/// The statements of [`ElementWrites`]: `$1` the bucket, then its parts in the functions' order.
 pub(super) const HASH_APPLY: &str = "SELECT pgvs3.resp_expect(pgvs3.resp_hash_apply($1, $2, $3, $4, $5, $6, $7,
+    $8, $9, $10, $11, $12, $13, $14)) AS kept";
+pub(super) const ZSET_APPLY: &str = "SELECT pgvs3.resp_expect(pgvs3.resp_zset_apply($1, $2, $3, $4, $5, $6, $7,
     $8, $9, $10, $11, $12, $13, $14)) AS kept";
 
 /// What the calls of a [`Speculation`] answered.

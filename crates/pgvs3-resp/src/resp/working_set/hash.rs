@@ -5,6 +5,7 @@ use std::collections::HashMap;
 
 use bytes::Bytes;
 
+use super::changes::Changes;
 use super::{Known, Value, within_limit};
 use crate::resp::command::parse_integer;
 use crate::store::{HashOp, HashWrite, Loaded, TypedCall, TypedRow};
@@ -39,80 +40,8 @@ pub struct Hash {
     /// `hash-max-listpack-entries` and `hash-max-listpack-value`, as loaded.
     max_entries: i64,
     max_value: i64,
-    /// What the run's writes changed since the value was last written to the database (or
-    /// loaded): each field's value then (`None`: absent), and whether a write removed it since.
-    found: HashMap<Bytes, (Option<Bytes>, bool)>,
-    /// Since then: the most fields after a write, and the longest field or value a write added.
-    peak: usize,
-    longest: usize,
-}
-
-/// One hash's share of a run's writes not yet sent: how the key was when they began (`existed`),
-/// whether one of them removed its last field (`emptied`), and whether one changed it (`bump`:
-/// what moves its version).
-#[derive(Debug, Clone, Copy)]
-pub struct Track {
-    existed: bool,
-    emptied: bool,
-    bump: bool,
-}
-
-impl Track {
-    /// The track of a key whose first write since the last round trip found it `present`.
-    pub fn new(present: bool) -> Track {
-        Track {
-            existed: present,
-            emptied: false,
-            bump: false,
-        }
-    }
-
-    /// Notes a predicted write `call` that answered `row`, and left the key `present`.
-    pub fn note(&mut self, call: &TypedCall, row: &TypedRow, present: bool) {
-        self.emptied |= !present && call.is(HashOp::Hdel) && row.n.is_some_and(|n| n > 0);
-        self.bump |= match row.n {
-            _ if call.is(HashOp::Hset) || call.is(HashOp::Hincrby) || call.is(HashOp::Hincrbyfloat) => true,
-            Some(n) => n > 0,
-            None => false,
-        };
-    }
-
-    /// The set-based write of the run's changes to `key`, whose value is now `value` (`None`:
-    /// absent); the value's record of changes starts over.
-    pub fn write(self, key: &str, value: Option<&mut Hash>) -> HashWrite {
-        let mut write = HashWrite {
-            key: key.to_owned(),
-            existed: self.existed,
-            emptied: self.emptied,
-            bump: self.bump,
-            ..HashWrite::default()
-        };
-        let Some(hash) = value else {
-            return write;
-        };
-        write.peak = hash.peak as i64;
-        write.longest = hash.longest as i64;
-        let mut added: Vec<(usize, Bytes, Bytes)> = Vec::new();
-        for (field, (was, removed)) in hash.found.drain() {
-            let now = hash.places.get(&field).map(|&place| hash.fields[place].1.clone());
-            match (was, now) {
-                (None, None) => {}
-                (Some(was), None) => write.gone.push((field, was)),
-                (None, Some(now)) => added.push((hash.places[&field], field, now)),
-                (Some(was), Some(now)) if removed => {
-                    added.push((hash.places[&field], field.clone(), now));
-                    write.gone.push((field, was));
-                }
-                (Some(was), Some(now)) if was == now => {}
-                (Some(was), Some(now)) => write.changed.push((field, was, now)),
-            }
-        }
-        added.sort_by_key(|(place, _, _)| *place);
-        write.added = added.into_iter().map(|(_, field, value)| (field, value)).collect();
-        hash.peak = 0;
-        hash.longest = 0;
-        write
-    }
+    /// What the run's writes changed since the value was last written to the database.
+    changes: Changes<Bytes>,
 }
 
 impl Hash {
@@ -123,26 +52,20 @@ impl Hash {
             large: Some(false),
             max_entries,
             max_value,
-            found: HashMap::new(),
-            peak: 0,
-            longest: 0,
+            changes: Changes::default(),
         }
     }
 
-    /// Forgets what the run changed: the database has it now, by the calls themselves.
-    pub fn written(&mut self) {
-        self.found.clear();
-        self.peak = 0;
-        self.longest = 0;
+    pub fn changes(&mut self) -> &mut Changes<Bytes> {
+        &mut self.changes
     }
 
-    /// Notes the value `field` has before a write changes it, the first time since the last
-    /// round trip.
-    fn record(&mut self, field: &Bytes) {
-        if !self.found.contains_key(field) {
-            let was = self.get(field).cloned();
-            self.found.insert(field.clone(), (was, false));
-        }
+    /// The set-based write of what the run changed since its last round trip (see [`Changes`]).
+    pub fn write(&mut self, start: HashWrite) -> HashWrite {
+        let (places, fields) = (&self.places, &self.fields);
+        self.changes.write(start, |field| {
+            places.get(field).map(|&place| (place, fields[place].1.clone()))
+        })
     }
 
     pub fn from_loaded(loaded: Loaded) -> Option<Hash> {
@@ -179,7 +102,8 @@ impl Hash {
     /// Sets `field`; whether it was new (a new field goes last, as its `added` number is the
     /// next drawn).
     fn set(&mut self, field: &Bytes, value: Bytes) -> bool {
-        self.record(field);
+        self.changes
+            .setting(field, self.places.get(field).map(|&place| &self.fields[place].1));
         match self.places.get(field) {
             Some(&place) => {
                 self.fields[place].1 = value;
@@ -194,16 +118,10 @@ impl Hash {
     }
 
     fn remove(&mut self, field: &Bytes) -> bool {
-        if !self.places.contains_key(field) {
-            return false;
-        }
-        self.record(field);
-        if let Some((_, removed)) = self.found.get_mut(field) {
-            *removed = true;
-        }
         let Some(place) = self.places.remove(field) else {
             return false;
         };
+        self.changes.removing(field, &self.fields[place].1);
         self.fields.remove(place);
         for (_, at) in self.places.iter_mut() {
             if *at > place {
@@ -216,9 +134,8 @@ impl Hash {
     /// After a write added `added` (fields and values): the large encoding once an element is
     /// past the value limit or the hash past the entries limit, as `pgvs3.resp_grown` judges.
     fn grown(&mut self, added: &[&Bytes]) {
-        self.peak = self.peak.max(self.fields.len());
-        let longest = added.iter().map(|element| element.len()).max().unwrap_or(0);
-        self.longest = self.longest.max(longest);
+        self.changes
+            .grew(self.fields.len(), added.iter().map(|element| element.len()));
         if self.large != Some(false) {
             return;
         }

@@ -22,6 +22,7 @@
 //! same round trip.
 
 mod cache;
+mod changes;
 pub mod hash;
 pub mod list;
 mod run;

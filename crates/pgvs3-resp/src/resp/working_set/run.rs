@@ -4,10 +4,13 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use super::{Known, Value, WorkingSet, family_type, hash, predict};
+use super::changes::Track;
+use super::{Known, Value, WorkingSet, family_type, predict};
 use crate::resp::codec::Reply;
 use crate::resp::typed::Typed;
-use crate::store::{Family, HashWrite, KvBatch, KvValue, Speculation, StoreError, StoreResult, TypedCall, TypedRow};
+use crate::store::{
+    Family, HashWrite, KvBatch, KvValue, Speculation, StoreError, StoreResult, TypedCall, TypedRow, ZsetWrite,
+};
 
 /// The most elements of one key a run loads into the working set.
 const LOAD_LIMIT: i64 = 10_000;
@@ -20,8 +23,8 @@ pub struct RunSet {
     pending: Vec<(TypedCall, TypedRow)>,
     /// Calls answered so far whose check in the database passed.
     confirmed: u64,
-    /// The hashes `pending` writes to, to be written set-based (see [`RunSet::send`]).
-    hashes: HashMap<String, hash::Track>,
+    /// The keys `pending` writes to whose writes go set-based (see [`RunSet::send`]).
+    tracks: HashMap<String, Track>,
 }
 
 impl RunSet {
@@ -32,7 +35,7 @@ impl RunSet {
             known: Known::new(),
             pending: Vec::new(),
             confirmed: 0,
-            hashes: HashMap::new(),
+            tracks: HashMap::new(),
         }
     }
 
@@ -68,7 +71,7 @@ impl RunSet {
         let call = &typed.call;
         if typed.blocking.is_none() {
             self.learn(batch, &call.keys, stale);
-            let hash_write = call.family() == Family::Hash && call.writes();
+            let tracked = Track::kept(call.family()) && call.writes();
             let present = |known: &Known| {
                 call.keys
                     .first()
@@ -76,9 +79,12 @@ impl RunSet {
             };
             let was_present = present(&self.known);
             if let Some(row) = predict(call, &mut self.known, batch.now) {
-                if hash_write && let Some(key) = call.keys.first() {
-                    let track = self.hashes.entry(key.clone()).or_insert(hash::Track::new(was_present));
-                    track.note(call, &row, present(&self.known));
+                if tracked && let Some(key) = call.keys.first() {
+                    let track = self
+                        .tracks
+                        .entry(key.clone())
+                        .or_insert(Track::new(call.family(), was_present));
+                    track.note(was_present, present(&self.known));
                 }
                 self.pending.push((call.clone(), row.clone()));
                 return Ok(typed.reply(row));
@@ -182,10 +188,10 @@ impl RunSet {
     /// nothing for a later call to depend on. (Replaying them was a third of a BullMQ job's
     /// calls, each a function's run inside the queue keys' locks.)
     ///
-    /// A hash's owed writes go as one set-based write of what they changed (`hash::Track`),
-    /// ahead of the other calls, when no other owed call writes to its key (a key can change
-    /// type within a run: then the calls keep their order) and the run still holds its value;
-    /// else as the calls.
+    /// A hash's or sorted set's owed writes go as one set-based write of what they changed
+    /// (`changes.rs`), ahead of the other calls, when no owed call of another family writes to
+    /// its key (a key can change type within a run: then the calls keep their order) and the
+    /// run still holds its value; else as the calls.
     async fn send(
         &mut self,
         batch: &mut KvBatch,
@@ -196,13 +202,15 @@ impl RunSet {
     ) -> StoreResult<crate::store::Speculated> {
         let pending = std::mem::take(&mut self.pending);
         let answered = pending.len() as u64;
-        let hash_writes = self.hash_writes(&pending);
-        let written: HashSet<&str> = hash_writes.iter().map(|write| write.key.as_str()).collect();
+        let (hash_writes, zset_writes) = self.element_writes(&pending);
+        let written: HashSet<String> = hash_writes
+            .iter()
+            .map(|write| write.key.clone())
+            .chain(zset_writes.iter().map(|write| write.key.clone()))
+            .collect();
         let owed: Vec<&(TypedCall, TypedRow)> = pending
             .iter()
-            .filter(|(call, _)| {
-                call.writes() && !(call.family() == Family::Hash && written.contains(call.keys[0].as_str()))
-            })
+            .filter(|(call, _)| call.writes() && !(Track::kept(call.family()) && written.contains(&call.keys[0])))
             .collect();
         let calls: Vec<&TypedCall> = owed.iter().map(|(call, _)| call).chain(call).collect();
         let speculation = Speculation {
@@ -211,6 +219,7 @@ impl RunSet {
             load_limit: LOAD_LIMIT,
             versions,
             hash_writes: hash_writes.into_iter().filter(|write| !write.is_empty()).collect(),
+            zset_writes: zset_writes.into_iter().filter(|write| !write.is_empty()).collect(),
         };
         let mut sent = batch.typed_speculated(&calls, &speculation, commit).await?;
         self.confirmed += answered;
@@ -219,21 +228,31 @@ impl RunSet {
         Ok(sent)
     }
 
-    /// The set-based writes of the hashes the `pending` calls write to (see [`RunSet::send`]);
-    /// every hash's record of changes starts over, the database having them once they are sent.
-    fn hash_writes(&mut self, pending: &[(TypedCall, TypedRow)]) -> Vec<HashWrite> {
-        let mut writes = Vec::new();
-        for (key, track) in self.hashes.drain() {
+    /// The set-based writes of the keys the `pending` calls write to (see [`RunSet::send`]);
+    /// every value's record of changes starts over, the database having them once they are
+    /// sent.
+    fn element_writes(&mut self, pending: &[(TypedCall, TypedRow)]) -> (Vec<HashWrite>, Vec<ZsetWrite>) {
+        let (mut hashes, mut zsets) = (Vec::new(), Vec::new());
+        for (key, track) in self.tracks.drain() {
             let shared = pending
                 .iter()
-                .any(|(call, _)| call.writes() && call.family() != Family::Hash && call.keys.contains(&key));
-            match self.known.get_mut(&key) {
-                Some(Some(Value::Hash(hash))) if shared => hash.written(),
-                Some(Some(Value::Hash(hash))) => writes.push(track.write(&key, Some(hash))),
-                Some(None) if !shared => writes.push(track.write(&key, None)),
+                .any(|(call, _)| call.writes() && call.family() != track.family && call.keys.contains(&key));
+            match (self.known.get_mut(&key), track.family) {
+                (Some(Some(Value::Hash(hash))), _) if shared => hash.changes().clear(),
+                (Some(Some(Value::Zset(zset))), _) if shared => zset.changes().clear(),
+                (Some(Some(Value::Hash(hash))), Family::Hash) => {
+                    let start = track.start(&key, hash.changes().dirty());
+                    hashes.push(hash.write(start));
+                }
+                (Some(Some(Value::Zset(zset))), Family::Zset) => {
+                    let start = track.start(&key, zset.changes().dirty());
+                    zsets.push(zset.write(start));
+                }
+                (Some(None), Family::Hash) if !shared => hashes.push(track.start(&key, false)),
+                (Some(None), Family::Zset) if !shared => zsets.push(track.start(&key, false)),
                 _ => {}
             }
         }
-        writes
+        (hashes, zsets)
     }
 }

@@ -10,9 +10,10 @@ use std::ops::Bound;
 
 use bytes::Bytes;
 
+use super::changes::Changes;
 use super::{Known, Value, within_limit};
 use crate::resp::commands::zset::Range;
-use crate::store::{Loaded, TypedCall, TypedRow};
+use crate::store::{Loaded, TypedCall, TypedRow, ZsetWrite};
 
 /// Loads a zset key (see [`Loaded`]): its members in `items`, their scores in `scores`.
 /// `present` judges the key's liveness as `pgvs3.resp_type` does; a key of another type is
@@ -60,6 +61,8 @@ pub struct Zset {
     scores: HashMap<Bytes, f64>,
     order: BTreeSet<(Score, Bytes)>,
     member_bytes: usize,
+    /// What the run's writes changed since the value was last written to the database.
+    changes: Changes<f64>,
 }
 
 impl Zset {
@@ -76,7 +79,19 @@ impl Zset {
             }
             zset.set(member, score);
         }
+        zset.changes.clear();
         Some(zset)
+    }
+
+    pub fn changes(&mut self) -> &mut Changes<f64> {
+        &mut self.changes
+    }
+
+    /// The set-based write of what the run changed since its last round trip (see [`Changes`]).
+    pub fn write(&mut self, start: ZsetWrite) -> ZsetWrite {
+        let scores = &self.scores;
+        self.changes
+            .write(start, |member| scores.get(member).map(|&score| (0, score)))
     }
 
     pub fn bytes(&self) -> usize {
@@ -92,10 +107,12 @@ impl Zset {
     }
 
     fn set(&mut self, member: Bytes, score: f64) {
+        self.changes.setting(&member, self.scores.get(&member));
         if let Some(old) = self.scores.insert(member.clone(), score) {
             self.order.remove(&(Score(old), member.clone()));
         } else {
             self.member_bytes += member.len();
+            self.changes.grew(self.scores.len(), [member.len()]);
         }
         self.order.insert((Score(score), member));
     }
@@ -103,6 +120,7 @@ impl Zset {
     fn remove(&mut self, member: &[u8]) -> bool {
         match self.scores.remove_entry(member) {
             Some((member, score)) => {
+                self.changes.removing(&member, &score);
                 self.member_bytes -= member.len();
                 self.order.remove(&(Score(score), member));
                 true

@@ -14,7 +14,7 @@ use super::{Change, FINE_LOCK_LIMIT, KvBatch, KvSql, KvValue, StringForm};
 use crate::store::chunks::Chunker;
 use crate::store::key_probes::rows_of_keys;
 use crate::store::objects::INLINE_LIMIT;
-use crate::store::types::{HASH_APPLY, HashWrite, Loaded, Speculated, Speculation, TypedCall};
+use crate::store::types::{ElementWrites, HASH_APPLY, Loaded, Speculated, Speculation, TypedCall, ZSET_APPLY};
 use crate::store::{BucketInfo, StoreError, StoreResult};
 
 impl KvBatch {
@@ -81,6 +81,7 @@ impl KvBatch {
                     .iter()
                     .flat_map(|call| &call.keys)
                     .chain(speculation.hash_writes.iter().map(|write| &write.key))
+                    .chain(speculation.zset_writes.iter().map(|write| &write.key))
                     .map(String::as_str)
                     .collect();
                 Some((
@@ -96,6 +97,10 @@ impl KvBatch {
         let hash_apply = match speculation.hash_writes.is_empty() {
             true => None,
             false => Some(client.prepare_cached(HASH_APPLY).await?),
+        };
+        let zset_apply = match speculation.zset_writes.is_empty() {
+            true => None,
+            false => Some(client.prepare_cached(ZSET_APPLY).await?),
         };
         // Sent in this order on the first poll, so in one round trip with the calls.
         let before = async {
@@ -120,13 +125,17 @@ impl KvBatch {
                     None => Ok(()),
                 }
             };
-            // Ahead of the calls: a hash's writes are on keys no call of the round trip owes
-            // a write to (working_set/run.rs).
+            // Ahead of the calls: these writes are on keys no call of the round trip owes a
+            // write to (working_set/run.rs).
             let hash_writes = futures::future::try_join_all(speculation.hash_writes.iter().map(|write| {
                 let statement = hash_apply.as_ref().expect("prepared for hash writes");
-                send_hash_write(client, statement, id, write)
+                send_element_writes(client, statement, id, write, |value| &value[..])
             }));
-            futures::try_join!(begin, changes, expired, hash_writes).map(drop)
+            let zset_writes = futures::future::try_join_all(speculation.zset_writes.iter().map(|write| {
+                let statement = zset_apply.as_ref().expect("prepared for sorted set writes");
+                send_element_writes(client, statement, id, write, |score| *score)
+            }));
+            futures::try_join!(begin, changes, expired, hash_writes, zset_writes).map(drop)
         };
         // The loads and versions a working set asked for, prepared first so that they go out
         // in the same round trip, after the calls.
@@ -668,20 +677,21 @@ static TYPED_VERSIONS: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// Sends one hash's set-based writes (see [`HashWrite`]).
-async fn send_hash_write(
+/// Sends one key's set-based writes (see [`ElementWrites`]), each value as `param` gives it.
+async fn send_element_writes<'a, V, P: ToSql + Sync>(
     client: &deadpool_postgres::Object,
     statement: &tokio_postgres::Statement,
     bucket: i64,
-    write: &HashWrite,
+    write: &'a ElementWrites<V>,
+    param: impl Fn(&'a V) -> P,
 ) -> Result<(), tokio_postgres::Error> {
-    let gone_fields: Vec<&[u8]> = write.gone.iter().map(|(field, _)| &field[..]).collect();
-    let gone_values: Vec<&[u8]> = write.gone.iter().map(|(_, value)| &value[..]).collect();
-    let changed: Vec<&[u8]> = write.changed.iter().map(|(field, _, _)| &field[..]).collect();
-    let changed_from: Vec<&[u8]> = write.changed.iter().map(|(_, from, _)| &from[..]).collect();
-    let changed_to: Vec<&[u8]> = write.changed.iter().map(|(_, _, to)| &to[..]).collect();
-    let added: Vec<&[u8]> = write.added.iter().map(|(field, _)| &field[..]).collect();
-    let added_values: Vec<&[u8]> = write.added.iter().map(|(_, value)| &value[..]).collect();
+    let gone: Vec<&[u8]> = write.gone.iter().map(|(element, _)| &element[..]).collect();
+    let gone_values: Vec<P> = write.gone.iter().map(|(_, value)| param(value)).collect();
+    let changed: Vec<&[u8]> = write.changed.iter().map(|(element, _, _)| &element[..]).collect();
+    let changed_from: Vec<P> = write.changed.iter().map(|(_, from, _)| param(from)).collect();
+    let changed_to: Vec<P> = write.changed.iter().map(|(_, _, to)| param(to)).collect();
+    let added: Vec<&[u8]> = write.added.iter().map(|(element, _)| &element[..]).collect();
+    let added_values: Vec<P> = write.added.iter().map(|(_, value)| param(value)).collect();
     let params: [&(dyn ToSql + Sync); 14] = [
         &bucket,
         &write.key,
@@ -690,7 +700,7 @@ async fn send_hash_write(
         &write.bump,
         &write.peak,
         &write.longest,
-        &gone_fields,
+        &gone,
         &gone_values,
         &changed,
         &changed_from,
