@@ -762,4 +762,52 @@ async fn speculated_hash_writes_leave_what_the_calls_leave() {
         Value::Simple("QUEUED".to_owned())
     );
     assert_eq!(watcher.command(&["EXEC"]).await, Value::Nil);
+
+    // A key a run makes and empties leaves no row, and its WATCHes still see the write.
+    let key = vec!["a:fleeting".to_owned()];
+    assert_eq!(
+        watcher.command(&["WATCH", &key[0]]).await,
+        Value::Simple("OK".to_owned())
+    );
+    let fleeting = "redis.call('HSET', KEYS[1], 'f', 'v') return redis.call('HDEL', KEYS[1], 'f')";
+    let speculated = metric(&speculating, "pgvs3_resp_speculated_calls_total").await;
+    assert_eq!(eval(&mut a, fleeting, &key).await, Value::Int(1));
+    assert!(metric(&speculating, "pgvs3_resp_speculated_calls_total").await >= speculated + 2.0);
+    assert_eq!(watcher.command(&["MULTI"]).await, Value::Simple("OK".to_owned()));
+    assert_eq!(
+        watcher.command(&["EXISTS", &key[0]]).await,
+        Value::Simple("QUEUED".to_owned())
+    );
+    assert_eq!(watcher.command(&["EXEC"]).await, Value::Nil);
+}
+
+#[tokio::test]
+async fn a_sorted_set_a_run_makes_wakes_the_client_blocked_on_it() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = RawResp::connect(gateway.resp_addr()).await;
+    let mut blocked = RawResp::connect(gateway.resp_addr()).await;
+    blocked
+        .send(&common::resp::encode(&[b"BZPOPMIN", b"marker", b"0"]))
+        .await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !matches!(con.command(&["INFO", "clients"]).await,
+                    Value::Bulk(info) if String::from_utf8_lossy(&info).contains("blocked_clients:1"))
+    {
+        assert!(std::time::Instant::now() < deadline, "the BZPOPMIN did not block");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // The key is known absent to the run: the ZADD is answered from the working set and
+    // written set-based at commit, which makes the key and so wakes the pop.
+    let speculated = metric(&gateway, "pgvs3_resp_speculated_calls_total").await;
+    let add = "return redis.call('ZADD', KEYS[1], 5, 'job')";
+    assert_eq!(eval(&mut con, add, &["marker".to_owned()]).await, Value::Int(1));
+    assert!(metric(&gateway, "pgvs3_resp_speculated_calls_total").await > speculated);
+    assert_eq!(
+        blocked.reply().await,
+        Some(Value::Array(vec![
+            Value::bulk("marker"),
+            Value::bulk("job"),
+            Value::bulk("5")
+        ]))
+    );
 }
