@@ -763,6 +763,28 @@ async fn speculated_hash_writes_leave_what_the_calls_leave() {
     );
     assert_eq!(watcher.command(&["EXEC"]).await, Value::Nil);
 
+    // A key that changes type within a run: its owed writes keep their order (a hash's are
+    // not written set-based then), and the run ends with what the calls one by one leave.
+    let key = vec!["a:shifting".to_owned()];
+    let shifting = "return {redis.call('HSET', KEYS[1], 'f', 'v'), redis.call('HDEL', KEYS[1], 'f'), \
+                    redis.call('ZADD', KEYS[1], 1, 'm'), redis.call('ZREM', KEYS[1], 'm'), \
+                    redis.call('HSET', KEYS[1], 'g', 'w'), redis.call('HSET', KEYS[1], 'h', 'x')}";
+    let misses = metric(&speculating, "pgvs3_resp_speculation_misses_total").await;
+    assert_eq!(eval(&mut a, shifting, &key).await, Value::Array(vec![Value::Int(1); 6]));
+    assert_eq!(
+        metric(&speculating, "pgvs3_resp_speculation_misses_total").await,
+        misses
+    );
+    assert_eq!(
+        b.command(&["HGETALL", &key[0]]).await,
+        Value::Array(vec![
+            Value::bulk("g"),
+            Value::bulk("w"),
+            Value::bulk("h"),
+            Value::bulk("x")
+        ])
+    );
+
     // A key a run makes and empties leaves no row, and its WATCHes still see the write.
     let key = vec!["a:fleeting".to_owned()];
     assert_eq!(
