@@ -2423,20 +2423,23 @@ BEGIN
         RETURN false;
     END IF;
     IF cardinality(gone) > 0 THEN
-        DELETE FROM pgvs3.resp_hash h USING unnest(gone, gone_values) AS g(f, v)
-         WHERE h.bucket_id = b AND h.key = k AND h.field = g.f AND h.value = g.v;
+        DELETE FROM pgvs3.resp_hash WHERE ctid = ANY (ARRAY(
+            SELECT (SELECT h.ctid FROM pgvs3.resp_hash h WHERE h.bucket_id = b AND h.key = k AND h.field = g.f AND h.value = g.v)
+              FROM unnest(gone, gone_values) AS g(f, v)));
         GET DIAGNOSTICS n = ROW_COUNT;
         IF n <> cardinality(gone) THEN
             RETURN false;
         END IF;
     END IF;
     IF cardinality(changed) > 0 THEN
-        UPDATE pgvs3.resp_hash h SET value = c.t FROM unnest(changed, changed_from, changed_to) AS c(f, o, t)
-         WHERE h.bucket_id = b AND h.key = k AND h.field = c.f AND h.value = c.o;
-        GET DIAGNOSTICS n = ROW_COUNT;
-        IF n <> cardinality(changed) THEN
+        IF EXISTS (SELECT 1 FROM unnest(changed, changed_from) AS c(f, o)
+                    WHERE (SELECT h.value FROM pgvs3.resp_hash h WHERE h.bucket_id = b AND h.key = k AND h.field = c.f)
+                          IS DISTINCT FROM c.o) THEN
             RETURN false;
         END IF;
+        INSERT INTO pgvs3.resp_hash AS h (bucket_id, key, field, value)
+        SELECT b, k, c.f, c.t FROM unnest(changed, changed_to) AS c(f, t)
+        ON CONFLICT (bucket_id, key, field) DO UPDATE SET value = EXCLUDED.value;
     END IF;
     IF cardinality(added) > 0 THEN
         -- In their order, so that their `added` numbers (the column's default) follow it.
@@ -4853,20 +4856,23 @@ BEGIN
         RETURN false;
     END IF;
     IF cardinality(gone) > 0 THEN
-        DELETE FROM pgvs3.resp_zset z USING unnest(gone, gone_scores) AS g(m, s)
-         WHERE z.bucket_id = b AND z.key = k AND z.member = g.m AND z.score = g.s;
+        DELETE FROM pgvs3.resp_zset WHERE ctid = ANY (ARRAY(
+            SELECT (SELECT z.ctid FROM pgvs3.resp_zset z WHERE z.bucket_id = b AND z.key = k AND z.member = g.m AND z.score = g.s)
+              FROM unnest(gone, gone_scores) AS g(m, s)));
         GET DIAGNOSTICS n = ROW_COUNT;
         IF n <> cardinality(gone) THEN
             RETURN false;
         END IF;
     END IF;
     IF cardinality(changed) > 0 THEN
-        UPDATE pgvs3.resp_zset z SET score = c.t FROM unnest(changed, changed_from, changed_to) AS c(m, o, t)
-         WHERE z.bucket_id = b AND z.key = k AND z.member = c.m AND z.score = c.o;
-        GET DIAGNOSTICS n = ROW_COUNT;
-        IF n <> cardinality(changed) THEN
+        IF EXISTS (SELECT 1 FROM unnest(changed, changed_from) AS c(m, o)
+                    WHERE (SELECT z.score FROM pgvs3.resp_zset z WHERE z.bucket_id = b AND z.key = k AND z.member = c.m)
+                          IS DISTINCT FROM c.o) THEN
             RETURN false;
         END IF;
+        INSERT INTO pgvs3.resp_zset AS z (bucket_id, key, member, score)
+        SELECT b, k, c.m, c.t FROM unnest(changed, changed_to) AS c(m, t)
+        ON CONFLICT (bucket_id, key, member) DO UPDATE SET score = EXCLUDED.score;
     END IF;
     IF cardinality(added) > 0 THEN
         INSERT INTO pgvs3.resp_zset (bucket_id, key, member, score)

@@ -119,20 +119,23 @@ BEGIN
         RETURN false;
     END IF;
     IF cardinality(gone) > 0 THEN
-        DELETE FROM pgvs3.resp_zset z USING unnest(gone, gone_scores) AS g(m, s)
-         WHERE z.bucket_id = b AND z.key = k AND z.member = g.m AND z.score = g.s;
+        DELETE FROM pgvs3.resp_zset WHERE ctid = ANY (ARRAY(
+            SELECT (SELECT z.ctid FROM pgvs3.resp_zset z WHERE z.bucket_id = b AND z.key = k AND z.member = g.m AND z.score = g.s)
+              FROM unnest(gone, gone_scores) AS g(m, s)));
         GET DIAGNOSTICS n = ROW_COUNT;
         IF n <> cardinality(gone) THEN
             RETURN false;
         END IF;
     END IF;
     IF cardinality(changed) > 0 THEN
-        UPDATE pgvs3.resp_zset z SET score = c.t FROM unnest(changed, changed_from, changed_to) AS c(m, o, t)
-         WHERE z.bucket_id = b AND z.key = k AND z.member = c.m AND z.score = c.o;
-        GET DIAGNOSTICS n = ROW_COUNT;
-        IF n <> cardinality(changed) THEN
+        IF EXISTS (SELECT 1 FROM unnest(changed, changed_from) AS c(m, o)
+                    WHERE (SELECT z.score FROM pgvs3.resp_zset z WHERE z.bucket_id = b AND z.key = k AND z.member = c.m)
+                          IS DISTINCT FROM c.o) THEN
             RETURN false;
         END IF;
+        INSERT INTO pgvs3.resp_zset AS z (bucket_id, key, member, score)
+        SELECT b, k, c.m, c.t FROM unnest(changed, changed_to) AS c(m, t)
+        ON CONFLICT (bucket_id, key, member) DO UPDATE SET score = EXCLUDED.score;
     END IF;
     IF cardinality(added) > 0 THEN
         INSERT INTO pgvs3.resp_zset (bucket_id, key, member, score)
