@@ -126,3 +126,68 @@ impl Track {
         ElementWrites::new(key, self.existed, self.emptied, dirty || self.emptied)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b(text: &str) -> Bytes {
+        Bytes::from(text.to_owned())
+    }
+
+    /// The write of `changes` over a value whose elements are `now`, in their order.
+    fn write(changes: &mut Changes<Bytes>, now: &[(&str, &str)]) -> ElementWrites<Bytes> {
+        let start = Track::new(Family::Hash, true).start("k", changes.dirty());
+        changes.write(start, |element| {
+            now.iter()
+                .position(|(name, _)| b(name) == element)
+                .map(|place| (place, b(now[place].1)))
+        })
+    }
+
+    #[test]
+    fn each_element_goes_by_what_it_was_and_is() {
+        let mut changes = Changes::default();
+        // Overwritten with another value, with the same one, removed, made, removed and made
+        // again, made and removed.
+        changes.setting(&b("kept"), Some(&b("1")));
+        changes.setting(&b("same"), Some(&b("2")));
+        changes.removing(&b("gone"), &b("3"));
+        changes.setting(&b("new"), None);
+        changes.removing(&b("again"), &b("4"));
+        changes.setting(&b("again"), None);
+        changes.setting(&b("fleeting"), None);
+        changes.removing(&b("fleeting"), &b("5"));
+        changes.grew(4, [3, 7]);
+        let written = write(
+            &mut changes,
+            &[("same", "2"), ("kept", "9"), ("again", "6"), ("new", "8")],
+        );
+        assert!(written.bump);
+        assert_eq!(written.changed, vec![(b("kept"), b("1"), b("9"))]);
+        let mut gone = written.gone.clone();
+        gone.sort();
+        assert_eq!(gone, vec![(b("again"), b("4")), (b("gone"), b("3"))]);
+        // New elements in their order in the value: one removed and set again goes where it
+        // is now.
+        assert_eq!(written.added, vec![(b("again"), b("6")), (b("new"), b("8"))]);
+        assert_eq!((written.peak, written.longest), (4, 7));
+        // The record starts over.
+        assert!(!changes.dirty());
+        assert!(write(&mut changes, &[]).is_empty());
+    }
+
+    #[test]
+    fn a_key_emptied_goes_and_is_made_again_by_what_follows() {
+        let mut track = Track::new(Family::Hash, true);
+        track.note(true, false);
+        track.note(false, true);
+        let start: ElementWrites<Bytes> = track.start("k", false);
+        assert!(start.existed && start.emptied && start.bump);
+        // A key absent when the writes began is not emptied by a write that finds it absent.
+        let mut track = Track::new(Family::Zset, false);
+        track.note(false, false);
+        let start: ElementWrites<f64> = track.start("k", false);
+        assert!(!start.existed && !start.emptied && start.is_empty());
+    }
+}
