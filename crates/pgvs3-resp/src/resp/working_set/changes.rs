@@ -52,14 +52,9 @@ impl<V: Clone + PartialEq> Changes<V> {
         };
     }
 
-    /// Whether a write changed something since the record began.
-    pub fn dirty(&self) -> bool {
-        self.dirty
-    }
-
-    /// The set-based write of the record, the value now holding what `now` answers for an
-    /// element (its place among the value's elements and its value, `None` when absent); the
-    /// record starts over. A new element goes in the order of its place; one removed and set
+    /// The set-based write of the record (a write that changed anything moves the key's
+    /// version), the value now holding what `now` answers for an element (its place among the
+    /// value's elements and its value, `None` when absent); the record starts over. A new element goes in the order of its place; one removed and set
     /// again is both gone and new (it goes last in a small hash's order, as Redis's listpack
     /// puts it).
     pub fn write(
@@ -67,6 +62,7 @@ impl<V: Clone + PartialEq> Changes<V> {
         mut write: ElementWrites<V>,
         now: impl Fn(&Bytes) -> Option<(usize, V)>,
     ) -> ElementWrites<V> {
+        write.bump |= self.dirty;
         write.peak = self.peak as i64;
         write.longest = self.longest as i64;
         let mut added: Vec<(usize, Bytes, V)> = Vec::new();
@@ -121,9 +117,9 @@ impl Track {
         self.emptied |= was_present && !present;
     }
 
-    /// The write's beginning for `key`, whose value's record says whether it is `dirty`.
-    pub fn start<V>(&self, key: &str, dirty: bool) -> ElementWrites<V> {
-        ElementWrites::new(key, self.existed, self.emptied, dirty || self.emptied)
+    /// The write's beginning for `key` (an emptied key's version moves with its row).
+    pub fn start<V>(&self, key: &str) -> ElementWrites<V> {
+        ElementWrites::new(key, self.existed, self.emptied, self.emptied)
     }
 }
 
@@ -137,7 +133,7 @@ mod tests {
 
     /// The write of `changes` over a value whose elements are `now`, in their order.
     fn write(changes: &mut Changes<Bytes>, now: &[(&str, &str)]) -> ElementWrites<Bytes> {
-        let start = Track::new(Family::Hash, true).start("k", changes.dirty());
+        let start = Track::new(Family::Hash, true).start("k");
         changes.write(start, |element| {
             now.iter()
                 .position(|(name, _)| b(name) == element)
@@ -173,7 +169,6 @@ mod tests {
         assert_eq!(written.added, vec![(b("again"), b("6")), (b("new"), b("8"))]);
         assert_eq!((written.peak, written.longest), (4, 7));
         // The record starts over.
-        assert!(!changes.dirty());
         assert!(write(&mut changes, &[]).is_empty());
     }
 
@@ -182,12 +177,12 @@ mod tests {
         let mut track = Track::new(Family::Hash, true);
         track.note(true, false);
         track.note(false, true);
-        let start: ElementWrites<Bytes> = track.start("k", false);
+        let start: ElementWrites<Bytes> = track.start("k");
         assert!(start.existed && start.emptied && start.bump);
         // A key absent when the writes began is not emptied by a write that finds it absent.
         let mut track = Track::new(Family::Zset, false);
         track.note(false, false);
-        let start: ElementWrites<f64> = track.start("k", false);
+        let start: ElementWrites<f64> = track.start("k");
         assert!(!start.existed && !start.emptied && start.is_empty());
     }
 }

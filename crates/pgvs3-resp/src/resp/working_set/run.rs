@@ -240,16 +240,10 @@ impl RunSet {
             match (self.known.get_mut(&key), track.family) {
                 (Some(Some(Value::Hash(hash))), _) if shared => hash.changes().clear(),
                 (Some(Some(Value::Zset(zset))), _) if shared => zset.changes().clear(),
-                (Some(Some(Value::Hash(hash))), Family::Hash) => {
-                    let start = track.start(&key, hash.changes().dirty());
-                    hashes.push(hash.write(start));
-                }
-                (Some(Some(Value::Zset(zset))), Family::Zset) => {
-                    let start = track.start(&key, zset.changes().dirty());
-                    zsets.push(zset.write(start));
-                }
-                (Some(None), Family::Hash) if !shared => hashes.push(track.start(&key, false)),
-                (Some(None), Family::Zset) if !shared => zsets.push(track.start(&key, false)),
+                (Some(Some(Value::Hash(hash))), Family::Hash) => hashes.push(hash.write(track.start(&key))),
+                (Some(Some(Value::Zset(zset))), Family::Zset) => zsets.push(zset.write(track.start(&key))),
+                (Some(None), Family::Hash) if !shared => hashes.push(track.start(&key)),
+                (Some(None), Family::Zset) if !shared => zsets.push(track.start(&key)),
                 _ => {}
             }
         }
