@@ -82,6 +82,8 @@ teardown() {
         timeout 15 "${bounded[@]}" -n pgvs3-system logs -l app.kubernetes.io/name=pgvs3-operator --tail=30 --prefix >&2 || true
         timeout 15 "${bounded[@]}" -n pgvs3-demo logs -l app.kubernetes.io/name=pgvs3-gateway --tail=10 --prefix | grep -v AWS_SECRET_ACCESS_KEY >&2 || true
     fi
+    # the scenario's failures once more, after the diagnostics: the last lines of a log say why
+    [ ! -s "$run/failures" ] || cat "$run/failures" >&2
     "$kit/stop-node.sh" "$run" >/dev/null 2>&1
     echo "[node-tier] node stopped in $(( ($(ms) - t) / 1000 ))s"
     "$kube/stop-apiserver.sh" "$run" >/dev/null 2>&1
@@ -146,4 +148,4 @@ wait "$postgres_image"
 wait "$sdk"
 step "images: gateway, operator, PostgreSQL, client, SDK client"
 
-HELM="$helm" timeout $(( 480 * ${NODE_TIER_WAIT_SCALE:-3} )) e2e/node-tier/scenario.sh .
+NODE_TIER_FAILURES="$run/failures" HELM="$helm" timeout $(( 480 * ${NODE_TIER_WAIT_SCALE:-3} )) e2e/node-tier/scenario.sh .

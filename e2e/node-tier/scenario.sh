@@ -19,10 +19,13 @@ ms() { date +%s%3N; }
 T0=${NODE_TIER_T0:-$(ms)}; TS=$(ms)
 step() { local now; now=$(ms); printf '[node-tier %6.1fs] %-58s %5.1fs\n' "$(( now - T0 ))e-3" "$*" "$(( now - TS ))e-3"; TS=$now; }
 defects=()
+# record_failure LINE...: its lines on stderr and, where the caller asks (NODE_TIER_FAILURES=FILE), in FILE too:
+# .ci/node-tier.sh prints them again after its diagnostics, so the log's tail says why
+record_failure() { printf 'node tier FAILED: %s\n' "$@" | tee -a "${NODE_TIER_FAILURES:-/dev/null}" >&2; }
 # the defects found so far, on any exit: a later failure must not hide them
-report() { [ "${#defects[@]}" = 0 ] || printf 'node tier FAILED: %s\n' "${defects[@]}" >&2; }
-die() { echo "node tier FAILED: $*" >&2; report; exit 1; }
-trap 'echo "node tier FAILED: scenario.sh line $LINENO: $BASH_COMMAND" >&2; report' ERR
+report() { [ "${#defects[@]}" = 0 ] || record_failure "${defects[@]}"; }
+die() { record_failure "$*"; report; exit 1; }
+trap 'record_failure "scenario.sh line $LINENO: $BASH_COMMAND"; report' ERR
 k() { kubectl -n "$NS" "$@"; }
 # client.sh in the client pod, signed with the key AK/SK
 pod() { k exec client -- env AK="${AK:-}" SK="${SK:-}" PINS="${pins:-}" sh /node-tier/client.sh "$@"; }

@@ -356,11 +356,15 @@ async fn large_uploads_cannot_take_the_slots_small_requests_need() {
 /// to the reaper at once.
 #[tokio::test]
 async fn uploads_whose_clients_pause_hold_no_database_connection() {
+    // The pool's wait is long: the eight uploads' first batches share the four connections, and
+    // on a loaded machine one that waited more than a short bound failed its upload (a CI
+    // failure: "the uploads under way" never came). A connection held by a paused upload is
+    // still caught, by the requests below that must be answered within `quick`.
     let args = [
         "--pool-size",
         "4",
         "--pg-pool-wait-timeout",
-        "2s",
+        "15s",
         "--s3-max-active-uploads",
         "16",
         "--http-body-idle-timeout",

@@ -188,15 +188,27 @@ impl Wakeups {
         if let Some(database) = database {
             let wakeups = Arc::clone(&wakeups);
             tokio::spawn(async move {
+                // Whether a failure was logged since a connection last listened: while the
+                // database is away, or is a standby (until promoted), every attempt fails, and
+                // saying so once is enough.
+                let mut said = false;
                 loop {
-                    if let Err(err) = listen(&database, &wakeups, &pubsub).await {
-                        tracing::warn!(error = %format!("{err:#}"), "RESP LISTEN connection lost; reconnecting");
-                    }
+                    let ended = listen(&database, &wakeups, &pubsub).await;
                     pubsub.set_listener(None);
                     // Nothing tells the blocked clients now: each tries again, then at
                     // `--resp-block-poll` until a connection listens again.
                     if wakeups.listening.swap(false, Ordering::AcqRel) {
                         wakeups.wake_all();
+                        said = false;
+                    }
+                    if let Err(err) = ended {
+                        let error = format!("{err:#}");
+                        if said {
+                            tracing::debug!(error, "RESP LISTEN connection: still reconnecting");
+                        } else {
+                            tracing::warn!(error, "RESP LISTEN connection lost; reconnecting");
+                            said = true;
+                        }
                     }
                     tokio::time::sleep(LISTEN_RETRY).await;
                 }
