@@ -226,6 +226,20 @@ async fn a_script_judges_expiry_at_one_instant() {
     assert!(ttl <= 20, "{ttl}");
 }
 
+/// The live Redis a comparison runs against is the test's own: a server started on a port
+/// another server holds is refused (before, it exited, and the test compared against the other
+/// test's server, whose commands reached its keys: this file's expiry test failed in CI with
+/// its hash gone from "Redis" mid-transaction).
+#[tokio::test]
+async fn a_live_redis_on_a_taken_port_is_refused() {
+    let first = LiveRedis::start().await;
+    assert!(LiveRedis::start_on(first.addr().port()).await.is_none());
+    let second = LiveRedis::start().await;
+    assert_ne!(first.addr(), second.addr());
+    let mut client = first.connect().await;
+    assert_eq!(client.command(&["PING"]).await, Value::Simple("PONG".into()));
+}
+
 /// MULTI/EXEC judges every key at one instant too, keyspace-wide commands included: a TTL
 /// that passes while EXEC runs (here a script's busy loop) does not expire the key for the
 /// commands after it. Compared live.

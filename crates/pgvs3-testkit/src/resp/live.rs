@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use super::{RawResp, encode};
+use super::{RawResp, Value, encode};
 
 pub struct LiveRedis {
     child: Child,
@@ -14,13 +14,29 @@ pub struct LiveRedis {
 }
 
 impl LiveRedis {
+    /// A server of this test's own. The port is free when chosen, not when redis-server binds
+    /// it: another test's server (or gateway) may take it in between, and then this child exits
+    /// while the server answering on the port is the other test's, whose commands (a FLUSHALL,
+    /// a DEL) reach this test's keys (a CI failure: a key gone in the middle of a
+    /// transaction). So the server must answer with this child's pid, or another port is tried.
     pub async fn start() -> LiveRedis {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Command::new("redis-server")
+        for _ in 0..10 {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            if let Some(live) = LiveRedis::start_on(port).await {
+                return live;
+            }
+        }
+        panic!("redis-server did not start on any of 10 free ports");
+    }
+
+    /// A server on `port` once it answers there with its own pid; `None` when it exited (the
+    /// port was taken) or another server answers there.
+    pub async fn start_on(port: u16) -> Option<LiveRedis> {
+        let mut child = Command::new("redis-server")
             .args([
                 "--port",
                 &port.to_string(),
@@ -36,11 +52,32 @@ impl LiveRedis {
             .spawn()
             .expect("redis-server (7.0.15) on the PATH");
         let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-        crate::eventually(Duration::from_secs(10), "redis-server accepting", || async move {
-            tokio::net::TcpStream::connect(addr).await.ok().map(drop)
-        })
-        .await;
-        LiveRedis { child, addr }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            if child.try_wait().expect("redis-server's status").is_some() {
+                return None;
+            }
+            if tokio::net::TcpStream::connect(addr).await.is_ok() {
+                let info = RawResp::connect(addr).await.command(&["INFO", "server"]).await;
+                let pid = match &info {
+                    Value::Bulk(text) => String::from_utf8_lossy(text)
+                        .lines()
+                        .find_map(|line| line.strip_prefix("process_id:")?.trim().parse::<u32>().ok()),
+                    _ => None,
+                };
+                if pid == Some(child.id()) {
+                    return Some(LiveRedis { child, addr });
+                }
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "redis-server accepting within 10s"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     pub async fn connect(&self) -> RawResp {
