@@ -1033,7 +1033,8 @@ async fn speculated_stream_writes_leave_what_the_calls_leave() {
 
 #[tokio::test]
 async fn a_stream_entry_a_run_adds_wakes_the_client_blocked_on_it() {
-    let gateway = TestGateway::with_resp(&[]).await;
+    // Blocked clients woken only by NOTIFY: their fallback poll at 60 s.
+    let gateway = TestGateway::with_resp(&["--resp-block-poll", "60s"]).await;
     let mut con = RawResp::connect(gateway.resp_addr()).await;
     let mut blocked = RawResp::connect(gateway.resp_addr()).await;
     let key = vec!["events".to_owned()];
@@ -1061,8 +1062,11 @@ async fn a_stream_entry_a_run_adds_wakes_the_client_blocked_on_it() {
         panic!("XADD answers an ID");
     };
     assert!(metric(&gateway, "pgvs3_resp_speculated_calls_total").await > speculated);
+    let woken = tokio::time::timeout(std::time::Duration::from_secs(10), blocked.reply())
+        .await
+        .expect("the XREAD is woken");
     assert_eq!(
-        blocked.reply().await,
+        woken,
         Some(Value::Array(vec![Value::Array(vec![
             Value::bulk("events"),
             Value::Array(vec![Value::Array(vec![
