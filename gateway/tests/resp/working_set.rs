@@ -1082,12 +1082,12 @@ async fn a_stream_node_the_database_no_longer_holds_is_caught_by_the_runs_write(
     let gateway = TestGateway::with_resp(&[]).await;
     let mut con = RawResp::connect(gateway.resp_addr()).await;
     let key = vec!["events".to_owned()];
-    assert!(matches!(
-        con.command(&["XADD", "events", "1-1", "f", "v"]).await,
-        Value::Bulk(_)
-    ));
+    // Made by a run, which knows no node size for it (stream-node-max-entries): the working
+    // set does not keep it, and the next run loads it, nodes and all.
     let add = "return redis.call('XADD', KEYS[1], '*', 'f', 'v')";
-    eval(&mut con, add, &key).await;
+    for _ in 0..3 {
+        assert!(matches!(eval(&mut con, add, &key).await, Value::Bulk(_)));
+    }
     // The tail node changed underneath without a new version (a hand edit): the run's XADD,
     // answered from the working set, goes as one write of what it changed
     // (pgvs3.resp_stream_apply), which checks the node it gives the entry to, and the run
@@ -1101,5 +1101,5 @@ async fn a_stream_node_the_database_no_longer_holds_is_caught_by_the_runs_write(
     .unwrap();
     assert!(matches!(eval(&mut con, add, &key).await, Value::Bulk(_)));
     assert_eq!(metric(&gateway, "pgvs3_resp_speculation_misses_total").await, 1.0);
-    assert_eq!(con.command(&["XLEN", "events"]).await, Value::Int(3));
+    assert_eq!(con.command(&["XLEN", "events"]).await, Value::Int(4));
 }

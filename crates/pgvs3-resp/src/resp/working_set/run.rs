@@ -151,14 +151,14 @@ impl RunSet {
         self.forget(&keys);
     }
 
-    /// Commits the batch, with the calls still owed, and leaves the values the run knows in
-    /// the working set at the versions their keys commit with. Answers how many of the run's
+    /// Commits the batch, with the calls still owed, and leaves the values the run knows (those
+    /// it keeps, [`Value::kept`]) in the working set at the versions their keys commit with. Answers how many of the run's
     /// calls were answered from the working set (all checked by then).
     pub async fn commit(mut self, mut batch: KvBatch) -> StoreResult<u64> {
         let held: Vec<String> = self
             .known
             .iter()
-            .filter(|(_, value)| value.is_some())
+            .filter(|(_, value)| value.as_ref().is_some_and(Value::kept))
             .map(|(key, _)| key.clone())
             .collect();
         if self.pending.is_empty() && held.is_empty() {

@@ -187,6 +187,11 @@ impl Stream {
         };
     }
 
+    /// Whether its node size is known (it was loaded).
+    pub fn sized(&self) -> bool {
+        self.per_node.is_some()
+    }
+
     pub fn bytes(&self) -> usize {
         64 + 48 * self.nodes.as_ref().map_or(0, Vec::len)
     }
