@@ -3578,10 +3578,10 @@ BEGIN
 END $$;
 
 --
--- Name: resp_stream_apply(bigint, text, boolean, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint[], bigint[], bytea[], bigint[], bigint[], bigint[], bigint[], bigint[], bigint[]); Type: FUNCTION; Schema: pgvs3; Owner: -
+-- Name: resp_stream_apply(bigint, text, boolean, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint[], bigint[], bytea[], bigint[], bigint[], bigint[], bigint[], bigint[], bigint[], bigint); Type: FUNCTION; Schema: pgvs3; Owner: -
 --
 
-CREATE FUNCTION pgvs3.resp_stream_apply(b bigint, k text, existed boolean, found_ms bigint, found_seq bigint, found_len bigint, to_ms bigint, to_seq bigint, to_len bigint, n_added bigint, went_ms bigint, went_seq bigint, ids_ms bigint[], ids_seq bigint[], args bytea[], starts bigint[], sizes bigint[], node_ms bigint[], node_seq bigint[], node_was bigint[], node_now bigint[]) RETURNS boolean
+CREATE FUNCTION pgvs3.resp_stream_apply(b bigint, k text, existed boolean, found_ms bigint, found_seq bigint, found_len bigint, to_ms bigint, to_seq bigint, to_len bigint, n_added bigint, went_ms bigint, went_seq bigint, ids_ms bigint[], ids_seq bigint[], args bytea[], starts bigint[], sizes bigint[], node_ms bigint[], node_seq bigint[], node_was bigint[], node_now bigint[], node_size bigint) RETURNS boolean
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
     AS $$
@@ -3594,7 +3594,8 @@ BEGIN
         -- Calls on a stream that is not there and was not made (XTRIM, XADD NOMKSTREAM).
         RETURN true;
     END IF;
-    IF old_gone < 0 OR NOT pgvs3.resp_apply_begin(b, k, 'x', existed, false, n_added > 0) THEN
+    IF old_gone < 0 OR node_size <> (pgvs3.resp_encodings(b)).stream_entries
+       OR NOT pgvs3.resp_apply_begin(b, k, 'x', existed, false, n_added > 0) THEN
         RETURN false;
     END IF;
     IF NOT existed THEN

@@ -211,13 +211,16 @@ END $$;
 --   node_ms/node_seq: the nodes the calls touched (by first ID); node_was and node_now, four
 --     ints each (last ID's halves, given, live): the node as found and as left, NULLs when absent
 --     (a node made; a node removed). A node's found row is checked.
+--   node_size: the `stream-node-max-entries` the nodes were given entries by, as the run loaded
+--     it (checked: a CONFIG SET since moves no key's version; NULL for a stream made in the
+--     run, whose only node any size takes).
 -- Answers whether the stream was as found (the caller raises otherwise, pgvs3.resp_expect).
 -- Its statements plan the same before and after ANALYZE (0032_resp_plans.sql): probes of the
 -- whole primary key, an index scan of the oldest entries, inserts.
 CREATE OR REPLACE FUNCTION pgvs3.resp_stream_apply(b bigint, k text, existed boolean, found_ms bigint, found_seq bigint,
     found_len bigint, to_ms bigint, to_seq bigint, to_len bigint, n_added bigint, went_ms bigint, went_seq bigint,
     ids_ms bigint[], ids_seq bigint[], args bytea[], starts bigint[], sizes bigint[],
-    node_ms bigint[], node_seq bigint[], node_was bigint[], node_now bigint[])
+    node_ms bigint[], node_seq bigint[], node_was bigint[], node_now bigint[], node_size bigint)
 RETURNS boolean LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     s pgvs3.resp_stream;
@@ -228,7 +231,8 @@ BEGIN
         -- Calls on a stream that is not there and was not made (XTRIM, XADD NOMKSTREAM).
         RETURN true;
     END IF;
-    IF old_gone < 0 OR NOT pgvs3.resp_apply_begin(b, k, 'x', existed, false, n_added > 0) THEN
+    IF old_gone < 0 OR node_size <> (pgvs3.resp_encodings(b)).stream_entries
+       OR NOT pgvs3.resp_apply_begin(b, k, 'x', existed, false, n_added > 0) THEN
         RETURN false;
     END IF;
     IF NOT existed THEN

@@ -1103,3 +1103,40 @@ async fn a_stream_node_the_database_no_longer_holds_is_caught_by_the_runs_write(
     assert_eq!(metric(&gateway, "pgvs3_resp_speculation_misses_total").await, 1.0);
     assert_eq!(con.command(&["XLEN", "events"]).await, Value::Int(4));
 }
+
+#[tokio::test]
+async fn a_node_size_set_since_a_run_loaded_the_stream_is_caught_by_its_write() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = RawResp::connect(gateway.resp_addr()).await;
+    let key = vec!["events".to_owned()];
+    assert!(matches!(
+        con.command(&["XADD", "events", "1-1", "f", "v"]).await,
+        Value::Bulk(_)
+    ));
+    let add = "return redis.call('XADD', KEYS[1], '*', 'f', 'v')";
+    eval(&mut con, add, &key).await;
+    // CONFIG SET moves no key's version: the next run's XADDs are answered from the stream the
+    // working set holds, given to nodes of the size it loaded (100). The write's check of that
+    // size catches it, and the run starts over in the database, which gives the entries to
+    // nodes of 2, as the calls one by one do.
+    assert_eq!(
+        con.command(&["CONFIG", "SET", "stream-node-max-entries", "2"]).await,
+        Value::Simple("OK".to_owned())
+    );
+    let three = "redis.call('XADD', KEYS[1], '*', 'f', 'v') redis.call('XADD', KEYS[1], '*', 'f', 'v') \
+                 return redis.call('XADD', KEYS[1], '*', 'f', 'v')";
+    assert!(matches!(eval(&mut con, three, &key).await, Value::Bulk(_)));
+    assert_eq!(metric(&gateway, "pgvs3_resp_speculation_misses_total").await, 1.0);
+    let sql = gateway.sql().await;
+    let given: Vec<i64> = sql
+        .query(
+            "SELECT given FROM pgvs3.resp_stream_node WHERE key = 'events' ORDER BY ms, seq",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get("given"))
+        .collect();
+    assert_eq!(given, vec![2, 2, 1]);
+}

@@ -535,6 +535,8 @@ pub struct StreamWrite {
     pub entries: Vec<(StreamId, Vec<Bytes>)>,
     /// The nodes touched, by first ID: as found and as left (`None`: absent).
     pub nodes: Vec<(StreamId, Option<StreamNode>, Option<StreamNode>)>,
+    /// The node size they were judged by (`None`: not loaded).
+    pub node_size: Option<i64>,
 }
 
 impl StreamWrite {
@@ -551,7 +553,7 @@ pub(super) const ZSET_APPLY: &str = "SELECT pgvs3.resp_expect(pgvs3.resp_zset_ap
     $8, $9, $10, $11, $12, $13, $14)) AS kept";
 /// The statement of a [`StreamWrite`].
 pub(super) const STREAM_APPLY: &str = "SELECT pgvs3.resp_expect(pgvs3.resp_stream_apply($1, $2, $3, $4, $5, $6, $7,
-    $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)) AS kept";
+    $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)) AS kept";
 
 /// What the calls of a [`Speculation`] answered.
 #[derive(Debug, Default)]

@@ -176,6 +176,7 @@ impl Stream {
             went,
             entries: changes.added.into_iter().skip(added - kept).collect(),
             nodes: touched,
+            node_size: self.per_node,
         })
     }
 

@@ -758,7 +758,7 @@ async fn send_stream_write(
     };
     let node_was: Vec<Option<i64>> = write.nodes.iter().flat_map(|(_, was, _)| ints(was)).collect();
     let node_now: Vec<Option<i64>> = write.nodes.iter().flat_map(|(_, _, now)| ints(now)).collect();
-    let params: [&(dyn ToSql + Sync); 21] = [
+    let params: [&(dyn ToSql + Sync); 22] = [
         &bucket,
         &write.key,
         &write.existed,
@@ -780,6 +780,7 @@ async fn send_stream_write(
         &node_seq,
         &node_was,
         &node_now,
+        &write.node_size,
     ];
     client.query_one(statement, &params).await.map(drop)
 }
