@@ -1,6 +1,8 @@
 //! The working set's streams: what a stream key holds of what XADD, XTRIM and XLEN answer (its
 //! last ID, its length, its nodes: not its entries), and those calls predicted, each as
-//! `pgvs3.resp_stream` (gateway/migrations/functions/resp_stream.sql) answers it.
+//! `pgvs3.resp_stream` (gateway/migrations/functions/resp_stream.sql) answers it; and what a
+//! run's XADDs and XTRIMs changed, written as one `pgvs3.resp_stream_apply` call per stream
+//! ([`Stream::write`]).
 //!
 //! IDs are held as the function holds them: each half a bigint with its sign bit flipped
 //! (0022_resp_streams.sql), so that their order is the bigints' order and the reply's 16 bytes
