@@ -3578,6 +3578,84 @@ BEGIN
 END $$;
 
 --
+-- Name: resp_stream_apply(bigint, text, boolean, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint[], bigint[], bytea[], bigint[], bigint[], bigint[], bigint[], bigint[], bigint[], bigint); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_stream_apply(b bigint, k text, existed boolean, found_ms bigint, found_seq bigint, found_len bigint, to_ms bigint, to_seq bigint, to_len bigint, n_added bigint, went_ms bigint, went_seq bigint, ids_ms bigint[], ids_seq bigint[], args bytea[], starts bigint[], sizes bigint[], node_ms bigint[], node_seq bigint[], node_was bigint[], node_now bigint[], node_size bigint) RETURNS boolean
+    LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
+    AS $$
+DECLARE
+    s pgvs3.resp_stream;
+    old_gone bigint := found_len - (to_len - cardinality(ids_ms));
+    gone record;
+BEGIN
+    IF NOT existed AND n_added = 0 THEN
+        -- Calls on a stream that is not there and was not made (XTRIM, XADD NOMKSTREAM).
+        RETURN true;
+    END IF;
+    IF old_gone < 0 OR node_size <> (pgvs3.resp_encodings(b)).stream_entries
+       OR NOT pgvs3.resp_apply_begin(b, k, 'x', existed, false, n_added > 0) THEN
+        RETURN false;
+    END IF;
+    IF NOT existed THEN
+        INSERT INTO pgvs3.resp_stream (bucket_id, key, last_ms, last_seq, deleted_ms, deleted_seq, added, length)
+        VALUES (b, k, found_ms, found_seq, pgvs3.resp_stream_min(), pgvs3.resp_stream_min(), 0, found_len)
+        ON CONFLICT DO NOTHING;
+    END IF;
+    SELECT * INTO s FROM pgvs3.resp_stream r WHERE r.bucket_id = b AND r.key = k;
+    IF NOT FOUND OR (s.last_ms, s.last_seq, s.length) <> (found_ms, found_seq, found_len) THEN
+        RETURN false;
+    END IF;
+    IF EXISTS (SELECT 1 FROM generate_series(1, cardinality(node_ms)) i
+                WHERE (SELECT ARRAY[x.last_ms, x.last_seq, x.given, x.live] FROM pgvs3.resp_stream_node x
+                        WHERE x.bucket_id = b AND x.key = k AND x.ms = node_ms[i] AND x.seq = node_seq[i])
+                      IS DISTINCT FROM CASE WHEN node_was[4 * i] IS NOT NULL
+                          THEN ARRAY[node_was[4 * i - 3], node_was[4 * i - 2], node_was[4 * i - 1], node_was[4 * i]] END) THEN
+        RETURN false;
+    END IF;
+    DELETE FROM pgvs3.resp_stream_node WHERE ctid = ANY (ARRAY(
+        SELECT (SELECT x.ctid FROM pgvs3.resp_stream_node x
+                 WHERE x.bucket_id = b AND x.key = k AND x.ms = node_ms[i] AND x.seq = node_seq[i])
+          FROM generate_series(1, cardinality(node_ms)) i WHERE node_now[4 * i] IS NULL));
+    INSERT INTO pgvs3.resp_stream_node AS x (bucket_id, key, ms, seq, last_ms, last_seq, given, live)
+    SELECT b, k, node_ms[i], node_seq[i], node_now[4 * i - 3], node_now[4 * i - 2], node_now[4 * i - 1], node_now[4 * i]
+      FROM generate_series(1, cardinality(node_ms)) i WHERE node_now[4 * i] IS NOT NULL
+    ON CONFLICT (bucket_id, key, ms, seq) DO UPDATE
+        SET last_ms = EXCLUDED.last_ms, last_seq = EXCLUDED.last_seq, given = EXCLUDED.given, live = EXCLUDED.live;
+    IF old_gone > 0 THEN
+        -- From the stream's first possible ID, past the index entries of trimmed entries.
+        WITH d AS (
+            DELETE FROM pgvs3.resp_stream_entry WHERE ctid = ANY (ARRAY(
+                SELECT e.ctid FROM pgvs3.resp_stream_entry e
+                 WHERE e.bucket_id = b AND e.key = k AND (e.ms, e.seq) >= (s.first_ms, s.first_seq)
+                 ORDER BY e.ms, e.seq LIMIT old_gone))
+            RETURNING ms, seq)
+        SELECT count(*) OVER () AS n, ms, seq INTO gone FROM d ORDER BY ms DESC, seq DESC LIMIT 1;
+        IF gone.n IS DISTINCT FROM old_gone THEN
+            RETURN false;
+        END IF;
+        IF went_ms IS NULL OR (gone.ms, gone.seq) > (went_ms, went_seq) THEN
+            went_ms := gone.ms;
+            went_seq := gone.seq;
+        END IF;
+    END IF;
+    IF cardinality(ids_ms) > 0 THEN
+        PERFORM pgvs3.resp_stream_entries(b, k, ids_ms, ids_seq, args, starts, sizes);
+    END IF;
+    UPDATE pgvs3.resp_stream r
+       SET last_ms = to_ms, last_seq = to_seq, length = to_len, added = r.added + n_added,
+           (first_ms, first_seq) = (SELECT coalesce(x.next_ms, went_ms, r.first_ms), coalesce(x.next_seq, went_seq, r.first_seq)
+                                      FROM pgvs3.resp_stream_successor(went_ms, went_seq) x)
+     WHERE r.bucket_id = b AND r.key = k;
+    PERFORM pgvs3.resp_apply_end(b, k, 'x', existed, false, n_added > 0 OR to_len <> found_len, n_added > 0, 0, 0);
+    IF n_added > 0 THEN
+        PERFORM pgvs3.resp_wake(b, k);
+    END IF;
+    RETURN true;
+END $$;
+
+--
 -- Name: resp_stream; Type: TABLE; Schema: pgvs3; Owner: -
 --
 

@@ -190,6 +190,108 @@ BEGIN
     RETURN ARRAY(SELECT pgvs3.resp_stream_id(ids_ms[e], ids_seq[e]) FROM generate_series(1, cardinality(ids_ms)) e ORDER BY e);
 END $$;
 
+-- A script run's writes to stream `k`, set-based (layout v82): what its speculated XADD and
+-- XTRIM calls changed, as the gateway's working set holds it (resp/working_set/stream.rs),
+-- written in one call instead of one resp_stream call each (issue 39). It leaves what the calls
+-- leave: a trim removes a stream's oldest entries (whole nodes from the front, then part of the
+-- next one), so the entries that went are the oldest the stream held, and the entries added
+-- that are left are the newest. The key's part is resp_apply_begin's and resp_apply_end's
+-- (functions/resp_keys.sql); a stream is never deleted by its writes. The stream, as found:
+--   existed: the key was a live stream; found_ms/found_seq, found_len: its last ID and length
+--     (checked).
+-- What the run left:
+--   to_ms/to_seq, to_len: the last ID and the length.
+--   n_added: how many entries the calls added (the entries-added counter), those trimmed since
+--     included.
+--   went_ms/went_seq: the greatest last ID of a node a trim removed whole, or of an entry added
+--     and trimmed within the run (NULL: none); the stream's first possible ID moves past it, or
+--     past the newest entry of before that went, whichever is greater, as the last trim's did.
+--   ids_ms/ids_seq, args, starts, sizes: the entries added that are left, in order, as
+--     resp_stream_entries takes them.
+--   node_ms/node_seq: the nodes the calls touched (by first ID); node_was and node_now, four
+--     ints each (last ID's halves, given, live): the node as found and as left, NULLs when absent
+--     (a node made; a node removed). A node's found row is checked.
+--   node_size: the `stream-node-max-entries` the nodes were given entries by, as the run loaded
+--     it (checked: a CONFIG SET since moves no key's version; NULL for a stream made in the
+--     run, whose only node any size takes).
+-- Answers whether the stream was as found (the caller raises otherwise, pgvs3.resp_expect).
+-- Its statements plan the same before and after ANALYZE (0032_resp_plans.sql): probes of the
+-- whole primary key, an index scan of the oldest entries, inserts.
+CREATE OR REPLACE FUNCTION pgvs3.resp_stream_apply(b bigint, k text, existed boolean, found_ms bigint, found_seq bigint,
+    found_len bigint, to_ms bigint, to_seq bigint, to_len bigint, n_added bigint, went_ms bigint, went_seq bigint,
+    ids_ms bigint[], ids_seq bigint[], args bytea[], starts bigint[], sizes bigint[],
+    node_ms bigint[], node_seq bigint[], node_was bigint[], node_now bigint[], node_size bigint)
+RETURNS boolean LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+    s pgvs3.resp_stream;
+    old_gone bigint := found_len - (to_len - cardinality(ids_ms));
+    gone record;
+BEGIN
+    IF NOT existed AND n_added = 0 THEN
+        -- Calls on a stream that is not there and was not made (XTRIM, XADD NOMKSTREAM).
+        RETURN true;
+    END IF;
+    IF old_gone < 0 OR node_size <> (pgvs3.resp_encodings(b)).stream_entries
+       OR NOT pgvs3.resp_apply_begin(b, k, 'x', existed, false, n_added > 0) THEN
+        RETURN false;
+    END IF;
+    IF NOT existed THEN
+        INSERT INTO pgvs3.resp_stream (bucket_id, key, last_ms, last_seq, deleted_ms, deleted_seq, added, length)
+        VALUES (b, k, found_ms, found_seq, pgvs3.resp_stream_min(), pgvs3.resp_stream_min(), 0, found_len)
+        ON CONFLICT DO NOTHING;
+    END IF;
+    SELECT * INTO s FROM pgvs3.resp_stream r WHERE r.bucket_id = b AND r.key = k;
+    IF NOT FOUND OR (s.last_ms, s.last_seq, s.length) <> (found_ms, found_seq, found_len) THEN
+        RETURN false;
+    END IF;
+    IF EXISTS (SELECT 1 FROM generate_series(1, cardinality(node_ms)) i
+                WHERE (SELECT ARRAY[x.last_ms, x.last_seq, x.given, x.live] FROM pgvs3.resp_stream_node x
+                        WHERE x.bucket_id = b AND x.key = k AND x.ms = node_ms[i] AND x.seq = node_seq[i])
+                      IS DISTINCT FROM CASE WHEN node_was[4 * i] IS NOT NULL
+                          THEN ARRAY[node_was[4 * i - 3], node_was[4 * i - 2], node_was[4 * i - 1], node_was[4 * i]] END) THEN
+        RETURN false;
+    END IF;
+    DELETE FROM pgvs3.resp_stream_node WHERE ctid = ANY (ARRAY(
+        SELECT (SELECT x.ctid FROM pgvs3.resp_stream_node x
+                 WHERE x.bucket_id = b AND x.key = k AND x.ms = node_ms[i] AND x.seq = node_seq[i])
+          FROM generate_series(1, cardinality(node_ms)) i WHERE node_now[4 * i] IS NULL));
+    INSERT INTO pgvs3.resp_stream_node AS x (bucket_id, key, ms, seq, last_ms, last_seq, given, live)
+    SELECT b, k, node_ms[i], node_seq[i], node_now[4 * i - 3], node_now[4 * i - 2], node_now[4 * i - 1], node_now[4 * i]
+      FROM generate_series(1, cardinality(node_ms)) i WHERE node_now[4 * i] IS NOT NULL
+    ON CONFLICT (bucket_id, key, ms, seq) DO UPDATE
+        SET last_ms = EXCLUDED.last_ms, last_seq = EXCLUDED.last_seq, given = EXCLUDED.given, live = EXCLUDED.live;
+    IF old_gone > 0 THEN
+        -- From the stream's first possible ID, past the index entries of trimmed entries.
+        WITH d AS (
+            DELETE FROM pgvs3.resp_stream_entry WHERE ctid = ANY (ARRAY(
+                SELECT e.ctid FROM pgvs3.resp_stream_entry e
+                 WHERE e.bucket_id = b AND e.key = k AND (e.ms, e.seq) >= (s.first_ms, s.first_seq)
+                 ORDER BY e.ms, e.seq LIMIT old_gone))
+            RETURNING ms, seq)
+        SELECT count(*) OVER () AS n, ms, seq INTO gone FROM d ORDER BY ms DESC, seq DESC LIMIT 1;
+        IF gone.n IS DISTINCT FROM old_gone THEN
+            RETURN false;
+        END IF;
+        IF went_ms IS NULL OR (gone.ms, gone.seq) > (went_ms, went_seq) THEN
+            went_ms := gone.ms;
+            went_seq := gone.seq;
+        END IF;
+    END IF;
+    IF cardinality(ids_ms) > 0 THEN
+        PERFORM pgvs3.resp_stream_entries(b, k, ids_ms, ids_seq, args, starts, sizes);
+    END IF;
+    UPDATE pgvs3.resp_stream r
+       SET last_ms = to_ms, last_seq = to_seq, length = to_len, added = r.added + n_added,
+           (first_ms, first_seq) = (SELECT coalesce(x.next_ms, went_ms, r.first_ms), coalesce(x.next_seq, went_seq, r.first_seq)
+                                      FROM pgvs3.resp_stream_successor(went_ms, went_seq) x)
+     WHERE r.bucket_id = b AND r.key = k;
+    PERFORM pgvs3.resp_apply_end(b, k, 'x', existed, false, n_added > 0 OR to_len <> found_len, n_added > 0, 0, 0);
+    IF n_added > 0 THEN
+        PERFORM pgvs3.resp_wake(b, k);
+    END IF;
+    RETURN true;
+END $$;
+
 -- The ID XADD gives an entry, after the stream's last ID (`last_ms`, `last_seq`): `mode` 0 is
 -- `*` (now, or after the last), 1 is `<ms>-*`, 2 an explicit ID. NULLs: the ID is too small.
 -- `*` reads the batch's clock (layout v74, `pgvs3.resp_now`): the instant the gateway's working

@@ -141,6 +141,7 @@ const NEW_SINCE_V10: &[&str] = &[
     "pgvs3.resp_stream(text,bigint,text[],text[],bytea[],bigint[],double precision[])",
     "pgvs3.resp_stream_append(bigint,text,bigint[],bigint[],bytea[],bigint[],bigint[])",
     "pgvs3.resp_stream_append_nodes(bigint,text,bigint[],bigint[])",
+    "pgvs3.resp_stream_apply(bigint,text,boolean,bigint,bigint,bigint,bigint,bigint,bigint,bigint,bigint,bigint,bigint[],bigint[],bytea[],bigint[],bigint[],bigint[],bigint[],bigint[],bigint[],bigint)",
     "pgvs3.resp_stream_counter(pgvs3.resp_stream,bigint,bigint,bigint,bigint)",
     "pgvs3.resp_stream_entries(bigint,text,bigint[],bigint[],bytea[],bigint[],bigint[])",
     "pgvs3.resp_stream_first(bigint,text)",

@@ -833,3 +833,310 @@ async fn a_sorted_set_a_run_makes_wakes_the_client_blocked_on_it() {
         ]))
     );
 }
+
+/// One call of a random script on two streams (KEYS[1] made before with a TTL, an entry
+/// deleted and nodes of 3, KEYS[2] made in scripts): XADDs with IDs by the clock and given,
+/// trims by length and by ID, exact and `~`, with LIMIT, in XADD and XTRIM, NOMKSTREAM, and the
+/// calls the working set does not predict, run in the database after the run's owed writes
+/// (XDEL, XRANGE, EXPIRE, DEL).
+fn random_stream_call(rng: &mut Rng) -> String {
+    let key = |rng: &mut Rng| format!("KEYS[{}]", 1 + rng.below(2));
+    let words = |words: &[&str]| words.iter().map(|word| (*word).to_owned()).collect::<Vec<String>>();
+    let words = match rng.below(24) {
+        0..=9 => {
+            let trim = rng.pick(&[
+                "",
+                "",
+                "MAXLEN ~ 4",
+                "MAXLEN 5",
+                "MAXLEN 2",
+                "MAXLEN 0",
+                "MAXLEN ~ 2 LIMIT 3",
+                "MAXLEN ~ 1 LIMIT 0",
+                "MINID ~ 99999999999999-2",
+                "MINID 99999999999999-4",
+                "NOMKSTREAM",
+                "NOMKSTREAM MAXLEN ~ 3",
+            ]);
+            let id = rng.pick(&["*", "*", "*", "*", "3-*", "5-2", "99999999999999-*"]);
+            let mut args = vec!["XADD".to_owned(), key(rng)];
+            args.extend(trim.split_whitespace().map(str::to_owned));
+            args.extend(words(&[id, "f", rng.pick(&["a", "b"])]));
+            if rng.below(3) == 0 {
+                args.extend(words(&["g", "c"]));
+            }
+            args
+        }
+        10 | 11 => vec![
+            "XTRIM".into(),
+            key(rng),
+            "MAXLEN".into(),
+            rng.pick(&["~", "="]).into(),
+            rng.below(7).to_string(),
+        ],
+        12 => vec![
+            "XTRIM".into(),
+            key(rng),
+            "MAXLEN".into(),
+            "~".into(),
+            rng.below(4).to_string(),
+            "LIMIT".into(),
+            rng.below(5).to_string(),
+        ],
+        13 => vec![
+            "XTRIM".into(),
+            key(rng),
+            "MINID".into(),
+            rng.pick(&["~", "="]).into(),
+            rng.pick(&["1-4", "3-0", "6", "99999999999999-1"]).into(),
+        ],
+        14 | 15 => vec!["XLEN".into(), key(rng)],
+        16 => vec!["XDEL".into(), key(rng), rng.pick(&["1-3", "1-5", "3-0", "5-2"]).into()],
+        17 => vec![
+            "XRANGE".into(),
+            key(rng),
+            "-".into(),
+            "+".into(),
+            "COUNT".into(),
+            "2".into(),
+        ],
+        18 => vec!["EXPIRE".into(), key(rng), "1000".into()],
+        19 => vec!["DEL".into(), key(rng)],
+        _ => vec!["XADD".into(), key(rng), "*".into(), "f".into(), "v".into()],
+    };
+    lua_call(&words)
+}
+
+/// An ID as the test compares it: given ones as they are, the clock's (which differ between
+/// the two gateways) as `ID`.
+fn id_text(ms: i64, seq: i64) -> String {
+    let unflip = |half: i64| (half as u64) ^ (1 << 63);
+    match unflip(ms) {
+        ms if (1_000_000_000_000..99_999_999_999_999).contains(&ms) => "ID".to_owned(),
+        ms => format!("{ms}-{}", unflip(seq)),
+    }
+}
+
+/// What a stream holds, read without a working set and from its rows: XINFO STREAM FULL (its
+/// entries, last ID, greatest deleted ID, entries added, first entry, length), its TTL, and its
+/// header and node rows (the first possible ID; each node's first and last ID, given, live).
+async fn stream_state(con: &mut RawResp, sql: &tokio_postgres::Client, key: &str) -> (Value, bool, Vec<String>) {
+    let info = without_ids(con.command(&["XINFO", "STREAM", key, "FULL"]).await);
+    let ttl = con.command(&["TTL", key]).await;
+    let mut rows = Vec::new();
+    for row in sql
+        .query(
+            "SELECT last_ms, last_seq, deleted_ms, deleted_seq, added, length, first_ms, first_seq
+               FROM pgvs3.resp_stream WHERE key = $1",
+            &[&key],
+        )
+        .await
+        .unwrap()
+    {
+        let id = |ms: &str, seq: &str| id_text(row.get(ms), row.get(seq));
+        rows.push(format!(
+            "stream last {} deleted {} added {} length {} first {}",
+            id("last_ms", "last_seq"),
+            id("deleted_ms", "deleted_seq"),
+            row.get::<_, i64>("added"),
+            row.get::<_, i64>("length"),
+            id("first_ms", "first_seq"),
+        ));
+    }
+    for row in sql
+        .query(
+            "SELECT ms, seq, last_ms, last_seq, given, live FROM pgvs3.resp_stream_node WHERE key = $1 ORDER BY ms, seq",
+            &[&key],
+        )
+        .await
+        .unwrap()
+    {
+        rows.push(format!(
+            "node {} to {} given {} live {}",
+            id_text(row.get("ms"), row.get("seq")),
+            id_text(row.get("last_ms"), row.get("last_seq")),
+            row.get::<_, i64>("given"),
+            row.get::<_, i64>("live"),
+        ));
+    }
+    (info, matches!(ttl, Value::Int(seconds) if seconds > 0), rows)
+}
+
+#[tokio::test]
+async fn speculated_stream_writes_leave_what_the_calls_leave() {
+    let (speculating, _plain, mut a, mut b) = two_gateways().await;
+    let sql = speculating.sql().await;
+    let seed = seed(0x57e4_3939_u64);
+    let mut rng = Rng(seed | 1);
+    // Nodes of 3, so that runs' trims remove whole nodes and part of one.
+    assert_eq!(
+        a.command(&["CONFIG", "SET", "stream-node-max-entries", "3"]).await,
+        Value::Simple("OK".to_owned())
+    );
+    let keys = |prefix: &str| -> Vec<String> { vec![format!("{prefix}:x1"), format!("{prefix}:x2")] };
+    let (keys_a, keys_b) = (keys("a"), keys("b"));
+    for keys in [&keys_a, &keys_b] {
+        for seq in 1..=7 {
+            let id = format!("1-{seq}");
+            assert!(matches!(
+                b.command(&["XADD", &keys[0], &id, "f", "v"]).await,
+                Value::Bulk(_)
+            ));
+        }
+        assert_eq!(b.command(&["XDEL", &keys[0], "1-2"]).await, Value::Int(1));
+        assert_eq!(b.command(&["EXPIRE", &keys[0], "1000"]).await, Value::Int(1));
+    }
+    for round in 0..150 {
+        let calls: Vec<String> = (0..1 + rng.below(10)).map(|_| random_stream_call(&mut rng)).collect();
+        let script = format!("return {{{}}}", calls.join(", "));
+        let (got, want) = (
+            eval(&mut a, &script, &keys_a).await,
+            eval(&mut b, &script, &keys_b).await,
+        );
+        assert_eq!(without_ids(got), without_ids(want), "round {round}: {script}");
+        for (key_a, key_b) in keys_a.iter().zip(&keys_b) {
+            assert_eq!(
+                stream_state(&mut b, &sql, key_a).await,
+                stream_state(&mut b, &sql, key_b).await,
+                "round {round}: {key_a}; {script}"
+            );
+        }
+    }
+    assert!(metric(&speculating, "pgvs3_resp_speculated_calls_total").await > 100.0);
+    assert_eq!(metric(&speculating, "pgvs3_resp_speculation_misses_total").await, 0.0);
+
+    // A run's XADD moves the stream's version, as WATCH sees it; a trim that removes nothing
+    // does not.
+    let key = vec![keys_a[0].clone()];
+    let add = "return redis.call('XADD', KEYS[1], '*', 'f', 'v')";
+    let nothing = "return redis.call('XTRIM', KEYS[1], 'MAXLEN', '1000')";
+    eval(&mut a, add, &key).await;
+    let mut watcher = RawResp::connect(speculating.resp_addr()).await;
+    for (script, touched) in [(nothing, false), (add, true)] {
+        assert_eq!(
+            watcher.command(&["WATCH", &key[0]]).await,
+            Value::Simple("OK".to_owned())
+        );
+        let speculated = metric(&speculating, "pgvs3_resp_speculated_calls_total").await;
+        eval(&mut a, script, &key).await;
+        assert!(metric(&speculating, "pgvs3_resp_speculated_calls_total").await > speculated);
+        assert_eq!(watcher.command(&["MULTI"]).await, Value::Simple("OK".to_owned()));
+        assert_eq!(
+            watcher.command(&["XLEN", &key[0]]).await,
+            Value::Simple("QUEUED".to_owned())
+        );
+        let exec = watcher.command(&["EXEC"]).await;
+        assert_eq!(exec == Value::Nil, touched, "{script}: {exec:?}");
+    }
+    assert_eq!(metric(&speculating, "pgvs3_resp_speculation_misses_total").await, 0.0);
+}
+
+#[tokio::test]
+async fn a_stream_entry_a_run_adds_wakes_the_client_blocked_on_it() {
+    // Blocked clients woken only by NOTIFY: their fallback poll at 60 s.
+    let gateway = TestGateway::with_resp(&["--resp-block-poll", "60s"]).await;
+    let mut con = RawResp::connect(gateway.resp_addr()).await;
+    let mut blocked = RawResp::connect(gateway.resp_addr()).await;
+    let key = vec!["events".to_owned()];
+    assert!(matches!(
+        con.command(&["XADD", "events", "1-1", "f", "v"]).await,
+        Value::Bulk(_)
+    ));
+    // A run loads the stream into the working set; the next one's XADD is answered from it.
+    let add = "return redis.call('XADD', KEYS[1], 'MAXLEN', '~', '100', '*', 'job', 'done')";
+    eval(&mut con, add, &key).await;
+    blocked
+        .send(&common::resp::encode(&[
+            b"XREAD", b"BLOCK", b"0", b"STREAMS", b"events", b"$",
+        ]))
+        .await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !matches!(con.command(&["INFO", "clients"]).await,
+                    Value::Bulk(info) if String::from_utf8_lossy(&info).contains("blocked_clients:1"))
+    {
+        assert!(std::time::Instant::now() < deadline, "the XREAD did not block");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let speculated = metric(&gateway, "pgvs3_resp_speculated_calls_total").await;
+    let Value::Bulk(id) = eval(&mut con, add, &key).await else {
+        panic!("XADD answers an ID");
+    };
+    assert!(metric(&gateway, "pgvs3_resp_speculated_calls_total").await > speculated);
+    let woken = tokio::time::timeout(std::time::Duration::from_secs(10), blocked.reply())
+        .await
+        .expect("the XREAD is woken");
+    assert_eq!(
+        woken,
+        Some(Value::Array(vec![Value::Array(vec![
+            Value::bulk("events"),
+            Value::Array(vec![Value::Array(vec![
+                Value::Bulk(id),
+                Value::Array(vec![Value::bulk("job"), Value::bulk("done")])
+            ])])
+        ])]))
+    );
+}
+
+#[tokio::test]
+async fn a_stream_node_the_database_no_longer_holds_is_caught_by_the_runs_write() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = RawResp::connect(gateway.resp_addr()).await;
+    let key = vec!["events".to_owned()];
+    // Made by a run, which knows no node size for it (stream-node-max-entries): the working
+    // set does not keep it, and the next run loads it, nodes and all.
+    let add = "return redis.call('XADD', KEYS[1], '*', 'f', 'v')";
+    for _ in 0..3 {
+        assert!(matches!(eval(&mut con, add, &key).await, Value::Bulk(_)));
+    }
+    // The tail node changed underneath without a new version (a hand edit): the run's XADD,
+    // answered from the working set, goes as one write of what it changed
+    // (pgvs3.resp_stream_apply), which checks the node it gives the entry to, and the run
+    // starts over in the database. Replayed, the XADD would have answered its ID all the same.
+    let sql = gateway.sql().await;
+    sql.execute(
+        "UPDATE pgvs3.resp_stream_node SET given = given + 1 WHERE key = 'events'",
+        &[],
+    )
+    .await
+    .unwrap();
+    assert!(matches!(eval(&mut con, add, &key).await, Value::Bulk(_)));
+    assert_eq!(metric(&gateway, "pgvs3_resp_speculation_misses_total").await, 1.0);
+    assert_eq!(con.command(&["XLEN", "events"]).await, Value::Int(4));
+}
+
+#[tokio::test]
+async fn a_node_size_set_since_a_run_loaded_the_stream_is_caught_by_its_write() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = RawResp::connect(gateway.resp_addr()).await;
+    let key = vec!["events".to_owned()];
+    assert!(matches!(
+        con.command(&["XADD", "events", "1-1", "f", "v"]).await,
+        Value::Bulk(_)
+    ));
+    let add = "return redis.call('XADD', KEYS[1], '*', 'f', 'v')";
+    eval(&mut con, add, &key).await;
+    // CONFIG SET moves no key's version: the next run's XADDs are answered from the stream the
+    // working set holds, given to nodes of the size it loaded (100). The write's check of that
+    // size catches it, and the run starts over in the database, which gives the entries to
+    // nodes of 2, as the calls one by one do.
+    assert_eq!(
+        con.command(&["CONFIG", "SET", "stream-node-max-entries", "2"]).await,
+        Value::Simple("OK".to_owned())
+    );
+    let three = "redis.call('XADD', KEYS[1], '*', 'f', 'v') redis.call('XADD', KEYS[1], '*', 'f', 'v') \
+                 return redis.call('XADD', KEYS[1], '*', 'f', 'v')";
+    assert!(matches!(eval(&mut con, three, &key).await, Value::Bulk(_)));
+    assert_eq!(metric(&gateway, "pgvs3_resp_speculation_misses_total").await, 1.0);
+    let sql = gateway.sql().await;
+    let given: Vec<i64> = sql
+        .query(
+            "SELECT given FROM pgvs3.resp_stream_node WHERE key = 'events' ORDER BY ms, seq",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get("given"))
+        .collect();
+    assert_eq!(given, vec![2, 2, 1]);
+}

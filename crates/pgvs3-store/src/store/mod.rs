@@ -81,7 +81,8 @@ pub use sts::{NewSession, RoleTrust, Session, is_session_key};
 pub use tagging::{MAX_BUCKET_TAGS, MAX_OBJECT_TAGS, Tags, tag_set};
 pub use types::{
     Cut, ElementWrites, Family, HashOp, HashWrite, KeyType, KeysOp, ListOp, Loaded, SetOp, Speculated, Speculation,
-    SqlOp, StreamGroupOp, StreamOp, TypedCall, TypedRow, ZsetOp, ZsetWrite, sql_error_text,
+    SqlOp, StreamGroupOp, StreamId, StreamNode, StreamOp, StreamWrite, TypedCall, TypedRow, ZsetOp, ZsetWrite,
+    sql_error_text,
 };
 pub use versions::{DeleteOutcome, VersionEntry, Versioning, VersionsPage, VersionsRequest, valid_version_id};
 

@@ -450,6 +450,8 @@ pub struct Speculation<'a> {
     /// [`ElementWrites`]).
     pub hash_writes: Vec<HashWrite>,
     pub zset_writes: Vec<ZsetWrite>,
+    /// Streams' changes written set-based, ahead of the calls (see [`StreamWrite`]).
+    pub stream_writes: Vec<StreamWrite>,
 }
 
 /// What a script run's speculated writes changed of one key's elements, written in one call
@@ -500,11 +502,58 @@ impl<V> ElementWrites<V> {
     }
 }
 
+/// A stream entry's ID as stored: (ms, seq), each half with its sign bit flipped
+/// (0022_resp_streams.sql).
+pub type StreamId = (i64, i64);
+
+/// A stream node's row (0060_resp_stream_nodes.sql) but its first ID: the ID of the last entry
+/// it was given, how many it was given, how many it holds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StreamNode {
+    pub last: StreamId,
+    pub given: i64,
+    pub live: i64,
+}
+
+/// What a script run's speculated XADD and XTRIM calls changed of one stream, written in one
+/// call (`pgvs3.resp_stream_apply`, functions/resp_stream.sql, which says what each part means)
+/// instead of the calls themselves. The call fails the batch with
+/// [`StoreError::Mispredicted`](crate::store::StoreError) unless the stream, and every node it
+/// touches, were as the run found them.
+#[derive(Debug, Clone)]
+pub struct StreamWrite {
+    pub key: String,
+    pub existed: bool,
+    /// The last ID and length found.
+    pub found: (StreamId, i64),
+    /// The last ID and length left.
+    pub left: (StreamId, i64),
+    /// Entries the calls added, those trimmed since included.
+    pub added: i64,
+    pub went: Option<StreamId>,
+    /// The entries added that are left, in order: IDs, and fields and values.
+    pub entries: Vec<(StreamId, Vec<Bytes>)>,
+    /// The nodes touched, by first ID: as found and as left (`None`: absent).
+    pub nodes: Vec<(StreamId, Option<StreamNode>, Option<StreamNode>)>,
+    /// The node size they were judged by (`None`: not loaded).
+    pub node_size: Option<i64>,
+}
+
+impl StreamWrite {
+    /// Whether it writes nothing (trims that removed nothing).
+    pub fn is_empty(&self) -> bool {
+        self.added == 0 && self.left.1 == self.found.1
+    }
+}
+
 /// The statements of [`ElementWrites`]: `$1` the bucket, then its parts in the functions' order.
 pub(super) const HASH_APPLY: &str = "SELECT pgvs3.resp_expect(pgvs3.resp_hash_apply($1, $2, $3, $4, $5, $6, $7,
     $8, $9, $10, $11, $12, $13, $14)) AS kept";
 pub(super) const ZSET_APPLY: &str = "SELECT pgvs3.resp_expect(pgvs3.resp_zset_apply($1, $2, $3, $4, $5, $6, $7,
     $8, $9, $10, $11, $12, $13, $14)) AS kept";
+/// The statement of a [`StreamWrite`].
+pub(super) const STREAM_APPLY: &str = "SELECT pgvs3.resp_expect(pgvs3.resp_stream_apply($1, $2, $3, $4, $5, $6, $7,
+    $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)) AS kept";
 
 /// What the calls of a [`Speculation`] answered.
 #[derive(Debug, Default)]

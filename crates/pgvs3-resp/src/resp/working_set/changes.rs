@@ -99,7 +99,7 @@ pub struct Track {
 impl Track {
     /// The families whose writes go set-based.
     pub fn kept(family: Family) -> bool {
-        matches!(family, Family::Hash | Family::Zset)
+        matches!(family, Family::Hash | Family::Zset | Family::Stream)
     }
 
     /// The track of a key whose first write of `family` since the last round trip found it
@@ -110,6 +110,11 @@ impl Track {
             existed: present,
             emptied: false,
         }
+    }
+
+    /// Whether the key held a value when the writes began.
+    pub fn existed(&self) -> bool {
+        self.existed
     }
 
     /// Notes a predicted write that found the key `was_present` and left it `present`.

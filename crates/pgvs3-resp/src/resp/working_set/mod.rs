@@ -89,6 +89,16 @@ impl Value {
         }
     }
 
+    /// Whether the working set keeps the value past its run. A stream made within the run is
+    /// not: its node size was never loaded, so its nodes are unknown from its second entry and
+    /// its writes could not go set-based; the next run loads it instead, nodes and all.
+    pub fn kept(&self) -> bool {
+        match self {
+            Value::Stream(stream) => stream.sized(),
+            _ => true,
+        }
+    }
+
     /// About the memory the value takes (its elements' bytes and some per element).
     pub fn bytes(&self) -> usize {
         match self {

@@ -9,7 +9,8 @@ use super::{Known, Value, WorkingSet, family_type, predict};
 use crate::resp::codec::Reply;
 use crate::resp::typed::Typed;
 use crate::store::{
-    Family, HashWrite, KvBatch, KvValue, Speculation, StoreError, StoreResult, TypedCall, TypedRow, ZsetWrite,
+    Family, HashWrite, KvBatch, KvValue, Speculation, StoreError, StoreResult, StreamWrite, TypedCall, TypedRow,
+    ZsetWrite,
 };
 
 /// The most elements of one key a run loads into the working set.
@@ -150,14 +151,14 @@ impl RunSet {
         self.forget(&keys);
     }
 
-    /// Commits the batch, with the calls still owed, and leaves the values the run knows in
-    /// the working set at the versions their keys commit with. Answers how many of the run's
+    /// Commits the batch, with the calls still owed, and leaves the values the run knows (those
+    /// it keeps, [`Value::kept`]) in the working set at the versions their keys commit with. Answers how many of the run's
     /// calls were answered from the working set (all checked by then).
     pub async fn commit(mut self, mut batch: KvBatch) -> StoreResult<u64> {
         let held: Vec<String> = self
             .known
             .iter()
-            .filter(|(_, value)| value.is_some())
+            .filter(|(_, value)| value.as_ref().is_some_and(Value::kept))
             .map(|(key, _)| key.clone())
             .collect();
         if self.pending.is_empty() && held.is_empty() {
@@ -188,10 +189,11 @@ impl RunSet {
     /// nothing for a later call to depend on. (Replaying them was a third of a BullMQ job's
     /// calls, each a function's run inside the queue keys' locks.)
     ///
-    /// A hash's or sorted set's owed writes go as one set-based write of what they changed
-    /// (`changes.rs`), ahead of the other calls, when no owed call of another family writes to
-    /// its key (a key can change type within a run: then the calls keep their order) and the
-    /// run still holds its value; else as the calls.
+    /// A hash's, sorted set's or stream's owed writes go as one set-based write of what they
+    /// changed (`changes.rs`, `stream.rs`), ahead of the other calls, when no owed call of
+    /// another family writes to its key (a key can change type within a run: then the calls
+    /// keep their order) and the run still holds its value (and a stream's nodes); else as the
+    /// calls.
     async fn send(
         &mut self,
         batch: &mut KvBatch,
@@ -202,11 +204,12 @@ impl RunSet {
     ) -> StoreResult<crate::store::Speculated> {
         let pending = std::mem::take(&mut self.pending);
         let answered = pending.len() as u64;
-        let (hash_writes, zset_writes) = self.element_writes(&pending);
+        let (hash_writes, zset_writes, stream_writes) = self.element_writes(&pending);
         let written: HashSet<String> = hash_writes
             .iter()
             .map(|write| write.key.clone())
             .chain(zset_writes.iter().map(|write| write.key.clone()))
+            .chain(stream_writes.iter().map(|write| write.key.clone()))
             .collect();
         let owed: Vec<&(TypedCall, TypedRow)> = pending
             .iter()
@@ -220,6 +223,7 @@ impl RunSet {
             versions,
             hash_writes: hash_writes.into_iter().filter(|write| !write.is_empty()).collect(),
             zset_writes: zset_writes.into_iter().filter(|write| !write.is_empty()).collect(),
+            stream_writes: stream_writes.into_iter().filter(|write| !write.is_empty()).collect(),
         };
         let mut sent = batch.typed_speculated(&calls, &speculation, commit).await?;
         self.confirmed += answered;
@@ -231,8 +235,11 @@ impl RunSet {
     /// The set-based writes of the keys the `pending` calls write to (see [`RunSet::send`]);
     /// every value's record of changes starts over, the database having them once they are
     /// sent.
-    fn element_writes(&mut self, pending: &[(TypedCall, TypedRow)]) -> (Vec<HashWrite>, Vec<ZsetWrite>) {
-        let (mut hashes, mut zsets) = (Vec::new(), Vec::new());
+    fn element_writes(
+        &mut self,
+        pending: &[(TypedCall, TypedRow)],
+    ) -> (Vec<HashWrite>, Vec<ZsetWrite>, Vec<StreamWrite>) {
+        let (mut hashes, mut zsets, mut streams) = (Vec::new(), Vec::new(), Vec::new());
         for (key, track) in self.tracks.drain() {
             let shared = pending
                 .iter()
@@ -240,13 +247,17 @@ impl RunSet {
             match (self.known.get_mut(&key), track.family) {
                 (Some(Some(Value::Hash(hash))), _) if shared => hash.changes().clear(),
                 (Some(Some(Value::Zset(zset))), _) if shared => zset.changes().clear(),
+                (Some(Some(Value::Stream(stream))), _) if shared => stream.clear(),
                 (Some(Some(Value::Hash(hash))), Family::Hash) => hashes.push(hash.write(track.start(&key))),
                 (Some(Some(Value::Zset(zset))), Family::Zset) => zsets.push(zset.write(track.start(&key))),
+                (Some(Some(Value::Stream(stream))), Family::Stream) => {
+                    streams.extend(stream.write(&key, track.existed()));
+                }
                 (Some(None), Family::Hash) if !shared => hashes.push(track.start(&key)),
                 (Some(None), Family::Zset) if !shared => zsets.push(track.start(&key)),
                 _ => {}
             }
         }
-        (hashes, zsets)
+        (hashes, zsets, streams)
     }
 }

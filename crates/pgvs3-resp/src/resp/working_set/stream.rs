@@ -1,6 +1,8 @@
 //! The working set's streams: what a stream key holds of what XADD, XTRIM and XLEN answer (its
 //! last ID, its length, its nodes: not its entries), and those calls predicted, each as
-//! `pgvs3.resp_stream` (gateway/migrations/functions/resp_stream.sql) answers it.
+//! `pgvs3.resp_stream` (gateway/migrations/functions/resp_stream.sql) answers it; and what a
+//! run's XADDs and XTRIMs changed, written as one `pgvs3.resp_stream_apply` call per stream
+//! ([`Stream::write`]).
 //!
 //! IDs are held as the function holds them: each half a bigint with its sign bit flipped
 //! (0022_resp_streams.sql), so that their order is the bigints' order and the reply's 16 bytes
@@ -9,13 +11,14 @@
 //! (`stream-node-max-entries`) was never loaded, loses its nodes at its second entry, and then
 //! only a trim that surely removes nothing is predicted.
 
+use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 
 use super::zset::row;
 use super::{Known, Value, within_limit};
-use crate::store::{Loaded, TypedCall, TypedRow};
+use crate::store::{Loaded, StreamNode, StreamWrite, TypedCall, TypedRow};
 
 /// Loads a stream key (see [`Loaded`]): in `ints` its last ID (two halves), length, node size
 /// (`resp_encodings`' stream_entries) and number of nodes, then the nodes' columns one after
@@ -58,6 +61,16 @@ struct Node {
     live: i64,
 }
 
+impl Node {
+    fn row(&self) -> StreamNode {
+        StreamNode {
+            last: self.last,
+            given: self.given,
+            live: self.live,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Stream {
     last: Id,
@@ -66,6 +79,26 @@ pub struct Stream {
     per_node: Option<i64>,
     /// Oldest first; `None` when not known.
     nodes: Option<Vec<Node>>,
+    changes: Changes,
+}
+
+/// What the run's writes changed of a stream since it was last written to the database (or
+/// loaded), so that they go as one set-based write (`pgvs3.resp_stream_apply`) rather than as
+/// the calls: the last ID and length then, the entries added since (with their fields and
+/// values), the greatest last ID of a node removed whole, and each node touched as it was.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Changes {
+    found: (Id, i64),
+    added: Vec<(Id, Vec<Bytes>)>,
+    went: Option<Id>,
+    touched: BTreeMap<Id, Option<Node>>,
+}
+
+impl Changes {
+    /// A write is about to change or remove `node`.
+    fn touching(&mut self, node: &Node) {
+        self.touched.entry(node.first).or_insert_with(|| Some(node.clone()));
+    }
 }
 
 impl Stream {
@@ -92,12 +125,74 @@ impl Stream {
         if !ordered || held != Some(length) || nodes.iter().any(|node| node.live < 0 || node.given < node.live) {
             return None;
         }
-        Some(Stream {
-            last: (last_ms, last_seq),
+        Some(Stream::new((last_ms, last_seq), length, Some(per_node), Some(nodes)))
+    }
+
+    fn new(last: Id, length: i64, per_node: Option<i64>, nodes: Option<Vec<Node>>) -> Stream {
+        Stream {
+            last,
             length,
-            per_node: Some(per_node),
-            nodes: Some(nodes),
+            per_node,
+            nodes,
+            changes: Changes {
+                found: (last, length),
+                ..Changes::default()
+            },
+        }
+    }
+
+    /// The set-based write of what the run changed (see [`Changes`]), the stream having existed
+    /// (`existed`) when the changes began; `None` when its nodes are not known, and then the
+    /// calls go instead. The record starts over either way: the database has them once sent.
+    pub fn write(&mut self, key: &str, existed: bool) -> Option<StreamWrite> {
+        let changes = std::mem::take(&mut self.changes);
+        self.changes.found = (self.last, self.length);
+        let nodes = self.nodes.as_ref()?;
+        let added = changes.added.len();
+        // Trims remove the oldest entries: those added that are left are the newest.
+        let kept = added.min(usize::try_from(self.length).ok()?);
+        let went = changes.added[..added - kept]
+            .last()
+            .map(|(id, _)| *id)
+            .into_iter()
+            .chain(changes.went)
+            .max();
+        let touched = changes
+            .touched
+            .into_iter()
+            .filter_map(|(first, was)| {
+                let now = nodes
+                    .binary_search_by_key(&first, |node| node.first)
+                    .ok()
+                    .map(|at| nodes[at].row());
+                let was = was.map(|node| node.row());
+                (was != now).then_some((first, was, now))
+            })
+            .collect();
+        Some(StreamWrite {
+            key: key.to_owned(),
+            existed,
+            found: changes.found,
+            left: (self.last, self.length),
+            added: added as i64,
+            went,
+            entries: changes.added.into_iter().skip(added - kept).collect(),
+            nodes: touched,
+            node_size: self.per_node,
         })
+    }
+
+    /// The record of changes starts over (the calls went instead).
+    pub fn clear(&mut self) {
+        self.changes = Changes {
+            found: (self.last, self.length),
+            ..Changes::default()
+        };
+    }
+
+    /// Whether its node size is known (it was loaded).
+    pub fn sized(&self) -> bool {
+        self.per_node.is_some()
     }
 
     pub fn bytes(&self) -> usize {
@@ -109,6 +204,7 @@ impl Stream {
     /// the node size, the nodes are no longer known.
     fn append(&mut self, id: Id) {
         let per_node = self.per_node;
+        let changes = &mut self.changes;
         self.nodes = self.nodes.take().and_then(|mut nodes| {
             let fresh = Node {
                 first: id,
@@ -117,15 +213,18 @@ impl Stream {
                 live: 1,
             };
             match nodes.last_mut() {
-                None => nodes.push(fresh),
                 Some(tail) if tail.first >= id => return None,
                 Some(tail) if per_node? <= 0 || tail.given < per_node? => {
+                    changes.touching(tail);
                     // (A loaded count near a bigint's end: then unknown, never a panic.)
                     tail.live = tail.live.checked_add(1)?;
                     tail.given = tail.given.checked_add(1)?;
                     tail.last = id;
                 }
-                Some(_) => nodes.push(fresh),
+                _ => {
+                    changes.touched.insert(id, None);
+                    nodes.push(fresh);
+                }
             }
             Some(nodes)
         });
@@ -155,6 +254,8 @@ impl Stream {
                 false => self.length - node.live >= threshold.0,
             };
             if whole {
+                self.changes.touching(node);
+                self.changes.went = self.changes.went.max(Some(node.last));
                 self.length -= node.live;
                 removed += node.live;
                 nodes.remove(0);
@@ -170,6 +271,7 @@ impl Stream {
                 true => return None,
                 false => self.length.saturating_sub(threshold.0).clamp(0, node.live),
             };
+            self.changes.touching(node);
             node.live -= gone;
             self.length -= gone;
             removed += gone;
@@ -283,17 +385,13 @@ pub fn predict(call: &TypedCall, known: &mut Known, now: SystemTime) -> Option<T
                 Some(stream) if stream.last == (MAX, MAX) => return None,
                 Some(stream) => stream.clone(),
                 None if nomkstream == 1 => return Some(row(None, vec![None], Vec::new())),
-                None => Stream {
-                    last: (MIN, MIN),
-                    length: 0,
-                    per_node: None,
-                    nodes: Some(Vec::new()),
-                },
+                None => Stream::new((MIN, MIN), 0, None, Some(Vec::new())),
             };
             let id = next_id(mode, ms, seq, added.last, now)?;
             added.last = id;
             added.length = added.length.checked_add(1)?;
             added.append(id);
+            added.changes.added.push((id, call.args.clone()));
             let scores = match trim {
                 // Its command's share of the trim (the function's `share`): all it removed,
                 // within the most (LEAST passes over a NULL most), and never below 0.
@@ -544,6 +642,75 @@ mod tests {
             Some(0.0)
         );
         assert_eq!(n(predict(&call("XLEN k"), &mut known, at(0))), 1);
+    }
+
+    fn held_mut(known: &mut Known) -> &mut Stream {
+        match known.get_mut("k") {
+            Some(Some(Value::Stream(stream))) => stream,
+            other => panic!("not a stream: {other:?}"),
+        }
+    }
+
+    fn row(last: Id, given: i64, live: i64) -> StreamNode {
+        StreamNode { last, given, live }
+    }
+
+    #[test]
+    fn a_runs_write_holds_the_nodes_it_touched_the_entries_left_and_what_went() {
+        let mut known = three_nodes();
+        for line in ["XADD k 4-* f v", "XADD k 5-* f v g w", "XTRIM k MAXLEN 4", "XLEN k"] {
+            predict(&call(line), &mut known, at(0)).expect(line);
+        }
+        let write = held_mut(&mut known).write("k", true).expect("nodes known");
+        assert_eq!((write.found, write.left), ((id(3, 0), 6), (id(5, 0), 4)));
+        assert_eq!((write.added, write.went), (2, Some(id(1, 2))));
+        let fields = |words: &[&str]| {
+            words
+                .iter()
+                .map(|word| Bytes::from(word.to_string()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            write.entries,
+            vec![
+                (id(4, 0), fields(&["f", "v"])),
+                (id(5, 0), fields(&["f", "v", "g", "w"]))
+            ]
+        );
+        // A went whole, B lost one entry of its two, C was given two: nodes untouched are not
+        // sent, and the write holds them in ID order.
+        assert_eq!(
+            write.nodes,
+            vec![
+                (id(1, 0), Some(row(id(1, 2), 3, 3)), None),
+                (id(2, 0), Some(row(id(2, 2), 3, 2)), Some(row(id(2, 2), 3, 1))),
+                (id(3, 0), Some(row(id(3, 0), 1, 1)), Some(row(id(5, 0), 3, 3))),
+            ]
+        );
+        // The record starts over from what was written.
+        let again = held_mut(&mut known).write("k", true).expect("nodes known");
+        assert!(again.is_empty() && again.nodes.is_empty() && again.found == (id(5, 0), 4));
+    }
+
+    #[test]
+    fn entries_added_and_trimmed_within_a_run_are_not_sent_and_the_last_one_went() {
+        let mut known = three_nodes();
+        for line in ["XADD k 7-* f v", "XADD k 8-* f v", "XADD k MAXLEN 0 9-* f v"] {
+            predict(&call(line), &mut known, at(0)).expect(line);
+        }
+        let write = held_mut(&mut known).write("k", true).expect("nodes known");
+        assert_eq!((write.added, write.left.1), (3, 0));
+        assert!(write.entries.is_empty());
+        assert_eq!(write.went, Some(id(9, 0)));
+        // The node made for 9-0 was made and removed: not sent.
+        assert_eq!(write.nodes.len(), 3);
+        assert!(write.nodes.iter().all(|(_, _, now)| now.is_none()));
+        // A stream made here loses its nodes at its second entry: its calls go instead.
+        let mut fresh = Known::from([("k".to_owned(), None)]);
+        predict(&call("XADD k * f v"), &mut fresh, at(1)).expect("predicted");
+        assert!(held_mut(&mut fresh).write("k", false).is_some());
+        predict(&call("XADD k * f v"), &mut fresh, at(1)).expect("predicted");
+        assert!(held_mut(&mut fresh).write("k", false).is_none());
     }
 
     #[test]

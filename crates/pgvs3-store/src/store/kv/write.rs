@@ -14,7 +14,10 @@ use super::{Change, FINE_LOCK_LIMIT, KvBatch, KvSql, KvValue, StringForm};
 use crate::store::chunks::Chunker;
 use crate::store::key_probes::rows_of_keys;
 use crate::store::objects::INLINE_LIMIT;
-use crate::store::types::{ElementWrites, HASH_APPLY, Loaded, Speculated, Speculation, TypedCall, ZSET_APPLY};
+use crate::store::types::{
+    ElementWrites, HASH_APPLY, Loaded, STREAM_APPLY, Speculated, Speculation, StreamNode, StreamWrite, TypedCall,
+    ZSET_APPLY,
+};
 use crate::store::{BucketInfo, StoreError, StoreResult};
 
 impl KvBatch {
@@ -82,6 +85,7 @@ impl KvBatch {
                     .flat_map(|call| &call.keys)
                     .chain(speculation.hash_writes.iter().map(|write| &write.key))
                     .chain(speculation.zset_writes.iter().map(|write| &write.key))
+                    .chain(speculation.stream_writes.iter().map(|write| &write.key))
                     .map(String::as_str)
                     .collect();
                 Some((
@@ -101,6 +105,10 @@ impl KvBatch {
         let zset_apply = match speculation.zset_writes.is_empty() {
             true => None,
             false => Some(client.prepare_cached(ZSET_APPLY).await?),
+        };
+        let stream_apply = match speculation.stream_writes.is_empty() {
+            true => None,
+            false => Some(client.prepare_cached(STREAM_APPLY).await?),
         };
         // Sent in this order on the first poll, so in one round trip with the calls.
         let before = async {
@@ -135,7 +143,11 @@ impl KvBatch {
                 let statement = zset_apply.as_ref().expect("prepared for sorted set writes");
                 send_element_writes(client, statement, id, write, |score| *score)
             }));
-            futures::try_join!(begin, changes, expired, hash_writes, zset_writes).map(drop)
+            let stream_writes = futures::future::try_join_all(speculation.stream_writes.iter().map(|write| {
+                let statement = stream_apply.as_ref().expect("prepared for stream writes");
+                send_stream_write(client, statement, id, write)
+            }));
+            futures::try_join!(begin, changes, expired, hash_writes, zset_writes, stream_writes).map(drop)
         };
         // The loads and versions a working set asked for, prepared first so that they go out
         // in the same round trip, after the calls.
@@ -707,6 +719,68 @@ async fn send_element_writes<'a, V, P: ToSql + Sync>(
         &changed_to,
         &added,
         &added_values,
+    ];
+    client.query_one(statement, &params).await.map(drop)
+}
+
+/// Sends one stream's set-based write (see [`StreamWrite`]).
+async fn send_stream_write(
+    client: &deadpool_postgres::Object,
+    statement: &tokio_postgres::Statement,
+    bucket: i64,
+    write: &StreamWrite,
+) -> Result<(), tokio_postgres::Error> {
+    let ((found_ms, found_seq), found_len) = write.found;
+    let ((to_ms, to_seq), to_len) = write.left;
+    let (went_ms, went_seq) = (write.went.map(|id| id.0), write.went.map(|id| id.1));
+    let ids_ms: Vec<i64> = write.entries.iter().map(|((ms, _), _)| *ms).collect();
+    let ids_seq: Vec<i64> = write.entries.iter().map(|((_, seq), _)| *seq).collect();
+    let args: Vec<&[u8]> = write
+        .entries
+        .iter()
+        .flat_map(|(_, fields)| fields.iter().map(|field| &field[..]))
+        .collect();
+    let sizes: Vec<i64> = write.entries.iter().map(|(_, fields)| fields.len() as i64).collect();
+    let starts: Vec<i64> = sizes
+        .iter()
+        .scan(1i64, |start, size| {
+            let at = *start;
+            *start += size;
+            Some(at)
+        })
+        .collect();
+    let node_ms: Vec<i64> = write.nodes.iter().map(|((ms, _), _, _)| *ms).collect();
+    let node_seq: Vec<i64> = write.nodes.iter().map(|((_, seq), _, _)| *seq).collect();
+    // Four ints a node, NULLs for an absent one.
+    let ints = |node: &Option<StreamNode>| match node {
+        Some(node) => [Some(node.last.0), Some(node.last.1), Some(node.given), Some(node.live)],
+        None => [None; 4],
+    };
+    let node_was: Vec<Option<i64>> = write.nodes.iter().flat_map(|(_, was, _)| ints(was)).collect();
+    let node_now: Vec<Option<i64>> = write.nodes.iter().flat_map(|(_, _, now)| ints(now)).collect();
+    let params: [&(dyn ToSql + Sync); 22] = [
+        &bucket,
+        &write.key,
+        &write.existed,
+        &found_ms,
+        &found_seq,
+        &found_len,
+        &to_ms,
+        &to_seq,
+        &to_len,
+        &write.added,
+        &went_ms,
+        &went_seq,
+        &ids_ms,
+        &ids_seq,
+        &args,
+        &starts,
+        &sizes,
+        &node_ms,
+        &node_seq,
+        &node_was,
+        &node_now,
+        &write.node_size,
     ];
     client.query_one(statement, &params).await.map(drop)
 }
