@@ -226,6 +226,8 @@ DECLARE
     s pgvs3.resp_stream;
     old_gone bigint := found_len - (to_len - cardinality(ids_ms));
     gone record;
+    after_ms bigint;
+    after_seq bigint;
 BEGIN
     IF NOT existed AND n_added = 0 THEN
         -- Calls on a stream that is not there and was not made (XTRIM, XADD NOMKSTREAM).
@@ -280,10 +282,14 @@ BEGIN
     IF cardinality(ids_ms) > 0 THEN
         PERFORM pgvs3.resp_stream_entries(b, k, ids_ms, ids_seq, args, starts, sizes);
     END IF;
+    -- Only when something went (a BullMQ job's XADDs mostly trim nothing): the successor is a
+    -- call of its own, with four more inside it, a fifth of the apply's time in BullMQ's run.
+    IF went_ms IS NOT NULL THEN
+        SELECT x.next_ms, x.next_seq INTO after_ms, after_seq FROM pgvs3.resp_stream_successor(went_ms, went_seq) x;
+    END IF;
     UPDATE pgvs3.resp_stream r
        SET last_ms = to_ms, last_seq = to_seq, length = to_len, added = r.added + n_added,
-           (first_ms, first_seq) = (SELECT coalesce(x.next_ms, went_ms, r.first_ms), coalesce(x.next_seq, went_seq, r.first_seq)
-                                      FROM pgvs3.resp_stream_successor(went_ms, went_seq) x)
+           (first_ms, first_seq) = (coalesce(after_ms, went_ms, r.first_ms), coalesce(after_seq, went_seq, r.first_seq))
      WHERE r.bucket_id = b AND r.key = k;
     PERFORM pgvs3.resp_apply_end(b, k, 'x', existed, false, n_added > 0 OR to_len <> found_len, n_added > 0, 0, 0);
     IF n_added > 0 THEN
