@@ -99,7 +99,7 @@ pub struct Track {
 impl Track {
     /// The families whose writes go set-based.
     pub fn kept(family: Family) -> bool {
-        matches!(family, Family::Hash | Family::Zset | Family::Stream)
+        matches!(family, Family::Hash | Family::Zset | Family::Stream | Family::List)
     }
 
     /// The track of a key whose first write of `family` since the last round trip found it
@@ -115,6 +115,11 @@ impl Track {
     /// Whether the key held a value when the writes began.
     pub fn existed(&self) -> bool {
         self.existed
+    }
+
+    /// Whether one of the writes removed its last element.
+    pub fn emptied(&self) -> bool {
+        self.emptied
     }
 
     /// Notes a predicted write that found the key `was_present` and left it `present`.

@@ -5,12 +5,12 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use super::changes::Track;
-use super::{Known, Value, WorkingSet, family_type, predict};
+use super::{Known, Value, WorkingSet, family_type, list, predict};
 use crate::resp::codec::Reply;
 use crate::resp::typed::Typed;
 use crate::store::{
-    Family, HashWrite, KvBatch, KvValue, Speculation, StoreError, StoreResult, StreamWrite, TypedCall, TypedRow,
-    ZsetWrite,
+    Family, HashWrite, KvBatch, KvValue, ListWrite, Speculation, StoreError, StoreResult, StreamWrite, TypedCall,
+    TypedRow, ZsetWrite,
 };
 
 /// The most elements of one key a run loads into the working set.
@@ -73,19 +73,18 @@ impl RunSet {
         if typed.blocking.is_none() {
             self.learn(batch, &call.keys, stale);
             let tracked = Track::kept(call.family()) && call.writes();
-            let present = |known: &Known| {
-                call.keys
-                    .first()
-                    .is_some_and(|key| matches!(known.get(key), Some(Some(_))))
-            };
-            let was_present = present(&self.known);
+            let present = |known: &Known, key: &String| matches!(known.get(key), Some(Some(value)) if !value.is_void());
+            // Each key the call writes to (LMOVE's two).
+            let was_present: Vec<bool> = call.keys.iter().map(|key| present(&self.known, key)).collect();
             if let Some(row) = predict(call, &mut self.known, batch.now) {
-                if tracked && let Some(key) = call.keys.first() {
-                    let track = self
-                        .tracks
-                        .entry(key.clone())
-                        .or_insert(Track::new(call.family(), was_present));
-                    track.note(was_present, present(&self.known));
+                if tracked {
+                    for (key, was_present) in call.keys.iter().zip(was_present) {
+                        let track = self
+                            .tracks
+                            .entry(key.clone())
+                            .or_insert(Track::new(call.family(), was_present));
+                        track.note(was_present, present(&self.known, key));
+                    }
                 }
                 self.pending.push((call.clone(), row.clone()));
                 return Ok(typed.reply(row));
@@ -175,7 +174,10 @@ impl RunSet {
             sent => sent?,
         };
         for (key, version) in sent.versions {
-            if let Some(Some(value)) = self.known.remove(&key) {
+            // A list whose write went as the calls is not kept (its positions unknown).
+            if let Some(Some(value)) = self.known.remove(&key)
+                && value.kept()
+            {
                 self.set.put(self.bucket, key, version, value);
             }
         }
@@ -205,15 +207,19 @@ impl RunSet {
         let pending = std::mem::take(&mut self.pending);
         let answered = pending.len() as u64;
         let (hash_writes, zset_writes, stream_writes) = self.element_writes(&pending);
+        let list_writes = self.list_writes(&pending);
         let written: HashSet<String> = hash_writes
             .iter()
             .map(|write| write.key.clone())
             .chain(zset_writes.iter().map(|write| write.key.clone()))
             .chain(stream_writes.iter().map(|write| write.key.clone()))
+            .chain(list_writes.iter().map(|write| write.key.clone()))
             .collect();
         let owed: Vec<&(TypedCall, TypedRow)> = pending
             .iter()
-            .filter(|(call, _)| call.writes() && !(Track::kept(call.family()) && written.contains(&call.keys[0])))
+            .filter(|(call, _)| {
+                call.writes() && !(Track::kept(call.family()) && call.keys.iter().all(|key| written.contains(key)))
+            })
             .collect();
         let calls: Vec<&TypedCall> = owed.iter().map(|(call, _)| call).chain(call).collect();
         let speculation = Speculation {
@@ -224,6 +230,7 @@ impl RunSet {
             hash_writes: hash_writes.into_iter().filter(|write| !write.is_empty()).collect(),
             zset_writes: zset_writes.into_iter().filter(|write| !write.is_empty()).collect(),
             stream_writes: stream_writes.into_iter().filter(|write| !write.is_empty()).collect(),
+            list_writes: list_writes.into_iter().filter(|write| !write.is_empty()).collect(),
         };
         let mut sent = batch.typed_speculated(&calls, &speculation, commit).await?;
         self.confirmed += answered;
@@ -259,5 +266,57 @@ impl RunSet {
             }
         }
         (hashes, zsets, streams)
+    }
+
+    /// The set-based writes of the lists the `pending` calls write to (see [`RunSet::send`]).
+    /// The two lists of an LMOVE go set-based together or not at all (its call is sent whole).
+    /// A list whose writes go as the calls forgets its positions; one emptied is no key now.
+    fn list_writes(&mut self, pending: &[(TypedCall, TypedRow)]) -> Vec<ListWrite> {
+        let mut writes: HashMap<String, Option<ListWrite>> = HashMap::new();
+        for (key, track) in &self.tracks {
+            let shared = pending
+                .iter()
+                .any(|(call, _)| call.writes() && call.family() != track.family && call.keys.contains(key));
+            let write = match (self.known.get(key), track.family) {
+                (Some(Some(Value::List(list))), Family::List) if !shared => {
+                    list.write(key, track.existed(), track.emptied())
+                }
+                (Some(None), Family::List) if !shared && !track.existed() => Some(list::nothing(key)),
+                (Some(Some(Value::List(_))), _) | (_, Family::List) => None,
+                _ => continue,
+            };
+            writes.insert(key.clone(), write);
+        }
+        let moves: Vec<&[String]> = pending
+            .iter()
+            .filter(|(call, _)| call.family() == Family::List && call.keys.len() > 1)
+            .map(|(call, _)| &call.keys[..])
+            .collect();
+        let unwritten =
+            |writes: &HashMap<String, Option<ListWrite>>, key: &String| !matches!(writes.get(key), Some(Some(_)));
+        while let Some(key) = moves
+            .iter()
+            .filter(|keys| keys.iter().any(|key| unwritten(&writes, key)))
+            .flat_map(|keys| keys.iter())
+            .find(|key| !unwritten(&writes, key))
+        {
+            writes.insert(key.clone(), None);
+        }
+        let mut sent = Vec::new();
+        for (key, write) in writes {
+            let Some(Some(Value::List(list))) = self.known.get_mut(&key) else {
+                sent.extend(write);
+                continue;
+            };
+            match &write {
+                Some(write) => list.wrote(write),
+                None => list.unplace(),
+            }
+            if list.is_empty() {
+                self.known.insert(key, None);
+            }
+            sent.extend(write);
+        }
+        sent
     }
 }
