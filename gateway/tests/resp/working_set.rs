@@ -1258,21 +1258,29 @@ async fn speculated_list_writes_leave_what_the_calls_leave() {
     assert!(metric(&speculating, "pgvs3_resp_speculated_calls_total").await > 100.0);
     assert_eq!(metric(&speculating, "pgvs3_resp_speculation_misses_total").await, 0.0);
 
-    // A run's list write moves the key's version, as WATCH sees it; a run whose writes change
-    // nothing does not.
+    // A run's list write moves the key's version (which tells another gateway's working set
+    // its value is old), as WATCH sees it; a run whose writes change nothing does not.
     let key = vec!["a:watched".to_owned()];
     assert_eq!(b.command(&["RPUSH", &key[0], "a", "b"]).await, Value::Int(2));
     let change = "return redis.call('RPOPLPUSH', KEYS[1], KEYS[1])";
     let nothing = "return {redis.call('LREM', KEYS[1], 0, 'z'), redis.call('LPOP', KEYS[1], 0)}";
     eval(&mut a, "return redis.call('LLEN', KEYS[1])", &key).await;
     let mut watcher = RawResp::connect(speculating.resp_addr()).await;
+    let version = || async {
+        sql.query_one("SELECT version FROM pgvs3.resp_keys WHERE key = $1", &[&key[0]])
+            .await
+            .unwrap()
+            .get::<_, i64>("version")
+    };
     for (script, touched) in [(nothing, false), (change, true)] {
         assert_eq!(
             watcher.command(&["WATCH", &key[0]]).await,
             Value::Simple("OK".to_owned())
         );
         let speculated = metric(&speculating, "pgvs3_resp_speculated_calls_total").await;
+        let before = version().await;
         eval(&mut a, script, &key).await;
+        assert_eq!(version().await != before, touched, "{script}: the version");
         assert!(metric(&speculating, "pgvs3_resp_speculated_calls_total").await > speculated);
         assert_eq!(watcher.command(&["MULTI"]).await, Value::Simple("OK".to_owned()));
         assert_eq!(
