@@ -1254,6 +1254,11 @@ async fn speculated_list_writes_leave_what_the_calls_leave() {
                 "round {round}: {key_a}; {script}"
             );
         }
+        assert_eq!(
+            metric(&speculating, "pgvs3_resp_speculation_misses_total").await,
+            0.0,
+            "round {round}: {script}"
+        );
     }
     assert!(metric(&speculating, "pgvs3_resp_speculated_calls_total").await > 100.0);
     assert_eq!(metric(&speculating, "pgvs3_resp_speculation_misses_total").await, 0.0);

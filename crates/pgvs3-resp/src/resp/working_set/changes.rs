@@ -117,11 +117,6 @@ impl Track {
         self.existed
     }
 
-    /// Whether one of the writes removed its last element.
-    pub fn emptied(&self) -> bool {
-        self.emptied
-    }
-
     /// Notes a predicted write that found the key `was_present` and left it `present`.
     pub fn note(&mut self, was_present: bool, present: bool) {
         self.emptied |= was_present && !present;

@@ -61,6 +61,9 @@ pub struct List {
     stored: Stored,
     /// The elements of `stored` removed since, by position, with their values.
     gone: Vec<(i64, Bytes)>,
+    /// Whether a call removed its last element since (even one LMOVE brought back onto the
+    /// list: `pgvs3.resp_list` deletes the key between its pop and its push).
+    emptied: bool,
 }
 
 impl List {
@@ -86,6 +89,7 @@ impl List {
             data,
             stored,
             gone: Vec::new(),
+            emptied: false,
         })
     }
 
@@ -99,6 +103,7 @@ impl List {
             data: 0,
             stored: Stored::Absent,
             gone: Vec::new(),
+            emptied: false,
         }
     }
 
@@ -131,6 +136,7 @@ impl List {
             false => self.elements.pop_back(),
         }?;
         self.removed(pos, &element);
+        self.emptied |= self.elements.is_empty();
         Some(element)
     }
 
@@ -157,12 +163,11 @@ impl List {
     }
 
     /// The set-based write of the calls on the list since it was last written (see
-    /// [`ListWrite`]): the key held a list when they began (`existed`), and one of them removed
-    /// its last element (`emptied`). The elements pushed at the head go below the head bound
+    /// [`ListWrite`]), the key holding a list when they began (`existed`). The elements pushed at the head go below the head bound
     /// found, the nearest first; the others (all of them when none of before is left) above
     /// the tail bound. `None` when it cannot be written so (positions unknown, or past the
     /// bigint range): the calls go as they are, and the list calls [`List::unplace`].
-    pub fn write(&self, key: &str, existed: bool, emptied: bool) -> Option<ListWrite> {
+    pub fn write(&self, key: &str, existed: bool) -> Option<ListWrite> {
         let (len, head, tail) = match (self.stored, existed) {
             (Stored::Row { len, head, tail }, true) => (len, head, tail),
             (Stored::Absent, false) => (0, 0, 0),
@@ -195,7 +200,7 @@ impl List {
         Some(ListWrite {
             key: key.to_owned(),
             existed,
-            emptied,
+            emptied: self.emptied,
             found: (len, head, tail),
             gone: self.gone.clone(),
             added,
@@ -203,8 +208,12 @@ impl List {
         })
     }
 
-    /// The database holds `write` now: the elements pushed have their positions.
+    /// The database holds `write` now: the elements pushed have their positions. (A write of
+    /// nothing is not sent: the database keeps the bounds found.)
     pub fn wrote(&mut self, write: &ListWrite) {
+        if write.is_empty() {
+            return;
+        }
         let mut positions = write.added.iter().map(|(pos, _)| *pos);
         for (pos, _) in self.elements.iter_mut().filter(|(pos, _)| pos.is_none()) {
             *pos = positions.next();
@@ -214,12 +223,14 @@ impl List {
             None => Stored::Absent,
         };
         self.gone.clear();
+        self.emptied = false;
     }
 
     /// The calls went as they are: the positions are the database's to give.
     pub fn unplace(&mut self) {
         self.stored = Stored::Unknown;
         self.gone.clear();
+        self.emptied = false;
     }
 }
 
@@ -406,6 +417,7 @@ fn lrem(call: &TypedCall, list: &mut List) -> Option<TypedRow> {
             false => list.elements.push_back((pos, value)),
         }
     }
+    list.emptied |= list.elements.is_empty();
     Some(int(removed as i64))
 }
 
@@ -743,11 +755,11 @@ mod tests {
         Some(Value::List(List::from_loaded(loaded).expect("a list")))
     }
 
-    fn write(known: &mut Known, key: &str, existed: bool, emptied: bool) -> ListWrite {
+    fn write(known: &mut Known, key: &str, existed: bool) -> ListWrite {
         let Some(Some(Value::List(list))) = known.get_mut(key) else {
             panic!("{key} is a list");
         };
-        let write = list.write(key, existed, emptied).expect("written set-based");
+        let write = list.write(key, existed).expect("written set-based");
         list.wrote(&write);
         write
     }
@@ -765,7 +777,7 @@ mod tests {
         predicted(&mut known, &["rpush", "l", "z", "w"]);
         predicted(&mut known, &["rpoplpush", "l", "new"]);
         assert_eq!(elements(&known, "l"), owned(&["y", "x", "a", "z"]));
-        let written = write(&mut known, "l", true, false);
+        let written = write(&mut known, "l", true);
         assert_eq!(written.found, (3, 0, 2 * STEP));
         assert_eq!(written.gone, vec![(2 * STEP, b("c")), (STEP, b("b"))]);
         assert_eq!(
@@ -775,14 +787,15 @@ mod tests {
         assert_eq!(written.left, Some((4, -2 * STEP, 3 * STEP)));
         // A new list starts around 0; the next write starts from what this one left. With
         // none of the elements of before left, the pushes all go past the tail.
-        let made = write(&mut known, "new", false, false);
+        let made = write(&mut known, "new", false);
         assert_eq!(
             (made.found, made.added, made.left),
             ((0, 0, 0), vec![(STEP, b("w"))], Some((1, STEP, STEP)))
         );
         predicted(&mut known, &["lpop", "l", "4"]);
         predicted(&mut known, &["lpush", "l", "v"]);
-        let emptied = write(&mut known, "l", true, true);
+        let emptied = write(&mut known, "l", true);
+        assert!(emptied.emptied);
         assert_eq!(emptied.found, (4, -2 * STEP, 3 * STEP));
         assert_eq!(emptied.gone.len(), 4);
         assert_eq!(
@@ -790,11 +803,21 @@ mod tests {
             (vec![(4 * STEP, b("v"))], Some((1, 4 * STEP, 4 * STEP)))
         );
         predicted(&mut known, &["rpop", "l"]);
-        let emptied = write(&mut known, "l", true, true);
+        let emptied = write(&mut known, "l", true);
+        assert!(emptied.emptied);
         assert_eq!(
             (emptied.found, emptied.gone.len(), emptied.left),
             ((1, 4 * STEP, 4 * STEP), 1, None)
         );
+    }
+
+    #[test]
+    fn an_only_element_moved_onto_its_list_empties_it_as_the_function_does() {
+        let mut known = known(&[("one", placed(&["x"]))]);
+        predicted(&mut known, &["rpoplpush", "one", "one"]);
+        let written = write(&mut known, "one", true);
+        assert!(written.emptied);
+        assert_eq!((written.gone, written.added), (vec![(0, b("x"))], vec![(STEP, b("x"))]));
     }
 
     #[test]
@@ -804,7 +827,7 @@ mod tests {
         let Some(Some(Value::List(list))) = known.get("l") else {
             unreachable!()
         };
-        assert!(list.write("l", true, false).is_none() && !list.placed());
+        assert!(list.write("l", true).is_none() && !list.placed());
     }
 
     #[test]

@@ -206,8 +206,9 @@ impl RunSet {
     ) -> StoreResult<crate::store::Speculated> {
         let pending = std::mem::take(&mut self.pending);
         let answered = pending.len() as u64;
-        let (hash_writes, zset_writes, stream_writes) = self.element_writes(&pending);
+        // Before element_writes, which drains the tracks.
         let list_writes = self.list_writes(&pending);
+        let (hash_writes, zset_writes, stream_writes) = self.element_writes(&pending);
         let written: HashSet<String> = hash_writes
             .iter()
             .map(|write| write.key.clone())
@@ -278,9 +279,7 @@ impl RunSet {
                 .iter()
                 .any(|(call, _)| call.writes() && call.family() != track.family && call.keys.contains(key));
             let write = match (self.known.get(key), track.family) {
-                (Some(Some(Value::List(list))), Family::List) if !shared => {
-                    list.write(key, track.existed(), track.emptied())
-                }
+                (Some(Some(Value::List(list))), Family::List) if !shared => list.write(key, track.existed()),
                 (Some(None), Family::List) if !shared && !track.existed() => Some(list::nothing(key)),
                 (Some(Some(Value::List(_))), _) | (_, Family::List) => None,
                 _ => continue,
