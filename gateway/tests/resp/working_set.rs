@@ -1401,4 +1401,22 @@ async fn a_list_element_the_database_no_longer_holds_is_caught_by_the_runs_write
         con.command(&["LRANGE", "wait", "0", "-1"]).await,
         Value::Array(vec![Value::bulk("b"), Value::bulk("c")])
     );
+
+    // An element added underneath past the tail, the length and bound following, without a
+    // new version: the elements the run removes are as it found them, but not the list's
+    // length and bounds, which the write checks too.
+    eval(&mut con, "return redis.call('LLEN', KEYS[1])", &key).await;
+    sql.batch_execute(
+        "INSERT INTO pgvs3.resp_list (bucket_id, key, pos, value)
+             SELECT bucket_id, key, list_tail + 1048576, 'd' FROM pgvs3.resp_keys WHERE key = 'wait';
+         UPDATE pgvs3.resp_keys SET length = length + 1, list_tail = list_tail + 1048576 WHERE key = 'wait'",
+    )
+    .await
+    .unwrap();
+    let pop_and_count = "return {redis.call('LPOP', KEYS[1]), redis.call('LLEN', KEYS[1])}";
+    assert_eq!(
+        eval(&mut con, pop_and_count, &key).await,
+        Value::Array(vec![Value::bulk("b"), Value::Int(2)])
+    );
+    assert_eq!(metric(&gateway, "pgvs3_resp_speculation_misses_total").await, 2.0);
 }
