@@ -191,11 +191,12 @@ impl RunSet {
     /// nothing for a later call to depend on. (Replaying them was a third of a BullMQ job's
     /// calls, each a function's run inside the queue keys' locks.)
     ///
-    /// A hash's, sorted set's or stream's owed writes go as one set-based write of what they
-    /// changed (`changes.rs`, `stream.rs`), ahead of the other calls, when no owed call of
-    /// another family writes to its key (a key can change type within a run: then the calls
-    /// keep their order) and the run still holds its value (and a stream's nodes); else as the
-    /// calls.
+    /// A hash's, sorted set's, stream's or list's owed writes go as one set-based write of what
+    /// they changed (`changes.rs`, `stream.rs`, `list.rs`), ahead of the other calls, when no
+    /// owed call of another family writes to its key (a key can change type within a run: then
+    /// the calls keep their order) and the run still holds its value (and a stream's nodes, a
+    /// list's positions); else as the calls. A call is left out when all its keys (LMOVE's
+    /// two) are written so.
     async fn send(
         &mut self,
         batch: &mut KvBatch,
