@@ -1420,3 +1420,32 @@ async fn a_list_element_the_database_no_longer_holds_is_caught_by_the_runs_write
     );
     assert_eq!(metric(&gateway, "pgvs3_resp_speculation_misses_total").await, 2.0);
 }
+
+#[tokio::test]
+async fn an_lmove_onto_a_key_whose_calls_are_replayed_is_replayed_on_both_sides() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = RawResp::connect(gateway.resp_addr()).await;
+    let keys = vec!["from".to_owned(), "to".to_owned()];
+    assert_eq!(con.command(&["RPUSH", "from", "x", "x", "x"]).await, Value::Int(3));
+    eval(&mut con, "return redis.call('LLEN', KEYS[1])", &keys).await;
+    // `to` is a hash, then no key, then a list within the run: its calls are replayed in
+    // order (another family's owed write), and so is the RPOPLPUSH, whose pop from `from` must
+    // then not be written set-based as well.
+    let run = "return {redis.call('HSET', KEYS[2], 'f', 'v'), redis.call('HDEL', KEYS[2], 'f'), \
+               redis.call('RPOPLPUSH', KEYS[1], KEYS[2])}";
+    let speculated = metric(&gateway, "pgvs3_resp_speculated_calls_total").await;
+    assert_eq!(
+        eval(&mut con, run, &keys).await,
+        Value::Array(vec![Value::Int(1), Value::Int(1), Value::bulk("x")])
+    );
+    assert!(metric(&gateway, "pgvs3_resp_speculated_calls_total").await >= speculated + 3.0);
+    assert_eq!(
+        con.command(&["LRANGE", "from", "0", "-1"]).await,
+        Value::Array(vec![Value::bulk("x"), Value::bulk("x")])
+    );
+    assert_eq!(
+        con.command(&["LRANGE", "to", "0", "-1"]).await,
+        Value::Array(vec![Value::bulk("x")])
+    );
+    assert_eq!(metric(&gateway, "pgvs3_resp_speculation_misses_total").await, 0.0);
+}
