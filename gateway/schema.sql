@@ -2783,6 +2783,58 @@ BEGIN
 END $$;
 
 --
+-- Name: resp_list_apply(bigint, text, boolean, boolean, bigint, bigint, bigint, bigint[], bytea[], bigint[], bytea[], bigint, bigint, bigint); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_list_apply(b bigint, k text, existed boolean, emptied boolean, found_len bigint, found_head bigint, found_tail bigint, gone_pos bigint[], gone_values bytea[], added_pos bigint[], added_values bytea[], len bigint, head bigint, tail bigint) RETURNS boolean
+    LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
+    AS $$
+DECLARE
+    n bigint;
+BEGIN
+    IF existed THEN
+        PERFORM 1 FROM pgvs3.resp_keys
+          WHERE bucket_id = b AND key = k AND type = 'l' AND length = found_len
+            AND list_head = found_head AND list_tail = found_tail;
+        IF NOT FOUND THEN
+            RETURN false;
+        END IF;
+    END IF;
+    IF cardinality(gone_pos) > 0 THEN
+        DELETE FROM pgvs3.resp_list WHERE ctid = ANY (ARRAY(
+            SELECT (SELECT l.ctid FROM pgvs3.resp_list l WHERE l.bucket_id = b AND l.key = k AND l.pos = g.p AND l.value = g.v)
+              FROM unnest(gone_pos, gone_values) AS g(p, v)));
+        GET DIAGNOSTICS n = ROW_COUNT;
+        IF n <> cardinality(gone_pos) THEN
+            RETURN false;
+        END IF;
+    END IF;
+    IF NOT pgvs3.resp_apply_begin(b, k, 'l', existed, emptied, len > 0) THEN
+        RETURN false;
+    END IF;
+    IF cardinality(added_pos) > 0 THEN
+        INSERT INTO pgvs3.resp_list (bucket_id, key, pos, value)
+        SELECT b, k, a.p, a.v FROM unnest(added_pos, added_values) AS a(p, v)
+        ON CONFLICT DO NOTHING;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        IF n <> cardinality(added_pos) THEN
+            RETURN false;
+        END IF;
+    END IF;
+    IF len > 0 THEN
+        UPDATE pgvs3.resp_keys SET length = len, list_head = head, list_tail = tail WHERE bucket_id = b AND key = k;
+    ELSIF existed AND NOT emptied THEN
+        RETURN false;
+    END IF;
+    PERFORM pgvs3.resp_apply_end(b, k, 'l', existed, emptied, true, len > 0, 0, 0);
+    IF cardinality(added_pos) > 0 THEN
+        PERFORM pgvs3.resp_wake(b, k);
+    END IF;
+    RETURN true;
+END $$;
+
+--
 -- Name: resp_list_at(bigint, text, bigint); Type: FUNCTION; Schema: pgvs3; Owner: -
 --
 

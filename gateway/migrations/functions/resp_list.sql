@@ -71,6 +71,71 @@ BEGIN
     DELETE FROM pgvs3.resp_keys WHERE bucket_id = b AND key = k AND type = 'l' AND length <= 0;
 END $$;
 
+-- A script run's speculated writes on one list (layout v83, resp/working_set/list.rs), written
+-- in one call instead of one resp_list call each (issue 39). Pushes, pops, LMOVE's two sides and
+-- LREM leave the elements the list held, less those they removed, between the elements pushed
+-- at the head and those pushed at the tail: so the elements that went are deleted by position,
+-- and those added are inserted past the bounds found, at their end. The key's part is
+-- resp_apply_begin's and resp_apply_end's (functions/resp_keys.sql). The list, as found:
+--   existed: the key was a live list; found_len, found_head, found_tail: its length and bounds
+--     (checked).
+--   gone_pos, gone_values: the elements the calls removed of those it held (each checked).
+-- What the run left:
+--   emptied: a call removed its last element (the key went, its TTL with it, and was made again
+--     by a push after).
+--   added_pos, added_values: the elements pushed that are left, with their positions.
+--   len, head, tail: the length and the bounds (0 and NULLs: no key).
+-- Answers whether the list was as found (the caller raises otherwise, pgvs3.resp_expect).
+-- Its statements plan the same before and after ANALYZE (0032_resp_plans.sql): probes of the
+-- whole primary key, inserts.
+CREATE OR REPLACE FUNCTION pgvs3.resp_list_apply(b bigint, k text, existed boolean, emptied boolean,
+    found_len bigint, found_head bigint, found_tail bigint, gone_pos bigint[], gone_values bytea[],
+    added_pos bigint[], added_values bytea[], len bigint, head bigint, tail bigint)
+RETURNS boolean LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+    n bigint;
+BEGIN
+    IF existed THEN
+        PERFORM 1 FROM pgvs3.resp_keys
+          WHERE bucket_id = b AND key = k AND type = 'l' AND length = found_len
+            AND list_head = found_head AND list_tail = found_tail;
+        IF NOT FOUND THEN
+            RETURN false;
+        END IF;
+    END IF;
+    IF cardinality(gone_pos) > 0 THEN
+        DELETE FROM pgvs3.resp_list WHERE ctid = ANY (ARRAY(
+            SELECT (SELECT l.ctid FROM pgvs3.resp_list l WHERE l.bucket_id = b AND l.key = k AND l.pos = g.p AND l.value = g.v)
+              FROM unnest(gone_pos, gone_values) AS g(p, v)));
+        GET DIAGNOSTICS n = ROW_COUNT;
+        IF n <> cardinality(gone_pos) THEN
+            RETURN false;
+        END IF;
+    END IF;
+    IF NOT pgvs3.resp_apply_begin(b, k, 'l', existed, emptied, len > 0) THEN
+        RETURN false;
+    END IF;
+    IF cardinality(added_pos) > 0 THEN
+        INSERT INTO pgvs3.resp_list (bucket_id, key, pos, value)
+        SELECT b, k, a.p, a.v FROM unnest(added_pos, added_values) AS a(p, v)
+        ON CONFLICT DO NOTHING;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        IF n <> cardinality(added_pos) THEN
+            RETURN false;
+        END IF;
+    END IF;
+    IF len > 0 THEN
+        UPDATE pgvs3.resp_keys SET length = len, list_head = head, list_tail = tail WHERE bucket_id = b AND key = k;
+    ELSIF existed AND NOT emptied THEN
+        RETURN false;
+    END IF;
+    PERFORM pgvs3.resp_apply_end(b, k, 'l', existed, emptied, true, len > 0, 0, 0);
+    IF cardinality(added_pos) > 0 THEN
+        PERFORM pgvs3.resp_wake(b, k);
+    END IF;
+    RETURN true;
+END $$;
+
 -- The position of the element at `idx` (negative: from the tail), NULL when out of range.
 CREATE OR REPLACE FUNCTION pgvs3.resp_list_at(b bigint, k text, idx bigint) RETURNS bigint LANGUAGE plpgsql STABLE AS $$
 BEGIN

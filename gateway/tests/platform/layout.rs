@@ -126,6 +126,7 @@ const NEW_SINCE_V10: &[&str] = &[
     "pgvs3.resp_keys(text,bigint,text[],text[],bytea[],bigint[],double precision[])",
     "pgvs3.resp_large(bigint,text)",
     "pgvs3.resp_list(text,bigint,text[],text[],bytea[],bigint[],double precision[])",
+    "pgvs3.resp_list_apply(bigint,text,boolean,boolean,bigint,bigint,bigint,bigint[],bytea[],bigint[],bytea[],bigint,bigint,bigint)",
     "pgvs3.resp_list_at(bigint,text,bigint)",
     "pgvs3.resp_list_pop(bigint,text,boolean,bigint)",
     "pgvs3.resp_list_push(bigint,text,boolean,bytea[])",

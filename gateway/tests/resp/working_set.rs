@@ -1140,3 +1140,312 @@ async fn a_node_size_set_since_a_run_loaded_the_stream_is_caught_by_its_write() 
         .collect();
     assert_eq!(given, vec![2, 2, 1]);
 }
+
+/// One call of a random script on two lists (KEYS[1] made before with a TTL, KEYS[2] made in
+/// scripts): every write the working set predicts, with counts and on both ends, moves between
+/// the two and onto one, LREM from the head, the tail and all, and the calls it does not
+/// predict, run in the database after the run's owed writes (LSET, LINSERT, LTRIM, EXPIRE, DEL).
+fn random_list_write_call(rng: &mut Rng) -> String {
+    let key = |rng: &mut Rng| format!("KEYS[{}]", 1 + rng.below(2));
+    let e = |rng: &mut Rng| rng.pick(ELEMENTS).to_owned();
+    let side = |rng: &mut Rng| rng.pick(&["LEFT", "RIGHT"]).to_owned();
+    let words: Vec<String> = match rng.below(24) {
+        0..=2 => vec!["LPUSH".into(), key(rng), e(rng), e(rng)],
+        3..=5 => vec!["RPUSH".into(), key(rng), e(rng)],
+        6 => vec![rng.pick(&["LPUSHX", "RPUSHX"]).into(), key(rng), e(rng), e(rng)],
+        7 | 8 => vec![rng.pick(&["LPOP", "RPOP"]).into(), key(rng)],
+        9 => vec![rng.pick(&["LPOP", "RPOP"]).into(), key(rng), rng.below(4).to_string()],
+        10 | 11 => vec!["RPOPLPUSH".into(), key(rng), key(rng)],
+        12 => vec!["LMOVE".into(), key(rng), key(rng), side(rng), side(rng)],
+        13 | 14 => vec!["LREM".into(), key(rng), (rng.below(5) as i64 - 2).to_string(), e(rng)],
+        15 => vec!["LSET".into(), key(rng), rng.pick(&["0", "-1", "1"]).into(), e(rng)],
+        16 => vec![
+            "LINSERT".into(),
+            key(rng),
+            rng.pick(&["BEFORE", "AFTER"]).into(),
+            e(rng),
+            e(rng),
+        ],
+        17 => vec!["LTRIM".into(), key(rng), rng.below(2).to_string(), "-2".into()],
+        18 => vec!["EXPIRE".into(), key(rng), "1000".into()],
+        19 => vec!["DEL".into(), key(rng)],
+        20 => vec!["LLEN".into(), key(rng)],
+        _ => vec!["LRANGE".into(), key(rng), "0".into(), "-1".into()],
+    };
+    lua_call(&words)
+}
+
+/// What a list holds, read without a working set: its elements, length, encoding and whether
+/// it has a TTL; and its rows, checked: every position inside the bounds, the elements in the
+/// order of their positions, as many as the length says.
+async fn list_state(con: &mut RawResp, sql: &tokio_postgres::Client, key: &str) -> (Value, Value, Value, bool) {
+    let elements = con.command(&["LRANGE", key, "0", "-1"]).await;
+    let len = con.command(&["LLEN", key]).await;
+    let encoding = con.command(&["OBJECT", "ENCODING", key]).await;
+    let ttl = con.command(&["TTL", key]).await;
+    let bounds = sql
+        .query(
+            "SELECT length, list_head, list_tail FROM pgvs3.resp_keys WHERE key = $1",
+            &[&key],
+        )
+        .await
+        .unwrap();
+    let rows = sql
+        .query(
+            "SELECT pos, value FROM pgvs3.resp_list WHERE key = $1 ORDER BY pos",
+            &[&key],
+        )
+        .await
+        .unwrap();
+    let values = Value::Array(
+        rows.iter()
+            .map(|row| Value::Bulk(row.get::<_, Vec<u8>>("value")))
+            .collect(),
+    );
+    assert_eq!(values, elements, "{key}: the rows in the order of their positions");
+    match bounds.first() {
+        None => assert!(rows.is_empty(), "{key}: rows of no key"),
+        Some(bounds) => {
+            let (head, tail): (i64, i64) = (bounds.get("list_head"), bounds.get("list_tail"));
+            assert_eq!(bounds.get::<_, i64>("length"), rows.len() as i64, "{key}: length");
+            for row in &rows {
+                let pos: i64 = row.get("pos");
+                assert!((head..=tail).contains(&pos), "{key}: {pos} outside {head}..={tail}");
+            }
+        }
+    }
+    (
+        elements,
+        len,
+        encoding,
+        matches!(ttl, Value::Int(seconds) if seconds > 0),
+    )
+}
+
+#[tokio::test]
+async fn speculated_list_writes_leave_what_the_calls_leave() {
+    let (speculating, _plain, mut a, mut b) = two_gateways().await;
+    let sql = speculating.sql().await;
+    let seed = seed(0x7157_3939_u64);
+    let mut rng = Rng(seed | 1);
+    let keys = |prefix: &str| -> Vec<String> { vec![format!("{prefix}:l1"), format!("{prefix}:l2")] };
+    let (keys_a, keys_b) = (keys("a"), keys("b"));
+    for keys in [&keys_a, &keys_b] {
+        assert_eq!(
+            b.command(&["RPUSH", &keys[0], "a", "b", "c", "1", "a"]).await,
+            Value::Int(5)
+        );
+        assert_eq!(b.command(&["EXPIRE", &keys[0], "1000"]).await, Value::Int(1));
+    }
+    for round in 0..150 {
+        let calls: Vec<String> = (0..1 + rng.below(10))
+            .map(|_| random_list_write_call(&mut rng))
+            .collect();
+        let script = format!("return {{{}}}", calls.join(", "));
+        let (got, want) = (
+            eval(&mut a, &script, &keys_a).await,
+            eval(&mut b, &script, &keys_b).await,
+        );
+        assert_eq!(got, want, "round {round}: {script}");
+        for (key_a, key_b) in keys_a.iter().zip(&keys_b) {
+            assert_eq!(
+                list_state(&mut b, &sql, key_a).await,
+                list_state(&mut b, &sql, key_b).await,
+                "round {round}: {key_a}; {script}"
+            );
+        }
+        assert_eq!(
+            metric(&speculating, "pgvs3_resp_speculation_misses_total").await,
+            0.0,
+            "round {round}: {script}"
+        );
+    }
+    assert!(metric(&speculating, "pgvs3_resp_speculated_calls_total").await > 100.0);
+    assert_eq!(metric(&speculating, "pgvs3_resp_speculation_misses_total").await, 0.0);
+
+    // A run's list write moves the key's version (which tells another gateway's working set
+    // its value is old), as WATCH sees it; a run whose writes change nothing does not.
+    let key = vec!["a:watched".to_owned()];
+    assert_eq!(b.command(&["RPUSH", &key[0], "a", "b"]).await, Value::Int(2));
+    let change = "return redis.call('RPOPLPUSH', KEYS[1], KEYS[1])";
+    let nothing = "return {redis.call('LREM', KEYS[1], 0, 'z'), redis.call('LPOP', KEYS[1], 0)}";
+    eval(&mut a, "return redis.call('LLEN', KEYS[1])", &key).await;
+    let mut watcher = RawResp::connect(speculating.resp_addr()).await;
+    let version = || async {
+        sql.query_one("SELECT version FROM pgvs3.resp_keys WHERE key = $1", &[&key[0]])
+            .await
+            .unwrap()
+            .get::<_, i64>("version")
+    };
+    for (script, touched) in [(nothing, false), (change, true)] {
+        assert_eq!(
+            watcher.command(&["WATCH", &key[0]]).await,
+            Value::Simple("OK".to_owned())
+        );
+        let speculated = metric(&speculating, "pgvs3_resp_speculated_calls_total").await;
+        let before = version().await;
+        eval(&mut a, script, &key).await;
+        assert_eq!(version().await != before, touched, "{script}: the version");
+        assert!(metric(&speculating, "pgvs3_resp_speculated_calls_total").await > speculated);
+        assert_eq!(watcher.command(&["MULTI"]).await, Value::Simple("OK".to_owned()));
+        assert_eq!(
+            watcher.command(&["LLEN", &key[0]]).await,
+            Value::Simple("QUEUED".to_owned())
+        );
+        let exec = watcher.command(&["EXEC"]).await;
+        assert_eq!(exec == Value::Nil, touched, "{script}: {exec:?}");
+    }
+    assert_eq!(
+        b.command(&["LRANGE", &key[0], "0", "-1"]).await,
+        Value::Array(vec![Value::bulk("b"), Value::bulk("a")])
+    );
+
+    // A key a run makes and empties leaves no row, and its WATCHes still see the write.
+    let key = vec!["a:fleeting".to_owned()];
+    assert_eq!(
+        watcher.command(&["WATCH", &key[0]]).await,
+        Value::Simple("OK".to_owned())
+    );
+    let fleeting = "redis.call('LPUSH', KEYS[1], 'x') return redis.call('RPOP', KEYS[1])";
+    let speculated = metric(&speculating, "pgvs3_resp_speculated_calls_total").await;
+    assert_eq!(eval(&mut a, fleeting, &key).await, Value::bulk("x"));
+    assert!(metric(&speculating, "pgvs3_resp_speculated_calls_total").await >= speculated + 2.0);
+    assert_eq!(watcher.command(&["MULTI"]).await, Value::Simple("OK".to_owned()));
+    assert_eq!(
+        watcher.command(&["EXISTS", &key[0]]).await,
+        Value::Simple("QUEUED".to_owned())
+    );
+    assert_eq!(watcher.command(&["EXEC"]).await, Value::Nil);
+    assert_eq!(b.command(&["EXISTS", &key[0]]).await, Value::Int(0));
+    assert_eq!(metric(&speculating, "pgvs3_resp_speculation_misses_total").await, 0.0);
+}
+
+/// Waits until the gateway counts `n` blocked clients.
+async fn blocked_clients(con: &mut RawResp, n: usize) {
+    let want = format!("blocked_clients:{n}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !matches!(con.command(&["INFO", "clients"]).await,
+                    Value::Bulk(info) if String::from_utf8_lossy(&info).contains(&want))
+    {
+        assert!(std::time::Instant::now() < deadline, "no {want}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_list_a_run_pushes_to_wakes_the_clients_blocked_on_it() {
+    // Blocked clients woken only by NOTIFY: their fallback poll at 60 s.
+    let gateway = TestGateway::with_resp(&["--resp-block-poll", "60s"]).await;
+    let mut con = RawResp::connect(gateway.resp_addr()).await;
+    let mut popping = RawResp::connect(gateway.resp_addr()).await;
+    let mut moving = RawResp::connect(gateway.resp_addr()).await;
+    assert_eq!(con.command(&["RPUSH", "wait", "j1", "j2"]).await, Value::Int(2));
+    let keys = vec!["wait".to_owned(), "queue".to_owned(), "active".to_owned()];
+    // A run loads the lists into the working set (`queue` and `active` known absent).
+    let load = "return {redis.call('LLEN', KEYS[1]), redis.call('LLEN', KEYS[2]), redis.call('LLEN', KEYS[3])}";
+    eval(&mut con, load, &keys).await;
+    popping.send(&common::resp::encode(&[b"BLPOP", b"queue", b"0"])).await;
+    moving
+        .send(&common::resp::encode(&[b"BRPOPLPUSH", b"active", b"done", b"0"]))
+        .await;
+    blocked_clients(&mut con, 2).await;
+    // The pushes are answered from the working set and written set-based at commit.
+    let speculated = metric(&gateway, "pgvs3_resp_speculated_calls_total").await;
+    let run = "return {redis.call('RPUSH', KEYS[2], 'job'), redis.call('RPOPLPUSH', KEYS[1], KEYS[3])}";
+    assert_eq!(
+        eval(&mut con, run, &keys).await,
+        Value::Array(vec![Value::Int(1), Value::bulk("j2")])
+    );
+    assert!(metric(&gateway, "pgvs3_resp_speculated_calls_total").await >= speculated + 2.0);
+    for (client, woken) in [
+        (
+            &mut popping,
+            Value::Array(vec![Value::bulk("queue"), Value::bulk("job")]),
+        ),
+        (&mut moving, Value::bulk("j2")),
+    ] {
+        let reply = tokio::time::timeout(std::time::Duration::from_secs(10), client.reply())
+            .await
+            .expect("the blocked client is woken");
+        assert_eq!(reply, Some(woken));
+    }
+    assert_eq!(
+        con.command(&["LRANGE", "done", "0", "-1"]).await,
+        Value::Array(vec![Value::bulk("j2")])
+    );
+    assert_eq!(con.command(&["EXISTS", "queue", "active"]).await, Value::Int(0));
+    assert_eq!(metric(&gateway, "pgvs3_resp_speculation_misses_total").await, 0.0);
+}
+
+#[tokio::test]
+async fn a_list_element_the_database_no_longer_holds_is_caught_by_the_runs_write() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = RawResp::connect(gateway.resp_addr()).await;
+    let key = vec!["wait".to_owned()];
+    assert_eq!(con.command(&["RPUSH", "wait", "a", "b", "c"]).await, Value::Int(3));
+    eval(&mut con, "return redis.call('LLEN', KEYS[1])", &key).await;
+    // The head element changed underneath without a new version (a hand edit): the run's LPOP,
+    // answered `a` from the working set, goes as one write (pgvs3.resp_list_apply), which
+    // checks the element it deletes, and the run starts over in the database.
+    let sql = gateway.sql().await;
+    sql.execute(
+        "UPDATE pgvs3.resp_list SET value = 'z' WHERE key = 'wait' AND value = 'a'",
+        &[],
+    )
+    .await
+    .unwrap();
+    let pop = "return redis.call('LPOP', KEYS[1])";
+    assert_eq!(eval(&mut con, pop, &key).await, Value::bulk("z"));
+    assert_eq!(metric(&gateway, "pgvs3_resp_speculation_misses_total").await, 1.0);
+    assert_eq!(
+        con.command(&["LRANGE", "wait", "0", "-1"]).await,
+        Value::Array(vec![Value::bulk("b"), Value::bulk("c")])
+    );
+
+    // An element added underneath past the tail, the length and bound following, without a
+    // new version: the elements the run removes are as it found them, but not the list's
+    // length and bounds, which the write checks too.
+    eval(&mut con, "return redis.call('LLEN', KEYS[1])", &key).await;
+    sql.batch_execute(
+        "INSERT INTO pgvs3.resp_list (bucket_id, key, pos, value)
+             SELECT bucket_id, key, list_tail + 1048576, 'd' FROM pgvs3.resp_keys WHERE key = 'wait';
+         UPDATE pgvs3.resp_keys SET length = length + 1, list_tail = list_tail + 1048576 WHERE key = 'wait'",
+    )
+    .await
+    .unwrap();
+    let pop_and_count = "return {redis.call('LPOP', KEYS[1]), redis.call('LLEN', KEYS[1])}";
+    assert_eq!(
+        eval(&mut con, pop_and_count, &key).await,
+        Value::Array(vec![Value::bulk("b"), Value::Int(2)])
+    );
+    assert_eq!(metric(&gateway, "pgvs3_resp_speculation_misses_total").await, 2.0);
+}
+
+#[tokio::test]
+async fn an_lmove_onto_a_key_whose_calls_are_replayed_is_replayed_on_both_sides() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = RawResp::connect(gateway.resp_addr()).await;
+    let keys = vec!["from".to_owned(), "to".to_owned()];
+    assert_eq!(con.command(&["RPUSH", "from", "x", "x", "x"]).await, Value::Int(3));
+    eval(&mut con, "return redis.call('LLEN', KEYS[1])", &keys).await;
+    // `to` is a hash, then no key, then a list within the run: its calls are replayed in
+    // order (another family's owed write), and so is the RPOPLPUSH, whose pop from `from` must
+    // then not be written set-based as well.
+    let run = "return {redis.call('HSET', KEYS[2], 'f', 'v'), redis.call('HDEL', KEYS[2], 'f'), \
+               redis.call('RPOPLPUSH', KEYS[1], KEYS[2])}";
+    let speculated = metric(&gateway, "pgvs3_resp_speculated_calls_total").await;
+    assert_eq!(
+        eval(&mut con, run, &keys).await,
+        Value::Array(vec![Value::Int(1), Value::Int(1), Value::bulk("x")])
+    );
+    assert!(metric(&gateway, "pgvs3_resp_speculated_calls_total").await >= speculated + 3.0);
+    assert_eq!(
+        con.command(&["LRANGE", "from", "0", "-1"]).await,
+        Value::Array(vec![Value::bulk("x"), Value::bulk("x")])
+    );
+    assert_eq!(
+        con.command(&["LRANGE", "to", "0", "-1"]).await,
+        Value::Array(vec![Value::bulk("x")])
+    );
+    assert_eq!(metric(&gateway, "pgvs3_resp_speculation_misses_total").await, 0.0);
+}

@@ -452,6 +452,8 @@ pub struct Speculation<'a> {
     pub zset_writes: Vec<ZsetWrite>,
     /// Streams' changes written set-based, ahead of the calls (see [`StreamWrite`]).
     pub stream_writes: Vec<StreamWrite>,
+    /// Lists' changes written set-based, ahead of the calls (see [`ListWrite`]).
+    pub list_writes: Vec<ListWrite>,
 }
 
 /// What a script run's speculated writes changed of one key's elements, written in one call
@@ -546,6 +548,33 @@ impl StreamWrite {
     }
 }
 
+/// What a script run's speculated pushes, pops, LMOVEs and LREMs changed of one list, written in
+/// one call (`pgvs3.resp_list_apply`, functions/resp_list.sql, which says what each part means)
+/// instead of the calls themselves. Elements go by their positions (`resp_list.pos`). The call
+/// fails the batch with [`StoreError::Mispredicted`](crate::store::StoreError) unless the list
+/// and every element it removes were as the run found them.
+#[derive(Debug, Clone)]
+pub struct ListWrite {
+    pub key: String,
+    pub existed: bool,
+    pub emptied: bool,
+    /// The length and bounds found (those of an absent key: 0 and 0, 0).
+    pub found: (i64, i64, i64),
+    /// The elements found that went, by position, with their values.
+    pub gone: Vec<(i64, Bytes)>,
+    /// The elements pushed that are left, with the positions given them.
+    pub added: Vec<(i64, Bytes)>,
+    /// The length and bounds left (`None`: no key).
+    pub left: Option<(i64, i64, i64)>,
+}
+
+impl ListWrite {
+    /// Whether it writes nothing (pops and removals that found nothing).
+    pub fn is_empty(&self) -> bool {
+        !self.emptied && self.gone.is_empty() && self.added.is_empty()
+    }
+}
+
 /// The statements of [`ElementWrites`]: `$1` the bucket, then its parts in the functions' order.
 pub(super) const HASH_APPLY: &str = "SELECT pgvs3.resp_expect(pgvs3.resp_hash_apply($1, $2, $3, $4, $5, $6, $7,
     $8, $9, $10, $11, $12, $13, $14)) AS kept";
@@ -554,6 +583,9 @@ pub(super) const ZSET_APPLY: &str = "SELECT pgvs3.resp_expect(pgvs3.resp_zset_ap
 /// The statement of a [`StreamWrite`].
 pub(super) const STREAM_APPLY: &str = "SELECT pgvs3.resp_expect(pgvs3.resp_stream_apply($1, $2, $3, $4, $5, $6, $7,
     $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)) AS kept";
+/// The statement of a [`ListWrite`].
+pub(super) const LIST_APPLY: &str = "SELECT pgvs3.resp_expect(pgvs3.resp_list_apply($1, $2, $3, $4, $5, $6, $7,
+    $8, $9, $10, $11, $12, $13, $14)) AS kept";
 
 /// What the calls of a [`Speculation`] answered.
 #[derive(Debug, Default)]

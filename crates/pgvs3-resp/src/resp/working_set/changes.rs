@@ -99,7 +99,7 @@ pub struct Track {
 impl Track {
     /// The families whose writes go set-based.
     pub fn kept(family: Family) -> bool {
-        matches!(family, Family::Hash | Family::Zset | Family::Stream)
+        matches!(family, Family::Hash | Family::Zset | Family::Stream | Family::List)
     }
 
     /// The track of a key whose first write of `family` since the last round trip found it

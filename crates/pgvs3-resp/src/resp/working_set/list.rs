@@ -1,21 +1,32 @@
 //! The working set's lists: what a list key holds, and the calls on it predicted, each row as
-//! `pgvs3.resp_list` (gateway/migrations/functions/resp_list.sql) answers it.
+//! `pgvs3.resp_list` (gateway/migrations/functions/resp_list.sql) answers it; and the set-based
+//! write of a run's calls on one list (`pgvs3.resp_list_apply`).
+//!
+//! Pushes, pops, LMOVE and LREM leave a list's elements of before in their order, less those
+//! removed, between the elements pushed at the head and those pushed at the tail. So a list
+//! keeps each element's position in the database (`resp_list.pos`) and its bounds: the write
+//! deletes the elements removed by position and puts the new ones past the bounds, at their end.
 
 use std::collections::VecDeque;
 
 use bytes::Bytes;
 
 use super::{Known, Value, within_limit};
-use crate::store::{ListOp, Loaded, SqlOp, TypedCall, TypedRow};
+use crate::store::{ListOp, ListWrite, Loaded, SqlOp, TypedCall, TypedRow};
 
-/// Loads a list key (see [`Loaded`]): its elements in order. A live key of another type answers
+/// Loads a list key (see [`Loaded`]): its elements in order, and in `ints` its bounds then the
+/// elements' positions (none when the key has no bounds). A live key of another type answers
 /// `too_large`, so that it is never taken for a list or for no key.
 pub const LOAD: &str = "SELECT k.key IS NOT NULL AS present,
         k.key IS NOT NULL AND coalesce(k.type <> 'l' OR k.length > $3::bigint, true) AS too_large,
         CASE WHEN k.type = 'l' AND k.length <= $3::bigint THEN ARRAY(
             SELECT value FROM pgvs3.resp_list WHERE bucket_id = $1::bigint AND key = $2::text ORDER BY pos LIMIT $3::bigint)
         END AS items,
-        NULL::bytea[] AS vals, NULL::float8[] AS scores, NULL::int8[] AS ints
+        NULL::bytea[] AS vals, NULL::float8[] AS scores,
+        CASE WHEN k.type = 'l' AND k.length <= $3::bigint AND k.list_head IS NOT NULL AND k.list_tail IS NOT NULL
+            THEN ARRAY[k.list_head, k.list_tail] || ARRAY(
+                SELECT pos FROM pgvs3.resp_list WHERE bucket_id = $1::bigint AND key = $2::text ORDER BY pos LIMIT $3::bigint)
+        END AS ints
    FROM (VALUES (1)) AS one
    LEFT JOIN pgvs3.resp_keys k
      ON k.bucket_id = $1::bigint AND k.key = $2::text AND (k.expires_at IS NULL OR k.expires_at > pgvs3.resp_now())";
@@ -23,12 +34,36 @@ pub const LOAD: &str = "SELECT k.key IS NOT NULL AS present,
 /// About the memory an element takes besides its bytes.
 const ELEMENT_BYTES: usize = 48;
 
-/// A list's elements, head first; never empty (an emptied list is no key).
+/// The distance between two elements a push puts (`pgvs3.resp_list_push`'s).
+const STEP: i64 = 1 << 20;
+
+/// What the database holds of a list as the run last wrote or loaded it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Stored {
+    /// No key.
+    Absent,
+    /// The key's length and bounds.
+    Row { len: i64, head: i64, tail: i64 },
+    /// Not known: its calls were sent as they are (a LINSERT among them may renumber a list),
+    /// or it was loaded without bounds. Its writes go as the calls until it is loaded again.
+    Unknown,
+}
+
+/// A list's elements, head first. Empty only when the run emptied it: it is then no key to
+/// the calls, and is held for the elements its write deletes.
 #[derive(Debug, Clone)]
 pub struct List {
-    elements: VecDeque<Bytes>,
+    /// Each element with its position in the database, `None` for one pushed since the list
+    /// was last written there.
+    elements: VecDeque<(Option<i64>, Bytes)>,
     /// The elements' bytes, kept as they change.
     data: usize,
+    stored: Stored,
+    /// The elements of `stored` removed since, by position, with their values.
+    gone: Vec<(i64, Bytes)>,
+    /// Whether a call removed its last element since (even one LMOVE brought back onto the
+    /// list: `pgvs3.resp_list` deletes the key between its pop and its push).
+    emptied: bool,
 }
 
 impl List {
@@ -38,9 +73,23 @@ impl List {
             return None;
         }
         let data = loaded.items.iter().map(Bytes::len).sum();
+        let (stored, positions): (Stored, Vec<Option<i64>>) = match loaded.ints[..] {
+            [head, tail, ref positions @ ..] if positions.len() == loaded.items.len() => (
+                Stored::Row {
+                    len: loaded.items.len() as i64,
+                    head,
+                    tail,
+                },
+                positions.iter().copied().map(Some).collect(),
+            ),
+            _ => (Stored::Unknown, vec![None; loaded.items.len()]),
+        };
         Some(List {
-            elements: loaded.items.into(),
+            elements: positions.into_iter().zip(loaded.items).collect(),
             data,
+            stored,
+            gone: Vec::new(),
+            emptied: false,
         })
     }
 
@@ -52,7 +101,21 @@ impl List {
         List {
             elements: VecDeque::new(),
             data: 0,
+            stored: Stored::Absent,
+            gone: Vec::new(),
+            emptied: false,
         }
+    }
+
+    /// Whether the run emptied it (it is no key).
+    pub fn is_empty(&self) -> bool {
+        self.elements.is_empty()
+    }
+
+    /// Whether the working set may keep it past its run: it has elements, and their positions
+    /// are the database's, or are those its write gives them.
+    pub fn placed(&self) -> bool {
+        !self.is_empty() && self.stored != Stored::Unknown
     }
 
     fn len(&self) -> i64 {
@@ -62,18 +125,27 @@ impl List {
     fn push(&mut self, left: bool, element: Bytes) {
         self.data += element.len();
         match left {
-            true => self.elements.push_front(element),
-            false => self.elements.push_back(element),
+            true => self.elements.push_front((None, element)),
+            false => self.elements.push_back((None, element)),
         }
     }
 
     fn pop(&mut self, left: bool) -> Option<Bytes> {
-        let element = match left {
+        let (pos, element) = match left {
             true => self.elements.pop_front(),
             false => self.elements.pop_back(),
         }?;
-        self.data -= element.len();
+        self.removed(pos, &element);
+        self.emptied |= self.elements.is_empty();
         Some(element)
+    }
+
+    /// `element`, at `pos` (`None`: pushed since the last write), went.
+    fn removed(&mut self, pos: Option<i64>, element: &Bytes) {
+        self.data -= element.len();
+        if let Some(pos) = pos {
+            self.gone.push((pos, element.clone()));
+        }
     }
 
     /// The element at `index` (negative: from the tail), as `pgvs3.resp_list_at` finds it.
@@ -84,7 +156,94 @@ impl List {
             // OFFSET -idx - 1 from the tail.
             _ => self.len() - 1 - index.checked_neg().ok_or(())?.checked_sub(1).ok_or(())?,
         };
-        Ok(usize::try_from(from_head).ok().and_then(|at| self.elements.get(at)))
+        Ok(usize::try_from(from_head)
+            .ok()
+            .and_then(|at| self.elements.get(at))
+            .map(|(_, element)| element))
+    }
+
+    /// The set-based write of the calls on the list since it was last written (see
+    /// [`ListWrite`]), the key holding a list when they began (`existed`). The elements pushed at the head go below the head bound
+    /// found, the nearest first; the others (all of them when none of before is left) above
+    /// the tail bound. `None` when it cannot be written so (positions unknown, or past the
+    /// bigint range): the calls go as they are, and the list calls [`List::unplace`].
+    pub fn write(&self, key: &str, existed: bool) -> Option<ListWrite> {
+        let (len, head, tail) = match (self.stored, existed) {
+            (Stored::Row { len, head, tail }, true) => (len, head, tail),
+            (Stored::Absent, false) => (0, 0, 0),
+            _ => return None,
+        };
+        let first = self.elements.iter().position(|(pos, _)| pos.is_some());
+        let last = self.elements.iter().rposition(|(pos, _)| pos.is_some());
+        let (before, after) = match (first, last) {
+            (Some(first), Some(last)) => (first, last + 1),
+            _ => (0, 0),
+        };
+        let mut added = Vec::new();
+        for (at, (_, element)) in self.elements.iter().enumerate() {
+            let pos = match at {
+                _ if at < before => head.checked_sub(i64::try_from(before - at).ok()?.checked_mul(STEP)?)?,
+                _ if at >= after => tail.checked_add(i64::try_from(at - after + 1).ok()?.checked_mul(STEP)?)?,
+                _ => continue,
+            };
+            added.push((pos, element.clone()));
+        }
+        // An end pushed since is the first or the last element added.
+        let left = match (self.elements.front(), self.elements.back()) {
+            (Some((front, _)), Some((back, _))) => Some((
+                self.len(),
+                front.or(added.first().map(|(pos, _)| *pos))?,
+                back.or(added.last().map(|(pos, _)| *pos))?,
+            )),
+            _ => None,
+        };
+        Some(ListWrite {
+            key: key.to_owned(),
+            existed,
+            emptied: self.emptied,
+            found: (len, head, tail),
+            gone: self.gone.clone(),
+            added,
+            left,
+        })
+    }
+
+    /// The database holds `write` now: the elements pushed have their positions. (A write of
+    /// nothing is not sent: the database keeps the bounds found.)
+    pub fn wrote(&mut self, write: &ListWrite) {
+        if write.is_empty() {
+            return;
+        }
+        let mut positions = write.added.iter().map(|(pos, _)| *pos);
+        for (pos, _) in self.elements.iter_mut().filter(|(pos, _)| pos.is_none()) {
+            *pos = positions.next();
+        }
+        self.stored = match write.left {
+            Some((len, head, tail)) => Stored::Row { len, head, tail },
+            None => Stored::Absent,
+        };
+        self.gone.clear();
+        self.emptied = false;
+    }
+
+    /// The calls went as they are: the positions are the database's to give.
+    pub fn unplace(&mut self) {
+        self.stored = Stored::Unknown;
+        self.gone.clear();
+        self.emptied = false;
+    }
+}
+
+/// The write of calls on a list key that is absent (they found it absent and left it so).
+pub fn nothing(key: &str) -> ListWrite {
+    ListWrite {
+        key: key.to_owned(),
+        existed: false,
+        emptied: false,
+        found: (0, 0, 0),
+        gone: Vec::new(),
+        added: Vec::new(),
+        left: None,
     }
 }
 
@@ -120,17 +279,22 @@ pub fn predict(call: &TypedCall, known: &mut Known) -> Option<TypedRow> {
         return None;
     };
     let entry = known.get_mut(key)?;
+    // An emptied list is no key to the calls (`pgvs3.resp_list_shrink` deleted it), but a push
+    // goes on with it, so that its write deletes what it held.
     let list = match entry {
         None => None,
-        Some(Value::List(list)) => Some(list),
+        Some(Value::List(list)) => Some(list).filter(|list| !list.is_empty()),
         Some(_) => return None,
     };
     let row = match (op, list) {
         (ListOp::Lpush | ListOp::Rpush, None) if !call.args.is_empty() => {
-            let mut list = List::new();
-            let n = push(&mut list, op == ListOp::Lpush, &call.args);
-            *entry = Some(Value::List(list));
-            int(n)
+            if !matches!(entry, Some(Value::List(_))) {
+                *entry = Some(Value::List(List::new()));
+            }
+            let Some(Value::List(list)) = entry else {
+                unreachable!("a list was put there");
+            };
+            int(push(list, op == ListOp::Lpush, &call.args))
         }
         (ListOp::Lpushx | ListOp::Rpushx, None) => int(0),
         (ListOp::Lpush | ListOp::Lpushx, Some(list)) if !call.args.is_empty() => int(push(list, true, &call.args)),
@@ -153,10 +317,6 @@ pub fn predict(call: &TypedCall, known: &mut Known) -> Option<TypedRow> {
         (ListOp::Lrem, Some(list)) => lrem(call, list)?,
         _ => return None,
     };
-    if matches!(entry, Some(Value::List(list)) if list.elements.is_empty()) {
-        // `pgvs3.resp_list_shrink` deletes an emptied list.
-        *entry = None;
-    }
     Some(row)
 }
 
@@ -178,8 +338,19 @@ fn pop(call: &TypedCall, list: &mut List, left: bool) -> Option<TypedRow> {
         Some(count) => usize::try_from(count).ok()?.min(list.elements.len()),
     };
     let popped: Vec<Option<Bytes>> = match left {
-        true => list.elements.iter().take(take).cloned().map(Some).collect(),
-        false => list.elements.iter().rev().take(take).cloned().map(Some).collect(),
+        true => list
+            .elements
+            .iter()
+            .take(take)
+            .map(|(_, element)| Some(element.clone()))
+            .collect(),
+        false => list
+            .elements
+            .iter()
+            .rev()
+            .take(take)
+            .map(|(_, element)| Some(element.clone()))
+            .collect(),
     };
     if !within_limit(call, &popped) {
         return None;
@@ -211,8 +382,7 @@ fn lrange(call: &TypedCall, list: &List) -> Option<TypedRow> {
         .iter()
         .skip(usize::try_from(first).unwrap_or(usize::MAX))
         .take(usize::try_from(count).unwrap_or(usize::MAX))
-        .cloned()
-        .map(Some)
+        .map(|(_, element)| Some(element.clone()))
         .collect();
     within_limit(call, &range).then(|| items(None, range))
 }
@@ -234,18 +404,20 @@ fn lrem(call: &TypedCall, list: &mut List) -> Option<TypedRow> {
     let mut removed = 0;
     for at in (0..len)
         .map(scanned)
-        .filter(|at| list.elements[*at] == element)
+        .filter(|at| list.elements[*at].1 == element)
         .take(most)
     {
         gone[at] = true;
         removed += 1;
     }
-    let mut at = 0;
-    list.elements.retain(|_| {
-        at += 1;
-        !gone[at - 1]
-    });
-    list.data -= removed * element.len();
+    let kept = std::mem::take(&mut list.elements);
+    for ((pos, value), gone) in kept.into_iter().zip(gone) {
+        match gone {
+            true => list.removed(pos, &value),
+            false => list.elements.push_back((pos, value)),
+        }
+    }
+    list.emptied |= list.elements.is_empty();
     Some(int(removed as i64))
 }
 
@@ -262,11 +434,17 @@ fn lmove(call: &TypedCall, known: &mut Known) -> Option<TypedRow> {
     let (from_head, to_head) = (from == 1, to == 1);
     let element = match known.get(source)? {
         None => return Some(nil()),
-        Some(Value::List(list)) => match from_head {
-            true => list.elements.front(),
-            false => list.elements.back(),
-        }?
-        .clone(),
+        Some(Value::List(list)) => {
+            let end = match from_head {
+                true => list.elements.front(),
+                false => list.elements.back(),
+            };
+            // An emptied source is no key.
+            let Some((_, element)) = end else {
+                return Some(nil());
+            };
+            element.clone()
+        }
         Some(_) => return None,
     };
     if source != destination && !matches!(known.get(destination)?, None | Some(Value::List(_))) {
@@ -278,9 +456,6 @@ fn lmove(call: &TypedCall, known: &mut Known) -> Option<TypedRow> {
     }
     if let Some(Some(Value::List(list))) = known.get_mut(source) {
         list.pop(from_head);
-        if list.elements.is_empty() && source != destination {
-            known.insert(source.clone(), None);
-        }
     }
     match known.get_mut(destination) {
         Some(Some(Value::List(list))) => list.push(to_head, element),
@@ -312,12 +487,14 @@ mod tests {
     fn elements(known: &Known, key: &str) -> Option<Vec<String>> {
         match known.get(key).expect("a known key") {
             None => None,
+            Some(Value::List(list)) if list.is_empty() => None,
             Some(Value::List(list)) => {
-                assert_eq!(list.data, list.elements.iter().map(Bytes::len).sum::<usize>());
+                let data: usize = list.elements.iter().map(|(_, element)| element.len()).sum();
+                assert_eq!(list.data, data);
                 Some(
                     list.elements
                         .iter()
-                        .map(|element| String::from_utf8_lossy(element).into_owned())
+                        .map(|(_, element)| String::from_utf8_lossy(element).into_owned())
                         .collect(),
                 )
             }
@@ -558,6 +735,99 @@ mod tests {
             strings(&predict(&pop, &mut known).expect("within")),
             some(&["0123456789abcdef"])
         );
+    }
+
+    /// A list of `elements` loaded with positions `STEP` apart from 0, its bounds at its ends.
+    fn placed(elements: &[&str]) -> Option<Value> {
+        let positions = (0..elements.len() as i64).map(|at| at * STEP);
+        let loaded = Loaded {
+            present: true,
+            items: elements
+                .iter()
+                .map(|element| Bytes::copy_from_slice(element.as_bytes()))
+                .collect(),
+            ints: [0, (elements.len() as i64 - 1) * STEP]
+                .into_iter()
+                .chain(positions)
+                .collect(),
+            ..Default::default()
+        };
+        Some(Value::List(List::from_loaded(loaded).expect("a list")))
+    }
+
+    fn write(known: &mut Known, key: &str, existed: bool) -> ListWrite {
+        let Some(Some(Value::List(list))) = known.get_mut(key) else {
+            panic!("{key} is a list");
+        };
+        let write = list.write(key, existed).expect("written set-based");
+        list.wrote(&write);
+        write
+    }
+
+    fn b(text: &str) -> Bytes {
+        Bytes::copy_from_slice(text.as_bytes())
+    }
+
+    #[test]
+    fn a_write_deletes_what_went_and_puts_pushes_past_the_bounds_at_their_end() {
+        let mut known = known(&[("l", placed(&["a", "b", "c"])), ("new", None)]);
+        predicted(&mut known, &["lpush", "l", "x", "y"]);
+        predicted(&mut known, &["rpop", "l"]);
+        predicted(&mut known, &["lrem", "l", "1", "b"]);
+        predicted(&mut known, &["rpush", "l", "z", "w"]);
+        predicted(&mut known, &["rpoplpush", "l", "new"]);
+        assert_eq!(elements(&known, "l"), owned(&["y", "x", "a", "z"]));
+        let written = write(&mut known, "l", true);
+        assert_eq!(written.found, (3, 0, 2 * STEP));
+        assert_eq!(written.gone, vec![(2 * STEP, b("c")), (STEP, b("b"))]);
+        assert_eq!(
+            written.added,
+            vec![(-2 * STEP, b("y")), (-STEP, b("x")), (3 * STEP, b("z"))]
+        );
+        assert_eq!(written.left, Some((4, -2 * STEP, 3 * STEP)));
+        // A new list starts around 0; the next write starts from what this one left. With
+        // none of the elements of before left, the pushes all go past the tail.
+        let made = write(&mut known, "new", false);
+        assert_eq!(
+            (made.found, made.added, made.left),
+            ((0, 0, 0), vec![(STEP, b("w"))], Some((1, STEP, STEP)))
+        );
+        predicted(&mut known, &["lpop", "l", "4"]);
+        predicted(&mut known, &["lpush", "l", "v"]);
+        let emptied = write(&mut known, "l", true);
+        assert!(emptied.emptied);
+        assert_eq!(emptied.found, (4, -2 * STEP, 3 * STEP));
+        assert_eq!(emptied.gone.len(), 4);
+        assert_eq!(
+            (emptied.added, emptied.left),
+            (vec![(4 * STEP, b("v"))], Some((1, 4 * STEP, 4 * STEP)))
+        );
+        predicted(&mut known, &["rpop", "l"]);
+        let emptied = write(&mut known, "l", true);
+        assert!(emptied.emptied);
+        assert_eq!(
+            (emptied.found, emptied.gone.len(), emptied.left),
+            ((1, 4 * STEP, 4 * STEP), 1, None)
+        );
+    }
+
+    #[test]
+    fn an_only_element_moved_onto_its_list_empties_it_as_the_function_does() {
+        let mut known = known(&[("one", placed(&["x"]))]);
+        predicted(&mut known, &["rpoplpush", "one", "one"]);
+        let written = write(&mut known, "one", true);
+        assert!(written.emptied);
+        assert_eq!((written.gone, written.added), (vec![(0, b("x"))], vec![(STEP, b("x"))]));
+    }
+
+    #[test]
+    fn a_list_whose_positions_are_unknown_goes_as_the_calls() {
+        let mut known = known(&[("l", list(&["a"]))]);
+        predicted(&mut known, &["rpush", "l", "b"]);
+        let Some(Some(Value::List(list))) = known.get("l") else {
+            unreachable!()
+        };
+        assert!(list.write("l", true).is_none() && !list.placed());
     }
 
     #[test]

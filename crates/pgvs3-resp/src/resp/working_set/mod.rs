@@ -91,12 +91,20 @@ impl Value {
 
     /// Whether the working set keeps the value past its run. A stream made within the run is
     /// not: its node size was never loaded, so its nodes are unknown from its second entry and
-    /// its writes could not go set-based; the next run loads it instead, nodes and all.
+    /// its writes could not go set-based; the next run loads it instead, nodes and all. Nor is
+    /// a list whose elements' positions are not known (list.rs).
     pub fn kept(&self) -> bool {
         match self {
             Value::Stream(stream) => stream.sized(),
+            Value::List(list) => list.placed(),
             _ => true,
         }
+    }
+
+    /// Whether it is no key to the calls: a list the run emptied, held until its write is
+    /// sent (list.rs).
+    pub fn is_void(&self) -> bool {
+        matches!(self, Value::List(list) if list.is_empty())
     }
 
     /// About the memory the value takes (its elements' bytes and some per element).
@@ -112,7 +120,8 @@ impl Value {
 }
 
 /// The row `call` will answer, predicted from the values in `known`, whose entries it then
-/// changes as the call will (a key the call empties becomes `None`). `None`: not predicted,
+/// changes as the call will (a key the call empties becomes `None`, or a void list:
+/// [`Value::is_void`]). `None`: not predicted,
 /// and `known` is left as it was. `now` is the batch's clock (a stream's new IDs).
 pub fn predict(call: &TypedCall, known: &mut Known, now: SystemTime) -> Option<TypedRow> {
     match call.family() {

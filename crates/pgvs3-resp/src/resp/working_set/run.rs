@@ -5,12 +5,12 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use super::changes::Track;
-use super::{Known, Value, WorkingSet, family_type, predict};
+use super::{Known, Value, WorkingSet, family_type, list, predict};
 use crate::resp::codec::Reply;
 use crate::resp::typed::Typed;
 use crate::store::{
-    Family, HashWrite, KvBatch, KvValue, Speculation, StoreError, StoreResult, StreamWrite, TypedCall, TypedRow,
-    ZsetWrite,
+    Family, HashWrite, KvBatch, KvValue, ListWrite, Speculation, StoreError, StoreResult, StreamWrite, TypedCall,
+    TypedRow, ZsetWrite,
 };
 
 /// The most elements of one key a run loads into the working set.
@@ -73,19 +73,18 @@ impl RunSet {
         if typed.blocking.is_none() {
             self.learn(batch, &call.keys, stale);
             let tracked = Track::kept(call.family()) && call.writes();
-            let present = |known: &Known| {
-                call.keys
-                    .first()
-                    .is_some_and(|key| matches!(known.get(key), Some(Some(_))))
-            };
-            let was_present = present(&self.known);
+            let present = |known: &Known, key: &String| matches!(known.get(key), Some(Some(value)) if !value.is_void());
+            // Each key the call writes to (LMOVE's two).
+            let was_present: Vec<bool> = call.keys.iter().map(|key| present(&self.known, key)).collect();
             if let Some(row) = predict(call, &mut self.known, batch.now) {
-                if tracked && let Some(key) = call.keys.first() {
-                    let track = self
-                        .tracks
-                        .entry(key.clone())
-                        .or_insert(Track::new(call.family(), was_present));
-                    track.note(was_present, present(&self.known));
+                if tracked {
+                    for (key, was_present) in call.keys.iter().zip(was_present) {
+                        let track = self
+                            .tracks
+                            .entry(key.clone())
+                            .or_insert(Track::new(call.family(), was_present));
+                        track.note(was_present, present(&self.known, key));
+                    }
                 }
                 self.pending.push((call.clone(), row.clone()));
                 return Ok(typed.reply(row));
@@ -175,7 +174,10 @@ impl RunSet {
             sent => sent?,
         };
         for (key, version) in sent.versions {
-            if let Some(Some(value)) = self.known.remove(&key) {
+            // A list whose write went as the calls is not kept (its positions unknown).
+            if let Some(Some(value)) = self.known.remove(&key)
+                && value.kept()
+            {
                 self.set.put(self.bucket, key, version, value);
             }
         }
@@ -189,11 +191,12 @@ impl RunSet {
     /// nothing for a later call to depend on. (Replaying them was a third of a BullMQ job's
     /// calls, each a function's run inside the queue keys' locks.)
     ///
-    /// A hash's, sorted set's or stream's owed writes go as one set-based write of what they
-    /// changed (`changes.rs`, `stream.rs`), ahead of the other calls, when no owed call of
-    /// another family writes to its key (a key can change type within a run: then the calls
-    /// keep their order) and the run still holds its value (and a stream's nodes); else as the
-    /// calls.
+    /// A hash's, sorted set's, stream's or list's owed writes go as one set-based write of what
+    /// they changed (`changes.rs`, `stream.rs`, `list.rs`), ahead of the other calls, when no
+    /// owed call of another family writes to its key (a key can change type within a run: then
+    /// the calls keep their order) and the run still holds its value (and a stream's nodes, a
+    /// list's positions); else as the calls. A call is left out when all its keys (LMOVE's
+    /// two) are written so.
     async fn send(
         &mut self,
         batch: &mut KvBatch,
@@ -204,16 +207,21 @@ impl RunSet {
     ) -> StoreResult<crate::store::Speculated> {
         let pending = std::mem::take(&mut self.pending);
         let answered = pending.len() as u64;
+        // Before element_writes, which drains the tracks.
+        let list_writes = self.list_writes(&pending);
         let (hash_writes, zset_writes, stream_writes) = self.element_writes(&pending);
         let written: HashSet<String> = hash_writes
             .iter()
             .map(|write| write.key.clone())
             .chain(zset_writes.iter().map(|write| write.key.clone()))
             .chain(stream_writes.iter().map(|write| write.key.clone()))
+            .chain(list_writes.iter().map(|write| write.key.clone()))
             .collect();
         let owed: Vec<&(TypedCall, TypedRow)> = pending
             .iter()
-            .filter(|(call, _)| call.writes() && !(Track::kept(call.family()) && written.contains(&call.keys[0])))
+            .filter(|(call, _)| {
+                call.writes() && !(Track::kept(call.family()) && call.keys.iter().all(|key| written.contains(key)))
+            })
             .collect();
         let calls: Vec<&TypedCall> = owed.iter().map(|(call, _)| call).chain(call).collect();
         let speculation = Speculation {
@@ -224,6 +232,7 @@ impl RunSet {
             hash_writes: hash_writes.into_iter().filter(|write| !write.is_empty()).collect(),
             zset_writes: zset_writes.into_iter().filter(|write| !write.is_empty()).collect(),
             stream_writes: stream_writes.into_iter().filter(|write| !write.is_empty()).collect(),
+            list_writes: list_writes.into_iter().filter(|write| !write.is_empty()).collect(),
         };
         let mut sent = batch.typed_speculated(&calls, &speculation, commit).await?;
         self.confirmed += answered;
@@ -259,5 +268,55 @@ impl RunSet {
             }
         }
         (hashes, zsets, streams)
+    }
+
+    /// The set-based writes of the lists the `pending` calls write to (see [`RunSet::send`]).
+    /// The two lists of an LMOVE go set-based together or not at all (its call is sent whole).
+    /// A list whose writes go as the calls forgets its positions; one emptied is no key now.
+    fn list_writes(&mut self, pending: &[(TypedCall, TypedRow)]) -> Vec<ListWrite> {
+        let mut writes: HashMap<String, Option<ListWrite>> = HashMap::new();
+        for (key, track) in &self.tracks {
+            let shared = pending
+                .iter()
+                .any(|(call, _)| call.writes() && call.family() != track.family && call.keys.contains(key));
+            let write = match (self.known.get(key), track.family) {
+                (Some(Some(Value::List(list))), Family::List) if !shared => list.write(key, track.existed()),
+                (Some(None), Family::List) if !shared && !track.existed() => Some(list::nothing(key)),
+                (Some(Some(Value::List(_))), _) | (_, Family::List) => None,
+                _ => continue,
+            };
+            writes.insert(key.clone(), write);
+        }
+        let moves: Vec<&[String]> = pending
+            .iter()
+            .filter(|(call, _)| call.family() == Family::List && call.keys.len() > 1)
+            .map(|(call, _)| &call.keys[..])
+            .collect();
+        let unwritten =
+            |writes: &HashMap<String, Option<ListWrite>>, key: &String| !matches!(writes.get(key), Some(Some(_)));
+        while let Some(key) = moves
+            .iter()
+            .filter(|keys| keys.iter().any(|key| unwritten(&writes, key)))
+            .flat_map(|keys| keys.iter())
+            .find(|key| !unwritten(&writes, key))
+        {
+            writes.insert(key.clone(), None);
+        }
+        let mut sent = Vec::new();
+        for (key, write) in writes {
+            let Some(Some(Value::List(list))) = self.known.get_mut(&key) else {
+                sent.extend(write);
+                continue;
+            };
+            match &write {
+                Some(write) => list.wrote(write),
+                None => list.unplace(),
+            }
+            if list.is_empty() {
+                self.known.insert(key, None);
+            }
+            sent.extend(write);
+        }
+        sent
     }
 }

@@ -15,8 +15,8 @@ use crate::store::chunks::Chunker;
 use crate::store::key_probes::rows_of_keys;
 use crate::store::objects::INLINE_LIMIT;
 use crate::store::types::{
-    ElementWrites, HASH_APPLY, Loaded, STREAM_APPLY, Speculated, Speculation, StreamNode, StreamWrite, TypedCall,
-    ZSET_APPLY,
+    ElementWrites, HASH_APPLY, LIST_APPLY, ListWrite, Loaded, STREAM_APPLY, Speculated, Speculation, StreamNode,
+    StreamWrite, TypedCall, ZSET_APPLY,
 };
 use crate::store::{BucketInfo, StoreError, StoreResult};
 
@@ -86,6 +86,7 @@ impl KvBatch {
                     .chain(speculation.hash_writes.iter().map(|write| &write.key))
                     .chain(speculation.zset_writes.iter().map(|write| &write.key))
                     .chain(speculation.stream_writes.iter().map(|write| &write.key))
+                    .chain(speculation.list_writes.iter().map(|write| &write.key))
                     .map(String::as_str)
                     .collect();
                 Some((
@@ -109,6 +110,10 @@ impl KvBatch {
         let stream_apply = match speculation.stream_writes.is_empty() {
             true => None,
             false => Some(client.prepare_cached(STREAM_APPLY).await?),
+        };
+        let list_apply = match speculation.list_writes.is_empty() {
+            true => None,
+            false => Some(client.prepare_cached(LIST_APPLY).await?),
         };
         // Sent in this order on the first poll, so in one round trip with the calls.
         let before = async {
@@ -147,7 +152,20 @@ impl KvBatch {
                 let statement = stream_apply.as_ref().expect("prepared for stream writes");
                 send_stream_write(client, statement, id, write)
             }));
-            futures::try_join!(begin, changes, expired, hash_writes, zset_writes, stream_writes).map(drop)
+            let list_writes = futures::future::try_join_all(speculation.list_writes.iter().map(|write| {
+                let statement = list_apply.as_ref().expect("prepared for list writes");
+                send_list_write(client, statement, id, write)
+            }));
+            futures::try_join!(
+                begin,
+                changes,
+                expired,
+                hash_writes,
+                zset_writes,
+                stream_writes,
+                list_writes
+            )
+            .map(drop)
         };
         // The loads and versions a working set asked for, prepared first so that they go out
         // in the same round trip, after the calls.
@@ -781,6 +799,41 @@ async fn send_stream_write(
         &node_was,
         &node_now,
         &write.node_size,
+    ];
+    client.query_one(statement, &params).await.map(drop)
+}
+
+/// Sends one list's set-based write (see [`ListWrite`]).
+async fn send_list_write(
+    client: &deadpool_postgres::Object,
+    statement: &tokio_postgres::Statement,
+    bucket: i64,
+    write: &ListWrite,
+) -> Result<(), tokio_postgres::Error> {
+    let (found_len, found_head, found_tail) = write.found;
+    let (gone_pos, gone_values): (Vec<i64>, Vec<&[u8]>) =
+        write.gone.iter().map(|(pos, value)| (*pos, &value[..])).unzip();
+    let (added_pos, added_values): (Vec<i64>, Vec<&[u8]>) =
+        write.added.iter().map(|(pos, value)| (*pos, &value[..])).unzip();
+    let (len, head, tail) = match write.left {
+        Some((len, head, tail)) => (len, Some(head), Some(tail)),
+        None => (0, None, None),
+    };
+    let params: [&(dyn ToSql + Sync); 14] = [
+        &bucket,
+        &write.key,
+        &write.existed,
+        &write.emptied,
+        &found_len,
+        &found_head,
+        &found_tail,
+        &gone_pos,
+        &gone_values,
+        &added_pos,
+        &added_values,
+        &len,
+        &head,
+        &tail,
     ];
     client.query_one(statement, &params).await.map(drop)
 }
