@@ -2776,8 +2776,20 @@ BEGIN
              LIMIT CASE WHEN ints[2] IS NULL THEN 1 WHEN ints[2] > 0 THEN ints[2] END) found;
     WHEN 'lmove' THEN
         -- ints: {1: pop from the source's head, 1: push at the destination's head}.
-        vals := pgvs3.resp_list_pop(b, k, ints[1] = 1, 1);
-        PERFORM pgvs3.resp_list_push(b, ks[2], ints[2] = 1, vals);
+        IF ks[2] = k AND len = 1 THEN
+            -- A list's only element goes and comes back: the list stays, its TTL with it, as in
+            -- Redis, whose LMOVE pushes before it looks whether the source emptied (a pop here
+            -- would delete the key, and the push make a new one without the TTL). Its version
+            -- moves, as the pop and the push would move it.
+            vals := ARRAY(SELECT value FROM pgvs3.resp_list
+                           WHERE bucket_id = b AND key = k
+                             AND pos >= (SELECT list_head FROM pgvs3.resp_keys WHERE bucket_id = b AND key = k)
+                           ORDER BY pos LIMIT 1);
+            UPDATE pgvs3.resp_keys SET version = nextval('pgvs3.resp_key_versions') WHERE bucket_id = b AND key = k;
+        ELSE
+            vals := pgvs3.resp_list_pop(b, k, ints[1] = 1, 1);
+            PERFORM pgvs3.resp_list_push(b, ks[2], ints[2] = 1, vals);
+        END IF;
         items := vals;
     END CASE;
 END $$;

@@ -7,7 +7,7 @@ use pgvs3_testkit as common;
 use std::time::Duration;
 
 use common::TestGateway;
-use common::resp::live::LiveRedis;
+use common::resp::live::{LiveRedis, same_replies};
 use common::resp::{RawResp, Value, encode};
 use redis_rs::{connect, error, query};
 
@@ -741,6 +741,35 @@ async fn sorted_set_commands_answer_as_redis() {
         let mut con = con.clone();
         async move { (query::<i64>(&mut con, &["ZCARD", "z"]).await == 0).then_some(()) }
     })
+    .await;
+}
+
+/// LMOVE (RPOPLPUSH) of a list's only element onto itself leaves the list as it was, its TTL
+/// included, as in Redis, whose LMOVE pushes before it looks whether the source emptied; the pop
+/// deleted the key, and the push made a new one without the TTL. As commands, and from a script
+/// (whose write goes set-based). Compared live.
+#[tokio::test]
+async fn an_lmove_of_a_lists_only_element_onto_itself_keeps_its_ttl() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let redis = LiveRedis::start().await;
+    let mut ours = RawResp::connect(gateway.resp_addr()).await;
+    let mut theirs = redis.connect().await;
+    let script = "return redis.call('RPOPLPUSH', KEYS[1], KEYS[1])";
+    same_replies(
+        &mut ours,
+        &mut theirs,
+        &[
+            &["RPUSH", "l", "a"],
+            &["EXPIREAT", "l", "4102444800"],
+            &["RPOPLPUSH", "l", "l"],
+            &["EXPIRETIME", "l"],
+            &["LMOVE", "l", "l", "LEFT", "RIGHT"],
+            &["EXPIRETIME", "l"],
+            &["EVAL", script, "1", "l"],
+            &["EXPIRETIME", "l"],
+            &["LRANGE", "l", "0", "-1"],
+        ],
+    )
     .await;
 }
 

@@ -455,7 +455,13 @@ fn lmove(call: &TypedCall, known: &mut Known) -> Option<TypedRow> {
         return None;
     }
     if let Some(Some(Value::List(list))) = known.get_mut(source) {
+        let emptied = list.emptied;
         list.pop(from_head);
+        // Onto itself its element comes back, and the list stays (its TTL too): Redis's LMOVE
+        // pushes before it looks whether the source emptied.
+        if source == destination {
+            list.emptied = emptied;
+        }
     }
     match known.get_mut(destination) {
         Some(Some(Value::List(list))) => list.push(to_head, element),
