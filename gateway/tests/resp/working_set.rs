@@ -805,7 +805,9 @@ async fn speculated_hash_writes_leave_what_the_calls_leave() {
 
 #[tokio::test]
 async fn a_sorted_set_a_run_makes_wakes_the_client_blocked_on_it() {
-    let gateway = TestGateway::with_resp(&[]).await;
+    // A long block poll: only a notification can wake the pop within the reply's bound (the
+    // default poll would wake it without one).
+    let gateway = TestGateway::with_resp(&["--resp-block-poll", "60s"]).await;
     let mut con = RawResp::connect(gateway.resp_addr()).await;
     let mut blocked = RawResp::connect(gateway.resp_addr()).await;
     blocked
