@@ -25,6 +25,8 @@ pub struct Metrics {
     pub resp_output_limit_closed: IntCounter,
     pub resp_speculated_calls: IntCounter,
     pub resp_speculation_misses: IntCounter,
+    pub resp_script_batches: IntCounter,
+    pub resp_batched_scripts: IntCounter,
     pub replication_lag_seconds: Gauge,
     pub admission_active: IntGaugeVec,
     pub admission_waiting: IntGaugeVec,
@@ -51,6 +53,8 @@ impl Metrics {
             resp_output_limit_closed,
             resp_speculated_calls,
             resp_speculation_misses,
+            resp_script_batches,
+            resp_batched_scripts,
         ] = resp_counters(r);
         let (admission_active, admission_waiting, admitted_after_wait, admission_rejected) = admission_metrics(r);
         let build_info = register(
@@ -77,6 +81,8 @@ impl Metrics {
             resp_output_limit_closed,
             resp_speculated_calls,
             resp_speculation_misses,
+            resp_script_batches,
+            resp_batched_scripts,
             replication_lag_seconds,
             admission_active,
             admission_waiting,
@@ -233,7 +239,7 @@ fn maintenance_metrics(r: &Registry) -> (IntCounterVec, IntGauge, IntGaugeVec) {
 }
 
 /// RESP's group commit and group read, and the connections closed for their output.
-fn resp_counters(r: &Registry) -> [IntCounter; 8] {
+fn resp_counters(r: &Registry) -> [IntCounter; 10] {
     [
         counter(
             r,
@@ -275,6 +281,16 @@ fn resp_counters(r: &Registry) -> [IntCounter; 8] {
             r,
             "pgvs3_resp_speculation_misses_total",
             "Script runs started over without the working set because a call answered otherwise than predicted",
+        ),
+        counter(
+            r,
+            "pgvs3_resp_script_batches_total",
+            "RESP transactions of a client's pipelined scripts committed (each carries one or more scripts)",
+        ),
+        counter(
+            r,
+            "pgvs3_resp_batched_scripts_total",
+            "Pipelined scripts carried by those transactions",
         ),
     ]
 }

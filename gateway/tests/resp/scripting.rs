@@ -1261,3 +1261,175 @@ async fn scripts_speak_resp3_after_setresp_as_redis() {
         )])
     );
 }
+
+/// The scripts `metric` counts as run in pipelined batches: (batches, scripts).
+async fn script_batches(gateway: &TestGateway) -> (f64, f64) {
+    (
+        gateway.metric("pgvs3_resp_script_batches_total").await.unwrap_or(0.0),
+        gateway.metric("pgvs3_resp_batched_scripts_total").await.unwrap_or(0.0),
+    )
+}
+
+/// A client's pipelined scripts run in one batch (one transaction, one commit), and each is
+/// still answered as if it ran alone: one raising an error keeps its writes before the error,
+/// one stopped at a limit is rolled back alone, the scripts before it run again and commit, and
+/// those after it run on.
+#[tokio::test]
+async fn pipelined_scripts_share_a_commit_and_are_each_answered_as_alone() {
+    let gateway = TestGateway::with_resp(&["--resp-script-time-limit", "3s", "--resp-script-max-memory", "8MiB"]).await;
+    let mut con = connect(&gateway).await;
+    let incr = "return redis.call('INCR', KEYS[1])";
+    let _: () = query(&mut con, &["SCRIPT", "LOAD", incr]).await;
+
+    let (batches, scripts) = script_batches(&gateway).await;
+    let mut pipe = redis::pipe();
+    for _ in 0..64 {
+        pipe.cmd("EVALSHA").arg(sha1(incr)).arg(1).arg("shared");
+    }
+    let replies: Vec<i64> = pipe.query_async(&mut con).await.unwrap();
+    assert_eq!(replies, (1..=64).collect::<Vec<i64>>());
+    let (batches_after, scripts_after) = script_batches(&gateway).await;
+    assert_eq!(scripts_after - scripts, 64.0);
+    // One read of the socket normally carries the whole pipeline: one batch. A read cut short
+    // may split it; 64 scripts in more than four commits would not be batched.
+    assert!(
+        batches_after - batches <= 4.0,
+        "64 pipelined scripts took {} commits",
+        batches_after - batches
+    );
+
+    let (batches, scripts) = script_batches(&gateway).await;
+    let replies: Vec<Value> = redis::pipe()
+        .ignore_errors()
+        .cmd("EVAL")
+        .arg(incr)
+        .arg(1)
+        .arg("n")
+        .cmd("EVAL")
+        .arg(incr)
+        .arg(1)
+        .arg("n")
+        .cmd("EVAL")
+        .arg("redis.call('SET', 'partial', '1') return string.rep('x', 1e9)")
+        .arg(0)
+        .cmd("EVAL")
+        .arg("redis.call('SET', 'kept', '1') error('late')")
+        .arg(0)
+        .cmd("EVAL")
+        .arg(incr)
+        .arg(1)
+        .arg("n")
+        .cmd("EVALSHA")
+        .arg("0".repeat(40))
+        .arg(0)
+        .cmd("EVAL")
+        .arg(incr)
+        .arg(1)
+        .arg("n")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(replies[..2], [Value::Int(1), Value::Int(2)], "{replies:?}");
+    assert!(
+        matches!(&replies[2], Value::ServerError(err) if err.details().unwrap_or("").contains("--resp-script-max-memory")),
+        "{replies:?}"
+    );
+    assert!(
+        matches!(&replies[3], Value::ServerError(err) if err.details().unwrap_or("").contains("late")),
+        "{replies:?}"
+    );
+    assert_eq!(replies[4], Value::Int(3), "{replies:?}");
+    assert!(
+        matches!(&replies[5], Value::ServerError(err) if err.code() == "NOSCRIPT"),
+        "{replies:?}"
+    );
+    assert_eq!(replies[6], Value::Int(4), "{replies:?}");
+    assert_eq!(query::<Option<String>>(&mut con, &["GET", "partial"]).await, None);
+    assert_eq!(query::<String>(&mut con, &["GET", "kept"]).await, "1");
+    assert_eq!(query::<i64>(&mut con, &["GET", "n"]).await, 4);
+    // Committed: the two before the stopped one (again, in a batch of their own), the three
+    // after it up to NOSCRIPT, which is answered before it runs, and the last.
+    let (batches_after, scripts_after) = script_batches(&gateway).await;
+    assert_eq!(scripts_after - scripts, 5.0);
+    assert!(batches_after - batches >= 3.0);
+
+    // Functions are pipelined alike.
+    let library =
+        "#!lua name=pipelined\nredis.register_function('bump', function(keys) return redis.call('INCR', keys[1]) end)";
+    let _: String = query(&mut con, &["FUNCTION", "LOAD", library]).await;
+    let mut pipe = redis::pipe();
+    for _ in 0..5 {
+        pipe.cmd("FCALL").arg("bump").arg(1).arg("f");
+    }
+    let replies: Vec<i64> = pipe.query_async(&mut con).await.unwrap();
+    assert_eq!(replies, [1, 2, 3, 4, 5]);
+}
+
+/// Clients pipelining scripts on the same keys (some also writing a key they do not declare,
+/// which can send a batch back to run again holding the whole keyspace): every script's
+/// effects are those of one sequential order. The order is the counter's: the script that got
+/// `n` appended the `n`th element of the list and set its field to `n`; each pipeline's scripts
+/// ran in the order sent.
+#[tokio::test]
+async fn pipelined_scripts_of_many_clients_run_in_one_order() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let script = "local n = redis.call('INCR', KEYS[1]) redis.call('RPUSH', KEYS[2], ARGV[1]) \
+                  redis.call('HSET', KEYS[3], ARGV[1], n) \
+                  if ARGV[2] == '1' then redis.call('INCR', 'undeclared') end return n";
+    let (clients, pipelines, per_pipeline) = (4, 10, 16);
+    let mut tasks = Vec::new();
+    for client in 0..clients {
+        let mut con = connect(&gateway).await;
+        tasks.push(tokio::spawn(async move {
+            let mut got = Vec::new();
+            for pipeline in 0..pipelines {
+                let mut pipe = redis::pipe();
+                let mut ids = Vec::new();
+                for i in 0..per_pipeline {
+                    let id = format!("{client}-{pipeline}-{i}");
+                    let undeclared = if i % 5 == 0 { "1" } else { "0" };
+                    pipe.cmd("EVAL")
+                        .arg(script)
+                        .arg(3)
+                        .arg("counter")
+                        .arg("order")
+                        .arg("seen")
+                        .arg(&id)
+                        .arg(undeclared);
+                    ids.push(id);
+                }
+                let replies: Vec<i64> = pipe.query_async(&mut con).await.unwrap();
+                assert!(
+                    replies.windows(2).all(|pair| pair[0] < pair[1]),
+                    "a pipeline's scripts ran out of order: {replies:?}"
+                );
+                got.extend(ids.into_iter().zip(replies));
+            }
+            got
+        }));
+    }
+    let mut history = Vec::new();
+    for task in tasks {
+        history.extend(task.await.unwrap());
+    }
+    let total = (clients * pipelines * per_pipeline) as i64;
+    let mut con = connect(&gateway).await;
+    let order: Vec<String> = query(&mut con, &["LRANGE", "order", "0", "-1"]).await;
+    let seen: std::collections::HashMap<String, i64> = query(&mut con, &["HGETALL", "seen"]).await;
+    assert_eq!(query::<i64>(&mut con, &["GET", "counter"]).await, total);
+    assert_eq!(order.len() as i64, total);
+    assert_eq!(seen.len() as i64, total);
+    for (id, n) in &history {
+        assert_eq!(
+            &order[(*n - 1) as usize],
+            id,
+            "the script answered {n} is not the {n}th"
+        );
+        assert_eq!(seen[id], *n, "{id}");
+    }
+    let undeclared = history
+        .iter()
+        .filter(|(id, _)| id.ends_with("-0") || id.ends_with("-5") || id.ends_with("-10") || id.ends_with("-15"))
+        .count();
+    assert_eq!(query::<i64>(&mut con, &["GET", "undeclared"]).await, undeclared as i64);
+}

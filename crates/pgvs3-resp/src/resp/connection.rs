@@ -635,8 +635,29 @@ impl Connection {
                     self.finish(spec, started.elapsed(), reply, out);
                 }
                 Some(command) => {
+                    if !run.scripts.is_empty() {
+                        self.flush(&mut run, out).await;
+                    }
                     run.write |= spec.is_write();
                     run.commands.push((command, spec));
+                }
+                // A client's consecutive scripts run in one batch (execute.rs), unless it
+                // tracks keys: what a script reads is remembered as it runs, by the options of
+                // the command that ran it.
+                None if runs_pipelined(spec) && self.tracking.is_none() => {
+                    if !run.commands.is_empty() {
+                        self.flush(&mut run, out).await;
+                    }
+                    match self.pipelined_script(spec, &args).await {
+                        Ok(step) => run.scripts.push((step, spec)),
+                        Err(reply) => {
+                            self.flush(&mut run, out).await;
+                            self.finish(spec, Duration::ZERO, reply, out);
+                        }
+                    }
+                    if run.scripts.len() >= super::execute::MAX_PIPELINED_SCRIPTS {
+                        self.flush(&mut run, out).await;
+                    }
                 }
                 None if is_subscription(spec.name) => {
                     self.flush(&mut run, out).await;
@@ -1056,6 +1077,15 @@ enum Refusal {
 
 /// Whether `spec` is queued inside MULTI rather than run (the commands that shape the
 /// transaction itself run at once).
+/// The scripts a client's pipeline runs in one batch: EVAL, EVALSHA, FCALL and their
+/// read-only forms.
+fn runs_pipelined(spec: &Spec) -> bool {
+    matches!(
+        spec.name,
+        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro"
+    )
+}
+
 fn queues_in_multi(spec: &Spec) -> bool {
     !matches!(spec.name, "exec" | "discard" | "multi" | "watch" | "quit" | "reset")
 }

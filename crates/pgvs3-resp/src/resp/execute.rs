@@ -13,6 +13,7 @@ use super::connection::{Connection, store_error};
 use super::deadline::timed_out;
 use super::group_commit::{Failed, Submitted};
 use super::keys;
+use super::script::Step;
 use crate::store::{Access, Watches};
 
 /// A read's reply the database may send without its memory reserved from the buffer budget
@@ -24,12 +25,19 @@ const REPLY_OVER_BUDGET: &str =
 
 /// A run of consecutive key commands, executed together: as one statement when all of them
 /// read, else as one transaction (reads then see the writes before them, as they would in
-/// Redis, and the whole run costs one commit).
+/// Redis, and the whole run costs one commit). Or a run of consecutive scripts, executed in
+/// one batch (`Scripts::run_pipeline`); never both.
 #[derive(Default)]
 pub(crate) struct Run {
     pub(crate) write: bool,
     pub(crate) commands: Vec<(KeyCommand, &'static Spec)>,
+    pub(crate) scripts: Vec<(Step, &'static Spec)>,
 }
+
+/// The most pipelined scripts one batch runs: its keys stay locked from the first one's start
+/// to the last one's commit, so a long pipeline is cut into batches that other clients' runs
+/// on the same keys can come between.
+pub(crate) const MAX_PIPELINED_SCRIPTS: usize = 64;
 
 impl Connection {
     /// Bytes the batch's replies may still take after `out`.
@@ -64,15 +72,18 @@ impl Connection {
             .map_or_else(|reply| reply, |mut replies| replies.pop().unwrap_or(Reply::Nil))
     }
 
-    /// Executes a pending run of key commands and encodes their replies.
+    /// Executes a pending run of key commands or scripts and encodes their replies.
     pub(crate) async fn flush(&mut self, run: &mut Run, out: &mut BytesMut) {
-        if run.commands.is_empty() {
+        if run.commands.is_empty() && run.scripts.is_empty() {
             return;
         }
         // A gone client's run has not started: it never does (see `Connection::run`).
         if self.peer_gone.load(std::sync::atomic::Ordering::Relaxed) {
             *run = Run::default();
             return;
+        }
+        if !run.scripts.is_empty() {
+            return self.flush_scripts(run, out).await;
         }
         let mut commands = std::mem::take(&mut run.commands);
         let write = std::mem::take(&mut run.write);
@@ -104,6 +115,18 @@ impl Connection {
                 reply => reply,
             };
             self.finish(spec, share + again.elapsed(), reply, out);
+        }
+    }
+
+    /// Executes a pending run of scripts, each answered as if it ran alone.
+    async fn flush_scripts(&mut self, run: &mut Run, out: &mut BytesMut) {
+        let (steps, specs): (Vec<Step>, Vec<&'static Spec>) = std::mem::take(&mut run.scripts).into_iter().unzip();
+        let started = Instant::now();
+        let replies = Box::pin(self.run_pipelined(&steps)).await;
+        self.commit.clear();
+        let share = started.elapsed() / steps.len() as u32;
+        for (spec, reply) in specs.into_iter().zip(replies) {
+            self.finish(spec, share, reply, out);
         }
     }
 

@@ -436,8 +436,9 @@ impl Scripts {
     }
 
     /// Runs `steps` in order in one batch of `keyspace` (a write batch holding the keyspace
-    /// when `write`), then commits. `accept` sees the batch first, with `watched` loaded (and
-    /// `watches`, their registration, taken back): when
+    /// when `write`), then commits, all or nothing, as EXEC does: a script stopped (SCRIPT
+    /// KILL, a limit, its database gone) answers every step with its error. `accept` sees the
+    /// batch first, with `watched` loaded (and `watches`, their registration, taken back): when
     /// it refuses (a WATCHed key changed), nothing runs and the answer is `None`. On a standby gateway (`standby`),
     /// scripts' writes are refused as any write is. `client` runs them (the writer their
     /// invalidations name, and whose reads are remembered).
@@ -450,9 +451,77 @@ impl Scripts {
         standby: bool,
         watched: &[String],
         watches: Option<Watches>,
-        accept: impl Fn(&KvBatch) -> bool,
+        accept: impl Fn(&KvBatch) -> bool + Sync,
         client: RunBy,
     ) -> StoreResult<Option<Vec<Reply>>> {
+        let ran = self
+            .run_together(keyspace, steps, write, standby, watched, watches, &accept, client)
+            .await?;
+        Ok(match ran {
+            Ran::Done(replies) => replies,
+            Ran::Stopped { reply, .. } => Some(vec![reply; steps.len()]),
+        })
+    }
+
+    /// Runs a client's pipelined scripts (each a [`Step::Script`], or [`Step::Answered`]) in
+    /// one batch, so that they share their keys' locks and loads, their working set share and
+    /// one commit, where each used to pay its own (a job queue's worker sends a script per job
+    /// it finishes, all on the same few keys). Each is still answered as if it ran alone: a
+    /// script stopped (SCRIPT KILL, a limit, its database gone) answers its own error, and the
+    /// scripts before it run again in a batch of their own (nothing of theirs was committed or
+    /// answered), those after it in the next.
+    pub async fn run_pipeline(
+        &self,
+        keyspace: &Keyspace,
+        steps: &[Step],
+        standby: bool,
+        client: RunBy,
+    ) -> StoreResult<Vec<Reply>> {
+        let mut replies: Vec<Option<Reply>> = vec![None; steps.len()];
+        let mut start = 0;
+        while start < steps.len() {
+            // The steps up to the next one answered already (a stopped one).
+            let end = (start..steps.len())
+                .find(|&i| replies[i].is_some())
+                .unwrap_or(steps.len());
+            if start == end {
+                start += 1;
+                continue;
+            }
+            let segment = &steps[start..end];
+            let write = !standby && writes(segment);
+            let ran = self
+                .run_together(keyspace, segment, write, standby, &[], None, &|_| true, client.clone())
+                .await?;
+            match ran {
+                Ran::Done(Some(done)) => {
+                    self.metrics.resp_script_batches.inc();
+                    self.metrics.resp_batched_scripts.inc_by(segment.len() as u64);
+                    for (slot, reply) in replies[start..end].iter_mut().zip(done) {
+                        *slot = Some(reply);
+                    }
+                    start = end;
+                }
+                Ran::Done(None) => unreachable!("a run without WATCHed keys is always accepted"),
+                Ran::Stopped { at, reply } => replies[start + at] = Some(reply),
+            }
+        }
+        Ok(replies.into_iter().map(|reply| reply.unwrap_or(Reply::Nil)).collect())
+    }
+
+    /// [`Scripts::run`]'s batch, which tells which script was stopped, if one was.
+    #[allow(clippy::too_many_arguments)]
+    async fn run_together(
+        &self,
+        keyspace: &Keyspace,
+        steps: &[Step],
+        write: bool,
+        standby: bool,
+        watched: &[String],
+        watches: Option<Watches>,
+        accept: &(dyn Fn(&KvBatch) -> bool + Sync),
+        client: RunBy,
+    ) -> StoreResult<Ran> {
         let mut keys: Vec<String> = steps
             .iter()
             .flat_map(Step::keys)
@@ -485,8 +554,8 @@ impl Scripts {
         let mut locking = locking;
         loop {
             // Boxed: a run's future is large (its session, the script's calls), and it starts over.
-            match Box::pin(self.attempt(&run, locking, speculate, &accept)).await {
-                Ok(Attempt::Done(replies)) => return Ok(replies),
+            match Box::pin(self.attempt(&run, locking, speculate, accept)).await {
+                Ok(Attempt::Done(ran)) => return Ok(ran),
                 Ok(Attempt::Contended) if locking == Locking::Keyspace => {
                     unreachable!("no key lock is held elsewhere while the keyspace is held")
                 }
@@ -508,7 +577,7 @@ impl Scripts {
         run: &Run<'_>,
         locking: Locking,
         speculate: bool,
-        accept: &impl Fn(&KvBatch) -> bool,
+        accept: &(dyn Fn(&KvBatch) -> bool + Sync),
     ) -> StoreResult<Attempt> {
         let Run {
             keyspace,
@@ -532,7 +601,7 @@ impl Scripts {
         };
         if !untouched || !accept(&batch) {
             batch.rollback().await?;
-            return Ok(Attempt::Done(None));
+            return Ok(Attempt::Done(Ran::Done(None)));
         }
         let recorder = match locking {
             Locking::None => None,
@@ -571,7 +640,7 @@ impl Scripts {
             monitored: self.monitors.watched().then(|| (client.db, Vec::new())),
         };
         let mut replies = Vec::with_capacity(steps.len());
-        for step in steps {
+        for (at, step) in steps.iter().enumerate() {
             let reply = match step {
                 Step::Answered(reply) => reply.clone(),
                 Step::Key(command, _) => session.apply(command).await?,
@@ -594,7 +663,7 @@ impl Scripts {
                     // connection.
                     let Some(back) = back else {
                         let (Outcome::Reply(reply) | Outcome::Aborted(reply)) = outcome;
-                        return Ok(Attempt::Done(Some(vec![reply; steps.len()])));
+                        return Ok(Attempt::Done(Ran::Stopped { at, reply }));
                     };
                     session = back;
                     if let Some(err) = session.failure.take() {
@@ -612,7 +681,7 @@ impl Scripts {
                         Outcome::Reply(reply) => reply,
                         Outcome::Aborted(reply) => {
                             session.batch.rollback().await?;
-                            return Ok(Attempt::Done(Some(vec![reply; steps.len()])));
+                            return Ok(Attempt::Done(Ran::Stopped { at, reply }));
                         }
                     }
                 }
@@ -641,7 +710,7 @@ impl Scripts {
                 tracing::warn!(error = ?reply, "a script's PUBLISH was not sent");
             }
         }
-        Ok(Attempt::Done(Some(replies)))
+        Ok(Attempt::Done(Ran::Done(Some(replies))))
     }
 
     /// Runs code that makes no `redis.call` (FUNCTION LOAD's run of a library, which only
@@ -845,8 +914,16 @@ struct Run<'a> {
     client: RunBy,
 }
 
-enum Attempt {
+/// How a batch of steps ended.
+enum Ran {
+    /// Committed, with each step's reply; `None`: not run (a WATCHed key changed).
     Done(Option<Vec<Reply>>),
+    /// The script at `at` was stopped, with `reply`, and the batch rolled back.
+    Stopped { at: usize, reply: Reply },
+}
+
+enum Attempt {
+    Done(Ran),
     /// A key the run had to lock on the way is held by another transaction.
     Contended,
 }

@@ -51,6 +51,45 @@ impl Connection {
         }
     }
 
+    /// A pipelined EVAL, EVALSHA (and their read-only forms) or FCALL(_RO) as the step a
+    /// batch of the client's scripts runs (`Scripts::run_pipeline`); `Err`: its answer, when it
+    /// cannot run (an unknown script or function, bad arguments).
+    pub(crate) async fn pipelined_script(&mut self, spec: &'static Spec, args: &[Bytes]) -> Result<Step, Reply> {
+        let request = match spec.name {
+            "fcall" | "fcall_ro" => self.fcall_request(spec.name == "fcall_ro", args).await?,
+            _ => self
+                .server
+                .scripts
+                .request(spec.name, args, &self.principal().access_key)?
+                .called_by(self.caller()),
+        };
+        Ok(Step::Script(request))
+    }
+
+    /// Runs a client's pipelined scripts in one batch, each answered as if it ran alone (see
+    /// `Scripts::run_pipeline`), within the time limits of [`Self::run_scripted`].
+    pub(crate) async fn run_pipelined(&self, steps: &[Step]) -> Vec<Reply> {
+        let standby = self.server.replica.is_standby();
+        let write = !standby && script::writes(steps);
+        let keyspace = match self.keyspace(if write { Access::Write } else { Access::Read }).await {
+            Ok(keyspace) => keyspace,
+            Err(reply) => return vec![reply; steps.len()],
+        };
+        let run = self
+            .server
+            .scripts
+            .run_pipeline(&keyspace, steps, standby, self.run_by());
+        let limits = crate::resp::deadline::WriteLimits {
+            write: None,
+            ..self.server.settings.write_limits
+        };
+        match limits.run(Some(&self.commit), run).await.answer() {
+            Ok(Ok(replies)) => replies,
+            Ok(Err(err)) => vec![store_error(err); steps.len()],
+            Err(reply) => vec![reply; steps.len()],
+        }
+    }
+
     /// Runs scripts (and key commands queued with them) in one batch: see `script.rs`. A
     /// `watched` key that changed since WATCH answers the null array, as [`Self::execute`].
     /// The scripts' run is bounded by the script time limit; their COMMIT, once sent, by
