@@ -435,34 +435,6 @@ impl Scripts {
         }
     }
 
-    /// Runs `steps` in order in one batch of `keyspace` (a write batch holding the keyspace
-    /// when `write`), then commits, all or nothing, as EXEC does: a script stopped (SCRIPT
-    /// KILL, a limit, its database gone) answers every step with its error. `accept` sees the
-    /// batch first, with `watched` loaded (and `watches`, their registration, taken back): when
-    /// it refuses (a WATCHed key changed), nothing runs and the answer is `None`. On a standby gateway (`standby`),
-    /// scripts' writes are refused as any write is. `client` runs them (the writer their
-    /// invalidations name, and whose reads are remembered).
-    #[allow(clippy::too_many_arguments)]
-    pub async fn run(
-        &self,
-        keyspace: &Keyspace,
-        steps: &[Step],
-        write: bool,
-        standby: bool,
-        watched: &[String],
-        watches: Option<Watches>,
-        accept: impl Fn(&KvBatch) -> bool + Sync,
-        client: RunBy,
-    ) -> StoreResult<Option<Vec<Reply>>> {
-        let ran = self
-            .run_together(keyspace, steps, write, standby, watched, watches, &accept, client)
-            .await?;
-        Ok(match ran {
-            Ran::Done(replies) => replies,
-            Ran::Stopped { reply, .. } => Some(vec![reply; steps.len()]),
-        })
-    }
-
     /// Runs a client's pipelined scripts (each a [`Step::Script`], or [`Step::Answered`]) in
     /// one batch, so that they share their keys' locks and loads, their working set share and
     /// one commit, where each used to pay its own (a job queue's worker sends a script per job
@@ -491,7 +463,7 @@ impl Scripts {
             let segment = &steps[start..end];
             let write = !standby && writes(segment);
             let ran = self
-                .run_together(keyspace, segment, write, standby, &[], None, &|_| true, client.clone())
+                .run(keyspace, segment, write, standby, &[], None, &|_| true, client.clone())
                 .await?;
             match ran {
                 Ran::Done(Some(done)) => {
@@ -509,9 +481,15 @@ impl Scripts {
         Ok(replies.into_iter().map(|reply| reply.unwrap_or(Reply::Nil)).collect())
     }
 
-    /// [`Scripts::run`]'s batch, which tells which script was stopped, if one was.
+    /// Runs `steps` in order in one batch of `keyspace` (a write batch holding the keyspace
+    /// when `write`), then commits, or tells which script was stopped (SCRIPT KILL, a limit,
+    /// its database gone), the batch rolled back. `accept` sees the batch first, with `watched`
+    /// loaded (and `watches`, their registration, taken back): when it refuses (a WATCHed key
+    /// changed), nothing runs and the answer is `Ran::Done(None)`. On a standby gateway
+    /// (`standby`), scripts' writes are refused as any write is. `client` runs them (the writer
+    /// their invalidations name, and whose reads are remembered).
     #[allow(clippy::too_many_arguments)]
-    async fn run_together(
+    pub async fn run(
         &self,
         keyspace: &Keyspace,
         steps: &[Step],
@@ -915,7 +893,7 @@ struct Run<'a> {
 }
 
 /// How a batch of steps ended.
-enum Ran {
+pub enum Ran {
     /// Committed, with each step's reply; `None`: not run (a WATCHed key changed).
     Done(Option<Vec<Reply>>),
     /// The script at `at` was stopped, with `reply`, and the batch rolled back.

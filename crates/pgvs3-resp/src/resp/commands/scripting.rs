@@ -7,7 +7,7 @@ use super::transactions::{Fingerprint, fingerprint};
 use crate::resp::codec::Reply;
 use crate::resp::command::Spec;
 use crate::resp::connection::{Connection, store_error};
-use crate::resp::script::{self, Step};
+use crate::resp::script::{self, Ran, Step};
 use crate::store::Access;
 
 impl Connection {
@@ -113,16 +113,18 @@ impl Connection {
             standby,
             &watched_keys,
             watches,
-            unchanged,
+            &unchanged,
             self.run_by(),
         );
         let limits = crate::resp::deadline::WriteLimits {
             write: None,
             ..self.server.settings.write_limits
         };
+        // Run together, all or nothing, as EXEC: a stopped script's error answers every step.
         match limits.run(Some(&self.commit), run).await.answer()? {
-            Ok(Some(replies)) => Ok(replies),
-            Ok(None) => Err(Reply::NilArray),
+            Ok(Ran::Done(Some(replies))) => Ok(replies),
+            Ok(Ran::Done(None)) => Err(Reply::NilArray),
+            Ok(Ran::Stopped { reply, .. }) => Ok(vec![reply; steps.len()]),
             Err(err) => Err(store_error(err)),
         }
     }
