@@ -1273,7 +1273,7 @@ async fn script_batches(gateway: &TestGateway) -> (f64, f64) {
 /// A client's pipelined scripts run in one batch (one transaction, one commit), and each is
 /// still answered as if it ran alone: one raising an error keeps its writes before the error,
 /// one stopped at a limit is rolled back alone, the scripts before it run again and commit, and
-/// those after it run on.
+/// those after it run on. A batch of slow scripts is cut after a time.
 #[tokio::test]
 async fn pipelined_scripts_share_a_commit_and_are_each_answered_as_alone() {
     let gateway = TestGateway::with_resp(&["--resp-script-time-limit", "3s", "--resp-script-max-memory", "8MiB"]).await;
@@ -1352,6 +1352,21 @@ async fn pipelined_scripts_share_a_commit_and_are_each_answered_as_alone() {
     let (batches_after, scripts_after) = script_batches(&gateway).await;
     assert_eq!(scripts_after - scripts, 5.0);
     assert!(batches_after - batches >= 3.0);
+
+    // A batch commits once its scripts have run 50 ms: scripts of 60 ms each go one a batch,
+    // so that the other clients of their keys wait for one script, not for the pipeline.
+    let slow = "local t = redis.call('TIME') local start = t[1] * 1000000 + t[2] \
+                repeat for i = 1, 1000 do end t = redis.call('TIME') until t[1] * 1000000 + t[2] - start >= 60000 \
+                return redis.call('INCR', KEYS[1])";
+    let (batches, scripts) = script_batches(&gateway).await;
+    let mut pipe = redis::pipe();
+    for _ in 0..4 {
+        pipe.cmd("EVAL").arg(slow).arg(1).arg("slow");
+    }
+    let replies: Vec<i64> = pipe.query_async(&mut con).await.unwrap();
+    assert_eq!(replies, [1, 2, 3, 4]);
+    let (batches_after, scripts_after) = script_batches(&gateway).await;
+    assert_eq!((batches_after - batches, scripts_after - scripts), (4.0, 4.0));
 
     // Functions are pipelined alike.
     let library =

@@ -55,6 +55,10 @@ const CACHE_BYTES: usize = 32 * 1024 * 1024;
 /// How long FUNCTION LOAD's run of a library may take (Redis's `LOAD_TIMEOUT_MS`, whatever
 /// its script time limit): a library's top level only registers functions.
 const LOAD_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(500);
+/// How long a batch of a client's pipelined scripts runs before it commits: past it, a
+/// further script in the batch saves a commit (about a millisecond) and makes the other
+/// clients of its keys wait a script longer.
+const PIPELINED_BATCH_TIME: std::time::Duration = std::time::Duration::from_millis(50);
 
 pub fn is_script(name: &str) -> bool {
     matches!(name, "eval" | "evalsha" | "eval_ro" | "evalsha_ro")
@@ -441,7 +445,10 @@ impl Scripts {
     /// it finishes, all on the same few keys). Each is still answered as if it ran alone: a
     /// script stopped (SCRIPT KILL, a limit, its database gone) answers its own error, and the
     /// scripts before it run again in a batch of their own (nothing of theirs was committed or
-    /// answered), those after it in the next.
+    /// answered), those after it in the next. A batch whose scripts have run for
+    /// [`PIPELINED_BATCH_TIME`] commits after the one running then, and the rest go on in
+    /// the next: its keys' other clients wait for one batch, not for a pipeline of slow
+    /// scripts.
     pub async fn run_pipeline(
         &self,
         keyspace: &Keyspace,
@@ -462,17 +469,29 @@ impl Scripts {
             }
             let segment = &steps[start..end];
             let write = !standby && writes(segment);
+            let cut = Some(PIPELINED_BATCH_TIME);
             let ran = self
-                .run(keyspace, segment, write, standby, &[], None, &|_| true, client.clone())
+                .run(
+                    keyspace,
+                    segment,
+                    write,
+                    standby,
+                    &[],
+                    None,
+                    &|_| true,
+                    client.clone(),
+                    cut,
+                )
                 .await?;
             match ran {
                 Ran::Done(Some(done)) => {
                     self.metrics.resp_script_batches.inc();
-                    self.metrics.resp_batched_scripts.inc_by(segment.len() as u64);
-                    for (slot, reply) in replies[start..end].iter_mut().zip(done) {
+                    self.metrics.resp_batched_scripts.inc_by(done.len() as u64);
+                    let ran = done.len();
+                    for (slot, reply) in replies[start..].iter_mut().zip(done) {
                         *slot = Some(reply);
                     }
-                    start = end;
+                    start += ran;
                 }
                 Ran::Done(None) => unreachable!("a run without WATCHed keys is always accepted"),
                 Ran::Stopped { at, reply } => replies[start + at] = Some(reply),
@@ -487,7 +506,8 @@ impl Scripts {
     /// loaded (and `watches`, their registration, taken back): when it refuses (a WATCHed key
     /// changed), nothing runs and the answer is `Ran::Done(None)`. On a standby gateway
     /// (`standby`), scripts' writes are refused as any write is. `client` runs them (the writer
-    /// their invalidations name, and whose reads are remembered).
+    /// their invalidations name, and whose reads are remembered). With `cut_after`, the batch
+    /// commits once its steps have run that long, and answers the replies of those that ran.
     #[allow(clippy::too_many_arguments)]
     pub async fn run(
         &self,
@@ -499,6 +519,7 @@ impl Scripts {
         watches: Option<Watches>,
         accept: &(dyn Fn(&KvBatch) -> bool + Sync),
         client: RunBy,
+        cut_after: Option<std::time::Duration>,
     ) -> StoreResult<Ran> {
         let mut keys: Vec<String> = steps
             .iter()
@@ -525,6 +546,7 @@ impl Scripts {
             standby,
             watches,
             client,
+            cut_after,
         };
         // A run speculates (see working_set) when it writes: a run that only reads has no
         // transaction of its own to check its calls in.
@@ -565,6 +587,7 @@ impl Scripts {
             standby,
             watches,
             ref client,
+            cut_after,
         } = *run;
         let mut batch = match locking {
             Locking::None => keyspace.read(keys).await?,
@@ -618,6 +641,7 @@ impl Scripts {
             monitored: self.monitors.watched().then(|| (client.db, Vec::new())),
         };
         let mut replies = Vec::with_capacity(steps.len());
+        let started = std::time::Instant::now();
         for (at, step) in steps.iter().enumerate() {
             let reply = match step {
                 Step::Answered(reply) => reply.clone(),
@@ -665,6 +689,9 @@ impl Scripts {
                 }
             };
             replies.push(reply);
+            if cut_after.is_some_and(|limit| started.elapsed() >= limit) {
+                break;
+            }
         }
         let changed = match session.recorder.take() {
             Some(recorder) => recorder.finish(&mut session.batch).await?,
@@ -890,11 +917,14 @@ struct Run<'a> {
     /// The registration of the WATCHed keys among `keys`, taken back under their locks.
     watches: Option<Watches>,
     client: RunBy,
+    /// How long the steps may run before the batch commits those that ran.
+    cut_after: Option<std::time::Duration>,
 }
 
 /// How a batch of steps ended.
 pub enum Ran {
-    /// Committed, with each step's reply; `None`: not run (a WATCHed key changed).
+    /// Committed, with the reply of each step that ran (all, unless cut after a time); `None`:
+    /// not run (a WATCHed key changed).
     Done(Option<Vec<Reply>>),
     /// The script at `at` was stopped, with `reply`, and the batch rolled back.
     Stopped { at: usize, reply: Reply },

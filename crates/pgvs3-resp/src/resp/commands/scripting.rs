@@ -115,6 +115,7 @@ impl Connection {
             watches,
             &unchanged,
             self.run_by(),
+            None,
         );
         let limits = crate::resp::deadline::WriteLimits {
             write: None,
