@@ -505,6 +505,42 @@ fn a_transaction_commits_only_over_what_it_read() {
     assert_eq!(key_verdict(&ops(Some("a"))), Verdict::Violation);
 }
 
+/// The rotating script pops the head and pushes its value at the tail; popping a list's only
+/// element deletes the key, TTL and all, before the push makes it again.
+#[test]
+fn a_rotating_script_answers_the_head_and_a_list_it_empties_loses_its_ttl() {
+    let ops = |head: &str, ttl: i64| {
+        vec![
+            op(0, 0, Some(1), redis(resp::Cmd::LPush("a".into())), resp::Reply::Int(1)),
+            op(0, 2, Some(3), redis(resp::Cmd::Expire(100_000)), resp::Reply::Int(1)),
+            op(
+                0,
+                4,
+                Some(5),
+                redis(resp::Cmd::Rotate("b".into())),
+                resp::Reply::Bulk(head.into()),
+            ),
+            op(
+                0,
+                6,
+                Some(7),
+                redis(resp::Cmd::Ttl { millis: true }),
+                resp::Reply::Int(ttl),
+            ),
+            op(
+                0,
+                8,
+                Some(9),
+                redis(resp::Cmd::LRange),
+                resp::Reply::Array(vec!["b".into()]),
+            ),
+        ]
+    };
+    assert_eq!(key_verdict(&ops("a", -1)), Verdict::Linearizable);
+    assert_eq!(key_verdict(&ops("a", 99_990)), Verdict::Violation);
+    assert_eq!(key_verdict(&ops("b", -1)), Verdict::Violation);
+}
+
 fn list(key: &str, cmd: ListCmd) -> ListCall {
     ListCall { key: key.into(), cmd }
 }

@@ -59,7 +59,13 @@ pub enum Cmd {
     Txn(String),
     /// BLPOP with this timeout in milliseconds.
     BLPop(u64),
+    /// A script ([`ROTATE`]): LPOP the list's head, RPUSH this value, answer the head.
+    Rotate(String),
 }
+
+/// [`Cmd::Rotate`]'s script. Pipelined by the clients sharing a connection, runs of it share a
+/// batch and a commit (`Scripts::run_pipeline`), each answered as if it ran alone.
+const ROTATE: &str = "local head = redis.call('LPOP', KEYS[1]) redis.call('RPUSH', KEYS[1], ARGV[1]) return head";
 
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Call {
@@ -95,6 +101,7 @@ impl fmt::Debug for Call {
             Cmd::HGetAll => write!(f, "HGETALL {k}"),
             Cmd::Txn(v) => write!(f, "WATCH {k}; GET {k}; MULTI; SET {k} {v}; EXEC"),
             Cmd::BLPop(ms) => write!(f, "BLPOP {k} {}", *ms as f64 / 1000.0),
+            Cmd::Rotate(v) => write!(f, "EVAL rotate 1 {k} {v}"),
         }
     }
 }
@@ -323,6 +330,30 @@ impl Key {
                 }
                 Some(_) => wrong(self),
             },
+            Cmd::Rotate(v) => match &mut self.value {
+                None => (
+                    Reply::Nil,
+                    Key {
+                        value: Some(Value::List(VecDeque::from([v.clone()]))),
+                        expiry: None,
+                    },
+                ),
+                Some(Value::List(list)) => {
+                    let head = list.pop_front().expect("lists are never empty");
+                    if list.is_empty() {
+                        // The pop emptied the list, which deleted the key (and its TTL): the
+                        // push makes a new one.
+                        self = Key {
+                            value: Some(Value::List(VecDeque::from([v.clone()]))),
+                            expiry: None,
+                        };
+                    } else {
+                        list.push_back(v.clone());
+                    }
+                    (Reply::Bulk(head), self)
+                }
+                Some(_) => wrong(self),
+            },
             Cmd::Txn(v) => {
                 let seen = match &self.value {
                     None => None,
@@ -469,22 +500,25 @@ fn random_call(rng: &mut StdRng, client: usize, n: usize) -> Call {
         71..77 => Cmd::HSet(field, value),
         77..83 => Cmd::HGet(field),
         83..85 => Cmd::HDel(field),
-        85..89 => Cmd::HGetAll,
+        85..87 => Cmd::HGetAll,
+        87..89 => Cmd::Rotate(value),
         89..95 => Cmd::Txn(value),
         _ => Cmd::BLPop(rng.random_range(1..4) * 100),
     };
     Call { key, cmd }
 }
 
-/// Two hot keys, mostly pushes and pops from both ends; now and then a hash made (or refused
-/// as WRONGTYPE) on the same key, a read of the whole list, or a DEL.
+/// Two hot keys, mostly pushes and pops from both ends and scripts that pop and push; now and
+/// then a hash made (or refused as WRONGTYPE) on the same key, a read of the whole list, or a
+/// DEL.
 fn hot_call(rng: &mut StdRng, client: usize, n: usize) -> Call {
     let key = ["q0", "q1"][rng.random_range(0..2)].to_owned();
     let value = format!("c{client}.{n}");
     let cmd = match rng.random_range(0..100) {
-        0..40 => Cmd::LPush(value),
-        40..65 => Cmd::RPop,
-        65..75 => Cmd::LPop,
+        0..35 => Cmd::LPush(value),
+        35..55 => Cmd::RPop,
+        55..63 => Cmd::LPop,
+        63..75 => Cmd::Rotate(value),
         75..82 => Cmd::LRange,
         82..89 => Cmd::HSet(format!("f{}", rng.random_range(0..2)), value),
         89..93 => Cmd::HGetAll,
@@ -509,6 +543,7 @@ async fn send(con: &mut MultiplexedConnection, call: &Call) -> Outcome<Reply> {
         Cmd::HDel(f) => vec!["HDEL".into(), k.into(), f.clone()],
         Cmd::LRange => vec!["LRANGE".into(), k.into(), "0".into(), "-1".into()],
         Cmd::BLPop(ms) => vec!["BLPOP".into(), k.into(), (*ms as f64 / 1000.0).to_string()],
+        Cmd::Rotate(v) => vec!["EVAL".into(), ROTATE.into(), "1".into(), k.into(), v.clone()],
         other => {
             let name = match other {
                 Cmd::Get => "GET",
