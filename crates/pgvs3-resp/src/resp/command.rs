@@ -551,6 +551,16 @@ impl KeyCommand {
         }
     }
 
+    /// Whether the command reads only what its keys are (there, their type, TTL, encoding or
+    /// size) and changes nothing of them.
+    pub fn only_looks(&self) -> bool {
+        use KeyCommand::*;
+        matches!(
+            self,
+            Exists(_) | Type(_) | Ttl { .. } | ExpireTime { .. } | Object { .. } | MemoryUsage { .. }
+        )
+    }
+
     /// Whether the command only overwrites its keys, never looking at what they hold or held:
     /// a batch of such commands needs nothing loaded before it runs.
     pub fn overwrites_blindly(&self) -> bool {

@@ -983,12 +983,17 @@ impl Session {
         if !typed && let Some(speculation) = &mut self.speculation {
             // Calls answered but not sent must reach the database before a command that
             // reloads their keys; and what the command does to its keys, the run's values
-            // do not follow.
+            // do not follow. One that only looks at them (EXISTS, TYPE, TTL, ...) leaves the
+            // values as they are: forgotten, they were out of the working set for the rest of
+            // the run and the runs after (BullMQ's EXISTS of a job's hash before its HMGET
+            // sent the HMGET and the job's next calls to the database).
             let keys = command.keys();
             if speculation.owes(&keys) {
                 Box::pin(speculation.flush(&mut self.batch)).await?;
             }
-            speculation.forget(keys);
+            if !command.only_looks() {
+                speculation.forget(keys);
+            }
         }
         let mut missing: Vec<String> = command
             .keys()
