@@ -401,7 +401,8 @@ async fn differential(
 impl Differential {
     /// One round: a script of the calls `first` (words, `KEYS[n]` as such) and up to ten of
     /// `random_call`'s, run on both sides, which must answer the same (but for a stream's IDs,
-    /// which follow the clock). Answers the script, for the messages of later checks.
+    /// which follow the clock), with no answer of the working set missed so far. Answers the
+    /// script, for the messages of later checks.
     async fn run(&mut self, round: u64, first: &[&str], random_call: fn(&mut Rng) -> String) -> String {
         let calls: Vec<String> = first
             .iter()
@@ -414,7 +415,24 @@ impl Differential {
             eval(&mut self.b, &script, &self.keys_b).await,
         );
         assert_eq!(without_ids(got), without_ids(want), "round {round}: {script}");
+        assert_eq!(
+            metric(&self.speculating, "pgvs3_resp_speculation_misses_total").await,
+            0.0,
+            "round {round}: {script}"
+        );
         script
+    }
+
+    /// After a round (`script`), each hash or set holds the same on both sides, read by `read`
+    /// (see [`small_key_state`]).
+    async fn small_keys_agree(&mut self, round: u64, script: &str, read: &str) {
+        for (key_a, key_b) in self.keys_a.iter().zip(&self.keys_b) {
+            assert_eq!(
+                small_key_state(&mut self.b, read, key_a).await,
+                small_key_state(&mut self.b, read, key_b).await,
+                "round {round}: {key_a}; {script}"
+            );
+        }
     }
 }
 
@@ -792,13 +810,14 @@ fn random_hash_call(rng: &mut Rng) -> String {
     lua_call(&words)
 }
 
-/// What a hash holds as the gateway without a working set reads it: its fields and values in
-/// its encoding's order, the encoding, and whether it has a TTL.
-async fn hash_state(con: &mut RawResp, key: &str) -> (Value, Value, bool) {
-    let fields = con.command(&["HGETALL", key]).await;
+/// What a hash or set holds as the gateway without a working set reads it: its elements by
+/// `read` (HGETALL, SMEMBERS), in its encoding's order (a small hash's in the order its fields
+/// were added, an intset's by number), the encoding, and whether it has a TTL.
+async fn small_key_state(con: &mut RawResp, read: &str, key: &str) -> (Value, Value, bool) {
+    let elements = con.command(&[read, key]).await;
     let encoding = con.command(&["OBJECT", "ENCODING", key]).await;
     let ttl = con.command(&["TTL", key]).await;
-    (fields, encoding, matches!(ttl, Value::Int(seconds) if seconds > 0))
+    (elements, encoding, matches!(ttl, Value::Int(seconds) if seconds > 0))
 }
 
 #[tokio::test]
@@ -822,13 +841,7 @@ async fn speculated_hash_writes_leave_what_the_calls_leave() {
         };
         let script = d.run(round, first, random_hash_call).await;
         // What each run left in the database, read without a working set.
-        for (key_a, key_b) in d.keys_a.iter().zip(&d.keys_b) {
-            assert_eq!(
-                hash_state(&mut d.b, key_a).await,
-                hash_state(&mut d.b, key_b).await,
-                "round {round}: {key_a}; {script}"
-            );
-        }
+        d.small_keys_agree(round, &script, "HGETALL").await;
     }
     let Differential {
         speculating,
@@ -1314,11 +1327,6 @@ async fn speculated_list_writes_leave_what_the_calls_leave() {
                 "round {round}: {key_a}; {script}"
             );
         }
-        assert_eq!(
-            metric(&d.speculating, "pgvs3_resp_speculation_misses_total").await,
-            0.0,
-            "round {round}: {script}"
-        );
     }
     let Differential {
         speculating,
@@ -1405,15 +1413,6 @@ fn random_set_write_call(rng: &mut Rng) -> String {
     lua_call(&words)
 }
 
-/// What a set holds, read without a working set: its members in its encoding's order (an
-/// intset's by number), the encoding, and whether it has a TTL.
-async fn set_state(con: &mut RawResp, key: &str) -> (Value, Value, bool) {
-    let members = con.command(&["SMEMBERS", key]).await;
-    let encoding = con.command(&["OBJECT", "ENCODING", key]).await;
-    let ttl = con.command(&["TTL", key]).await;
-    (members, encoding, matches!(ttl, Value::Int(seconds) if seconds > 0))
-}
-
 #[tokio::test]
 async fn speculated_set_writes_leave_what_the_calls_leave() {
     // A small intset limit, so that runs pass it.
@@ -1440,18 +1439,7 @@ async fn speculated_set_writes_leave_what_the_calls_leave() {
             _ => &[],
         };
         let script = d.run(round, first, random_set_write_call).await;
-        for (key_a, key_b) in d.keys_a.iter().zip(&d.keys_b) {
-            assert_eq!(
-                set_state(&mut d.b, key_a).await,
-                set_state(&mut d.b, key_b).await,
-                "round {round}: {key_a}; {script}"
-            );
-        }
-        assert_eq!(
-            metric(&d.speculating, "pgvs3_resp_speculation_misses_total").await,
-            0.0,
-            "round {round}: {script}"
-        );
+        d.small_keys_agree(round, &script, "SMEMBERS").await;
     }
     let Differential {
         speculating,
