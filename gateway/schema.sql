@@ -3257,6 +3257,47 @@ BEGIN
 END $$;
 
 --
+-- Name: resp_set_apply(bigint, text, boolean, boolean, boolean, bigint, bigint, bytea[], bytea[]); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_set_apply(b bigint, k text, existed boolean, emptied boolean, bump boolean, peak bigint, longest bigint, gone bytea[], added bytea[]) RETURNS boolean
+    LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
+    AS $$
+DECLARE
+    n bigint;
+BEGIN
+    IF NOT pgvs3.resp_apply_begin(b, k, 's', existed, emptied, cardinality(added) > 0) THEN
+        RETURN false;
+    END IF;
+    IF cardinality(gone) > 0 THEN
+        DELETE FROM pgvs3.resp_set WHERE ctid = ANY (ARRAY(
+            SELECT (SELECT s.ctid FROM pgvs3.resp_set s WHERE s.bucket_id = b AND s.key = k AND s.member = g.m)
+              FROM unnest(gone) AS g(m)));
+        GET DIAGNOSTICS n = ROW_COUNT;
+        IF n <> cardinality(gone) THEN
+            RETURN false;
+        END IF;
+    END IF;
+    IF cardinality(added) > 0 THEN
+        INSERT INTO pgvs3.resp_set (bucket_id, key, member) SELECT b, k, a.m FROM unnest(added) AS a(m)
+        ON CONFLICT DO NOTHING;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        IF n <> cardinality(added) THEN
+            RETURN false;
+        END IF;
+    END IF;
+    -- A set's small limits have no value length: resp_apply_end judges `peak` alone.
+    PERFORM pgvs3.resp_apply_end(b, k, 's', existed, emptied, bump, cardinality(added) > 0, peak, NULL);
+    IF longest > 0 THEN
+        -- No row when the run emptied the set and left it so; NULL (a key of before layout
+        -- v51) is judged when read.
+        UPDATE pgvs3.resp_keys SET large = true WHERE bucket_id = b AND key = k AND NOT large;
+    END IF;
+    RETURN true;
+END $$;
+
+--
 -- Name: resp_settle(bigint, text); Type: FUNCTION; Schema: pgvs3; Owner: -
 --
 

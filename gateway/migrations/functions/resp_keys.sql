@@ -214,8 +214,8 @@ BEGIN
     END IF;
 END $$;
 
--- A run's set-based writes to key `k` of type `t` ('h', 'z'; layout v81: resp_hash_apply,
--- resp_zset_apply), the key's part before the elements' (`adds`: the write adds elements):
+-- A run's set-based writes to key `k` of type `t` ('h', 'z', 's'; layout v81: resp_hash_apply,
+-- resp_zset_apply; v84: resp_set_apply), the key's part before the elements' (`adds`: the write adds elements):
 -- whether the key is as the run found it, a live key of the type (`existed`) or none (an
 -- expired row is deleted, as resp_check deletes one before a write); with `emptied` (the run
 -- removed its last element) its row goes, its elements, TTL and encoding with it (the foreign

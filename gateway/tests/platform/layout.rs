@@ -137,6 +137,7 @@ const NEW_SINCE_V10: &[&str] = &[
     "pgvs3.resp_object_event()",
     "pgvs3.resp_publish(bytea,bytea,integer)",
     "pgvs3.resp_set(text,bigint,text[],text[],bytea[],bigint[],double precision[])",
+    "pgvs3.resp_set_apply(bigint,text,boolean,boolean,boolean,bigint,bigint,bytea[],bytea[])",
     "pgvs3.resp_settle(bigint,text)",
     "pgvs3.resp_small_limits(bigint,\"char\")",
     "pgvs3.resp_stream(text,bigint,text[],text[],bytea[],bigint[],double precision[])",

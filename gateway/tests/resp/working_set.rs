@@ -273,14 +273,6 @@ fn without_ids(value: Value) -> Value {
     }
 }
 
-/// The five keys of a script, under `prefix`.
-fn keys(prefix: &str) -> Vec<String> {
-    ["h", "l", "s", "z", "x"]
-        .iter()
-        .map(|kind| format!("{prefix}:{kind}"))
-        .collect()
-}
-
 async fn eval(con: &mut RawResp, script: &str, keys: &[String]) -> Value {
     let count = keys.len().to_string();
     let mut args = vec!["EVAL", script, &count];
@@ -354,6 +346,164 @@ fn seed(default: u64) -> u64 {
     seed
 }
 
+/// A differential test's set-up: a gateway that speculates and one that does not, on one
+/// database, a connection to each (`a`, `b`), the random generator, and the keys the scripts
+/// run on, each of `names` under the prefix `a` (run through `a`) and `b` (through `b`).
+struct Differential {
+    speculating: TestGateway,
+    plain: TestGateway,
+    a: RawResp,
+    b: RawResp,
+    rng: Rng,
+    keys_a: Vec<String>,
+    keys_b: Vec<String>,
+}
+
+/// Sets up a differential test (see [`Differential`]), seeded by `seed(default_seed)`: the
+/// encoding parameters of `config` set (small limits, so that runs pass them), and the keys
+/// `made` first, on both sides, by commands outside scripts through the plain gateway (a
+/// command, the key's place among `names`, its other arguments), so that runs load them.
+async fn differential(
+    default_seed: u64,
+    names: &[&str],
+    config: &[(&str, &str)],
+    made: &[(&str, usize, &[&str])],
+) -> Differential {
+    let (speculating, plain, mut a, mut b) = two_gateways().await;
+    let rng = Rng(seed(default_seed) | 1);
+    for (name, value) in config {
+        assert_eq!(
+            a.command(&["CONFIG", "SET", name, value]).await,
+            Value::Simple("OK".to_owned())
+        );
+    }
+    let keys = |prefix: &str| -> Vec<String> { names.iter().map(|name| format!("{prefix}:{name}")).collect() };
+    let (keys_a, keys_b) = (keys("a"), keys("b"));
+    for keys in [&keys_a, &keys_b] {
+        for (name, at, rest) in made {
+            let mut command = vec![*name, keys[*at].as_str()];
+            command.extend(rest.iter());
+            let answer = b.command(&command).await;
+            assert!(!matches!(answer, Value::Error(_)), "{command:?}: {answer:?}");
+        }
+    }
+    Differential {
+        speculating,
+        plain,
+        a,
+        b,
+        rng,
+        keys_a,
+        keys_b,
+    }
+}
+
+impl Differential {
+    /// One round: a script of the calls `first` (words, `KEYS[n]` as such) and up to ten of
+    /// `random_call`'s, run on both sides, which must answer the same (but for a stream's IDs,
+    /// which follow the clock), with no answer of the working set missed so far. Answers the
+    /// script, for the messages of later checks.
+    async fn run(&mut self, round: u64, first: &[&str], random_call: fn(&mut Rng) -> String) -> String {
+        let calls: Vec<String> = first
+            .iter()
+            .map(|call| lua_call(&call.split(' ').map(str::to_owned).collect::<Vec<_>>()))
+            .chain((0..1 + self.rng.below(10)).map(|_| random_call(&mut self.rng)))
+            .collect();
+        let script = format!("return {{{}}}", calls.join(", "));
+        let (got, want) = (
+            eval(&mut self.a, &script, &self.keys_a).await,
+            eval(&mut self.b, &script, &self.keys_b).await,
+        );
+        assert_eq!(without_ids(got), without_ids(want), "round {round}: {script}");
+        assert_eq!(
+            metric(&self.speculating, "pgvs3_resp_speculation_misses_total").await,
+            0.0,
+            "round {round}: {script}"
+        );
+        script
+    }
+
+    /// After a round (`script`), each hash or set holds the same on both sides, read by `read`
+    /// (see [`small_key_state`]).
+    async fn small_keys_agree(&mut self, round: u64, script: &str, read: &str) {
+        for (key_a, key_b) in self.keys_a.iter().zip(&self.keys_b) {
+            assert_eq!(
+                small_key_state(&mut self.b, read, key_a).await,
+                small_key_state(&mut self.b, read, key_b).await,
+                "round {round}: {key_a}; {script}"
+            );
+        }
+    }
+}
+
+/// Runs each of `scripts` on `key` through `a` (the speculating gateway's connection) after a
+/// WATCH of the key by `watcher`, and checks that its calls were answered from the working set
+/// and that it moved the key's version (its row's, read by `sql`, and a MULTI of `read` on it
+/// failing) as `touched` says.
+async fn runs_touch(
+    speculating: &TestGateway,
+    a: &mut RawResp,
+    watcher: &mut RawResp,
+    key: &str,
+    read: &str,
+    scripts: &[(&str, bool)],
+) {
+    let sql = speculating.sql().await;
+    let key = vec![key.to_owned()];
+    let version = || async {
+        sql.query_one("SELECT version FROM pgvs3.resp_keys WHERE key = $1", &[&key[0]])
+            .await
+            .unwrap()
+            .get::<_, i64>("version")
+    };
+    for (script, touched) in scripts {
+        assert_eq!(
+            watcher.command(&["WATCH", &key[0]]).await,
+            Value::Simple("OK".to_owned())
+        );
+        let speculated = metric(speculating, "pgvs3_resp_speculated_calls_total").await;
+        let before = version().await;
+        eval(a, script, &key).await;
+        assert_eq!(version().await != before, *touched, "{script}: the version");
+        assert!(metric(speculating, "pgvs3_resp_speculated_calls_total").await > speculated);
+        assert_eq!(watcher.command(&["MULTI"]).await, Value::Simple("OK".to_owned()));
+        assert_eq!(
+            watcher.command(&[read, &key[0]]).await,
+            Value::Simple("QUEUED".to_owned())
+        );
+        let exec = watcher.command(&["EXEC"]).await;
+        assert_eq!(exec == Value::Nil, *touched, "{script}: {exec:?}");
+    }
+}
+
+/// Runs `fleeting` (two calls, which make `key` and empty it) through `a`, both answered from the
+/// working set, with the reply `reply`: the key is left with no row, and a WATCH of it by
+/// `watcher` sees the write.
+async fn made_and_emptied(
+    speculating: &TestGateway,
+    a: &mut RawResp,
+    watcher: &mut RawResp,
+    key: &str,
+    fleeting: &str,
+    reply: Value,
+) {
+    let key = vec![key.to_owned()];
+    assert_eq!(
+        watcher.command(&["WATCH", &key[0]]).await,
+        Value::Simple("OK".to_owned())
+    );
+    let speculated = metric(speculating, "pgvs3_resp_speculated_calls_total").await;
+    assert_eq!(eval(a, fleeting, &key).await, reply);
+    assert!(metric(speculating, "pgvs3_resp_speculated_calls_total").await >= speculated + 2.0);
+    assert_eq!(watcher.command(&["MULTI"]).await, Value::Simple("OK".to_owned()));
+    assert_eq!(
+        watcher.command(&["EXISTS", &key[0]]).await,
+        Value::Simple("QUEUED".to_owned())
+    );
+    assert_eq!(watcher.command(&["EXEC"]).await, Value::Nil);
+    assert_eq!(a.command(&["EXISTS", &key[0]]).await, Value::Int(0));
+}
+
 /// What key `key` (the `at`th of a script's five) holds, read without a working set: its
 /// elements (a set's sorted, a stream's count), encoding, and whether it has a TTL.
 async fn key_state(con: &mut RawResp, key: &str, at: usize) -> (Value, Value, bool) {
@@ -385,46 +535,23 @@ async fn runs_agree(
     made: &[(&str, usize, &[&str])],
     rounds: u64,
 ) {
-    let (speculating, plain, mut a, mut b) = two_gateways().await;
-    let seed = seed(0x5eed_3939_u64);
-    for (name, value) in config {
-        assert_eq!(
-            a.command(&["CONFIG", "SET", name, value]).await,
-            Value::Simple("OK".to_owned())
-        );
-    }
-    let mut rng = Rng(seed | 1);
-    let (keys_a, keys_b) = (keys("a"), keys("b"));
-    for keys in [&keys_a, &keys_b] {
-        for (name, at, rest) in made {
-            let mut command = vec![*name, keys[*at].as_str()];
-            command.extend(rest.iter());
-            let answer = b.command(&command).await;
-            assert!(!matches!(answer, Value::Error(_)), "{command:?}: {answer:?}");
-        }
-    }
+    let mut d = differential(0x5eed_3939_u64, &["h", "l", "s", "z", "x"], config, made).await;
     for round in 0..rounds {
-        let calls: Vec<String> = (0..1 + rng.below(10)).map(|_| random_call(&mut rng)).collect();
-        let script = format!("return {{{}}}", calls.join(", "));
-        let (got, want) = (
-            eval(&mut a, &script, &keys_a).await,
-            eval(&mut b, &script, &keys_b).await,
-        );
-        assert_eq!(without_ids(got), without_ids(want), "round {round}: {script}");
+        let script = d.run(round, &[], random_call).await;
         // What each run left in the database, read by the gateway without a working set.
-        for at in 0..keys_a.len() {
+        for at in 0..d.keys_a.len() {
             assert_eq!(
-                key_state(&mut b, &keys_a[at], at).await,
-                key_state(&mut b, &keys_b[at], at).await,
+                key_state(&mut d.b, &d.keys_a[at], at).await,
+                key_state(&mut d.b, &d.keys_b[at], at).await,
                 "round {round}: {}; {script}",
-                keys_a[at]
+                d.keys_a[at]
             );
         }
     }
     // Calls were answered from the working set, and every answer held.
-    assert!(metric(&speculating, "pgvs3_resp_speculated_calls_total").await > 0.0);
-    assert_eq!(metric(&speculating, "pgvs3_resp_speculation_misses_total").await, 0.0);
-    assert_eq!(metric(&plain, "pgvs3_resp_speculated_calls_total").await, 0.0);
+    assert!(metric(&d.speculating, "pgvs3_resp_speculated_calls_total").await > 0.0);
+    assert_eq!(metric(&d.speculating, "pgvs3_resp_speculation_misses_total").await, 0.0);
+    assert_eq!(metric(&d.plain, "pgvs3_resp_speculated_calls_total").await, 0.0);
 }
 
 #[tokio::test]
@@ -683,34 +810,26 @@ fn random_hash_call(rng: &mut Rng) -> String {
     lua_call(&words)
 }
 
-/// What a hash holds as the gateway without a working set reads it: its fields and values in
-/// its encoding's order, the encoding, and whether it has a TTL.
-async fn hash_state(con: &mut RawResp, key: &str) -> (Value, Value, bool) {
-    let fields = con.command(&["HGETALL", key]).await;
+/// What a hash or set holds as the gateway without a working set reads it: its elements by
+/// `read` (HGETALL, SMEMBERS), in its encoding's order (a small hash's in the order its fields
+/// were added, an intset's by number), the encoding, and whether it has a TTL.
+async fn small_key_state(con: &mut RawResp, read: &str, key: &str) -> (Value, Value, bool) {
+    let elements = con.command(&[read, key]).await;
     let encoding = con.command(&["OBJECT", "ENCODING", key]).await;
     let ttl = con.command(&["TTL", key]).await;
-    (fields, encoding, matches!(ttl, Value::Int(seconds) if seconds > 0))
+    (elements, encoding, matches!(ttl, Value::Int(seconds) if seconds > 0))
 }
 
 #[tokio::test]
 async fn speculated_hash_writes_leave_what_the_calls_leave() {
-    let (speculating, _plain, mut a, mut b) = two_gateways().await;
-    let seed = seed(0x4a54_3939_u64);
-    let mut rng = Rng(seed | 1);
-    // Small limits, so that runs pass them: the large encoding answers in byte order.
-    assert_eq!(
-        a.command(&["CONFIG", "SET", "hash-max-listpack-entries", "4"]).await,
-        Value::Simple("OK".to_owned())
-    );
-    let keys = |prefix: &str| -> Vec<String> { vec![format!("{prefix}:h1"), format!("{prefix}:h2")] };
-    let (keys_a, keys_b) = (keys("a"), keys("b"));
-    for keys in [&keys_a, &keys_b] {
-        assert_eq!(
-            b.command(&["HSET", &keys[1], "f2", "1", "f1", "x"]).await,
-            Value::Int(2)
-        );
-        assert_eq!(b.command(&["EXPIRE", &keys[1], "1000"]).await, Value::Int(1));
-    }
+    // A small limit: the large encoding answers in byte order.
+    let mut d = differential(
+        0x4a54_3939_u64,
+        &["h1", "h2"],
+        &[("hash-max-listpack-entries", "4")],
+        &[("HSET", 1, &["f2", "1", "f1", "x"]), ("EXPIRE", 1, &["1000"])],
+    )
+    .await;
     for round in 0..150 {
         // First a field removed and set again in one run, which goes last in the small
         // encoding's order, whatever the seed: a write loads the key into the working set,
@@ -720,48 +839,28 @@ async fn speculated_hash_writes_leave_what_the_calls_leave() {
             1 => &["HDEL KEYS[2] f2", "HSET KEYS[2] f2 y f3 z", "HGETALL KEYS[2]"],
             _ => &[],
         };
-        let calls: Vec<String> = first
-            .iter()
-            .map(|call| lua_call(&call.split(' ').map(str::to_owned).collect::<Vec<_>>()))
-            .chain((0..1 + rng.below(10)).map(|_| random_hash_call(&mut rng)))
-            .collect();
-        let script = format!("return {{{}}}", calls.join(", "));
-        let (got, want) = (
-            eval(&mut a, &script, &keys_a).await,
-            eval(&mut b, &script, &keys_b).await,
-        );
-        assert_eq!(got, want, "round {round}: {script}");
+        let script = d.run(round, first, random_hash_call).await;
         // What each run left in the database, read without a working set.
-        for (key_a, key_b) in keys_a.iter().zip(&keys_b) {
-            assert_eq!(
-                hash_state(&mut b, key_a).await,
-                hash_state(&mut b, key_b).await,
-                "round {round}: {key_a}; {script}"
-            );
-        }
+        d.small_keys_agree(round, &script, "HGETALL").await;
     }
+    let Differential {
+        speculating,
+        plain: _plain,
+        mut a,
+        mut b,
+        keys_a,
+        ..
+    } = d;
     assert!(metric(&speculating, "pgvs3_resp_speculated_calls_total").await > 100.0);
     assert_eq!(metric(&speculating, "pgvs3_resp_speculation_misses_total").await, 0.0);
 
     // A run's hash write moves the key's version, as WATCH sees it, even when it writes the
     // value the field had (Redis signals the key all the same).
-    let key = vec![keys_a[0].clone()];
     let set = "return redis.call('HSET', KEYS[1], 'w', 'same')";
-    eval(&mut a, set, &key).await;
+    eval(&mut a, set, &keys_a[..1]).await;
     let mut watcher = RawResp::connect(speculating.resp_addr()).await;
-    assert_eq!(
-        watcher.command(&["WATCH", &key[0]]).await,
-        Value::Simple("OK".to_owned())
-    );
-    let speculated = metric(&speculating, "pgvs3_resp_speculated_calls_total").await;
-    assert_eq!(eval(&mut a, set, &key).await, Value::Int(0));
-    assert!(metric(&speculating, "pgvs3_resp_speculated_calls_total").await > speculated);
-    assert_eq!(watcher.command(&["MULTI"]).await, Value::Simple("OK".to_owned()));
-    assert_eq!(
-        watcher.command(&["HGET", &key[0], "w"]).await,
-        Value::Simple("QUEUED".to_owned())
-    );
-    assert_eq!(watcher.command(&["EXEC"]).await, Value::Nil);
+    runs_touch(&speculating, &mut a, &mut watcher, &keys_a[0], "HLEN", &[(set, true)]).await;
+    assert_eq!(eval(&mut a, set, &keys_a[..1]).await, Value::Int(0));
 
     // A key that changes type within a run: its owed writes keep their order (a hash's are
     // not written set-based then), and the run ends with what the calls one by one leave.
@@ -786,21 +885,16 @@ async fn speculated_hash_writes_leave_what_the_calls_leave() {
     );
 
     // A key a run makes and empties leaves no row, and its WATCHes still see the write.
-    let key = vec!["a:fleeting".to_owned()];
-    assert_eq!(
-        watcher.command(&["WATCH", &key[0]]).await,
-        Value::Simple("OK".to_owned())
-    );
     let fleeting = "redis.call('HSET', KEYS[1], 'f', 'v') return redis.call('HDEL', KEYS[1], 'f')";
-    let speculated = metric(&speculating, "pgvs3_resp_speculated_calls_total").await;
-    assert_eq!(eval(&mut a, fleeting, &key).await, Value::Int(1));
-    assert!(metric(&speculating, "pgvs3_resp_speculated_calls_total").await >= speculated + 2.0);
-    assert_eq!(watcher.command(&["MULTI"]).await, Value::Simple("OK".to_owned()));
-    assert_eq!(
-        watcher.command(&["EXISTS", &key[0]]).await,
-        Value::Simple("QUEUED".to_owned())
-    );
-    assert_eq!(watcher.command(&["EXEC"]).await, Value::Nil);
+    made_and_emptied(
+        &speculating,
+        &mut a,
+        &mut watcher,
+        "a:fleeting",
+        fleeting,
+        Value::Int(1),
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -966,70 +1060,60 @@ async fn stream_state(con: &mut RawResp, sql: &tokio_postgres::Client, key: &str
 
 #[tokio::test]
 async fn speculated_stream_writes_leave_what_the_calls_leave() {
-    let (speculating, _plain, mut a, mut b) = two_gateways().await;
-    let sql = speculating.sql().await;
-    let seed = seed(0x57e4_3939_u64);
-    let mut rng = Rng(seed | 1);
     // Nodes of 3, so that runs' trims remove whole nodes and part of one.
-    assert_eq!(
-        a.command(&["CONFIG", "SET", "stream-node-max-entries", "3"]).await,
-        Value::Simple("OK".to_owned())
-    );
-    let keys = |prefix: &str| -> Vec<String> { vec![format!("{prefix}:x1"), format!("{prefix}:x2")] };
-    let (keys_a, keys_b) = (keys("a"), keys("b"));
-    for keys in [&keys_a, &keys_b] {
-        for seq in 1..=7 {
-            let id = format!("1-{seq}");
-            assert!(matches!(
-                b.command(&["XADD", &keys[0], &id, "f", "v"]).await,
-                Value::Bulk(_)
-            ));
-        }
-        assert_eq!(b.command(&["XDEL", &keys[0], "1-2"]).await, Value::Int(1));
-        assert_eq!(b.command(&["EXPIRE", &keys[0], "1000"]).await, Value::Int(1));
-    }
+    let mut d = differential(
+        0x57e4_3939_u64,
+        &["x1", "x2"],
+        &[("stream-node-max-entries", "3")],
+        &[
+            ("XADD", 0, &["1-1", "f", "v"]),
+            ("XADD", 0, &["1-2", "f", "v"]),
+            ("XADD", 0, &["1-3", "f", "v"]),
+            ("XADD", 0, &["1-4", "f", "v"]),
+            ("XADD", 0, &["1-5", "f", "v"]),
+            ("XADD", 0, &["1-6", "f", "v"]),
+            ("XADD", 0, &["1-7", "f", "v"]),
+            ("XDEL", 0, &["1-2"]),
+            ("EXPIRE", 0, &["1000"]),
+        ],
+    )
+    .await;
+    let sql = d.speculating.sql().await;
     for round in 0..150 {
-        let calls: Vec<String> = (0..1 + rng.below(10)).map(|_| random_stream_call(&mut rng)).collect();
-        let script = format!("return {{{}}}", calls.join(", "));
-        let (got, want) = (
-            eval(&mut a, &script, &keys_a).await,
-            eval(&mut b, &script, &keys_b).await,
-        );
-        assert_eq!(without_ids(got), without_ids(want), "round {round}: {script}");
-        for (key_a, key_b) in keys_a.iter().zip(&keys_b) {
+        let script = d.run(round, &[], random_stream_call).await;
+        for (key_a, key_b) in d.keys_a.iter().zip(&d.keys_b) {
             assert_eq!(
-                stream_state(&mut b, &sql, key_a).await,
-                stream_state(&mut b, &sql, key_b).await,
+                stream_state(&mut d.b, &sql, key_a).await,
+                stream_state(&mut d.b, &sql, key_b).await,
                 "round {round}: {key_a}; {script}"
             );
         }
     }
+    let Differential {
+        speculating,
+        plain: _plain,
+        mut a,
+        keys_a,
+        ..
+    } = d;
     assert!(metric(&speculating, "pgvs3_resp_speculated_calls_total").await > 100.0);
     assert_eq!(metric(&speculating, "pgvs3_resp_speculation_misses_total").await, 0.0);
 
     // A run's XADD moves the stream's version, as WATCH sees it; a trim that removes nothing
     // does not.
-    let key = vec![keys_a[0].clone()];
     let add = "return redis.call('XADD', KEYS[1], '*', 'f', 'v')";
     let nothing = "return redis.call('XTRIM', KEYS[1], 'MAXLEN', '1000')";
-    eval(&mut a, add, &key).await;
+    eval(&mut a, add, &keys_a[..1]).await;
     let mut watcher = RawResp::connect(speculating.resp_addr()).await;
-    for (script, touched) in [(nothing, false), (add, true)] {
-        assert_eq!(
-            watcher.command(&["WATCH", &key[0]]).await,
-            Value::Simple("OK".to_owned())
-        );
-        let speculated = metric(&speculating, "pgvs3_resp_speculated_calls_total").await;
-        eval(&mut a, script, &key).await;
-        assert!(metric(&speculating, "pgvs3_resp_speculated_calls_total").await > speculated);
-        assert_eq!(watcher.command(&["MULTI"]).await, Value::Simple("OK".to_owned()));
-        assert_eq!(
-            watcher.command(&["XLEN", &key[0]]).await,
-            Value::Simple("QUEUED".to_owned())
-        );
-        let exec = watcher.command(&["EXEC"]).await;
-        assert_eq!(exec == Value::Nil, touched, "{script}: {exec:?}");
-    }
+    runs_touch(
+        &speculating,
+        &mut a,
+        &mut watcher,
+        &keys_a[0],
+        "XLEN",
+        &[(nothing, false), (add, true)],
+    )
+    .await;
     assert_eq!(metric(&speculating, "pgvs3_resp_speculation_misses_total").await, 0.0);
 }
 
@@ -1226,100 +1310,221 @@ async fn list_state(con: &mut RawResp, sql: &tokio_postgres::Client, key: &str) 
 
 #[tokio::test]
 async fn speculated_list_writes_leave_what_the_calls_leave() {
-    let (speculating, _plain, mut a, mut b) = two_gateways().await;
-    let sql = speculating.sql().await;
-    let seed = seed(0x7157_3939_u64);
-    let mut rng = Rng(seed | 1);
-    let keys = |prefix: &str| -> Vec<String> { vec![format!("{prefix}:l1"), format!("{prefix}:l2")] };
-    let (keys_a, keys_b) = (keys("a"), keys("b"));
-    for keys in [&keys_a, &keys_b] {
-        assert_eq!(
-            b.command(&["RPUSH", &keys[0], "a", "b", "c", "1", "a"]).await,
-            Value::Int(5)
-        );
-        assert_eq!(b.command(&["EXPIRE", &keys[0], "1000"]).await, Value::Int(1));
-    }
+    let mut d = differential(
+        0x7157_3939_u64,
+        &["l1", "l2"],
+        &[],
+        &[("RPUSH", 0, &["a", "b", "c", "1", "a"]), ("EXPIRE", 0, &["1000"])],
+    )
+    .await;
+    let sql = d.speculating.sql().await;
     for round in 0..150 {
-        let calls: Vec<String> = (0..1 + rng.below(10))
-            .map(|_| random_list_write_call(&mut rng))
-            .collect();
-        let script = format!("return {{{}}}", calls.join(", "));
-        let (got, want) = (
-            eval(&mut a, &script, &keys_a).await,
-            eval(&mut b, &script, &keys_b).await,
-        );
-        assert_eq!(got, want, "round {round}: {script}");
-        for (key_a, key_b) in keys_a.iter().zip(&keys_b) {
+        let script = d.run(round, &[], random_list_write_call).await;
+        for (key_a, key_b) in d.keys_a.iter().zip(&d.keys_b) {
             assert_eq!(
-                list_state(&mut b, &sql, key_a).await,
-                list_state(&mut b, &sql, key_b).await,
+                list_state(&mut d.b, &sql, key_a).await,
+                list_state(&mut d.b, &sql, key_b).await,
                 "round {round}: {key_a}; {script}"
             );
         }
-        assert_eq!(
-            metric(&speculating, "pgvs3_resp_speculation_misses_total").await,
-            0.0,
-            "round {round}: {script}"
-        );
     }
+    let Differential {
+        speculating,
+        plain: _plain,
+        mut a,
+        mut b,
+        ..
+    } = d;
     assert!(metric(&speculating, "pgvs3_resp_speculated_calls_total").await > 100.0);
     assert_eq!(metric(&speculating, "pgvs3_resp_speculation_misses_total").await, 0.0);
 
     // A run's list write moves the key's version (which tells another gateway's working set
     // its value is old), as WATCH sees it; a run whose writes change nothing does not.
-    let key = vec!["a:watched".to_owned()];
-    assert_eq!(b.command(&["RPUSH", &key[0], "a", "b"]).await, Value::Int(2));
+    let key = "a:watched";
+    assert_eq!(b.command(&["RPUSH", key, "a", "b"]).await, Value::Int(2));
     let change = "return redis.call('RPOPLPUSH', KEYS[1], KEYS[1])";
     let nothing = "return {redis.call('LREM', KEYS[1], 0, 'z'), redis.call('LPOP', KEYS[1], 0)}";
-    eval(&mut a, "return redis.call('LLEN', KEYS[1])", &key).await;
+    eval(&mut a, "return redis.call('LLEN', KEYS[1])", &[key.to_owned()]).await;
     let mut watcher = RawResp::connect(speculating.resp_addr()).await;
-    let version = || async {
-        sql.query_one("SELECT version FROM pgvs3.resp_keys WHERE key = $1", &[&key[0]])
-            .await
-            .unwrap()
-            .get::<_, i64>("version")
-    };
-    for (script, touched) in [(nothing, false), (change, true)] {
-        assert_eq!(
-            watcher.command(&["WATCH", &key[0]]).await,
-            Value::Simple("OK".to_owned())
-        );
-        let speculated = metric(&speculating, "pgvs3_resp_speculated_calls_total").await;
-        let before = version().await;
-        eval(&mut a, script, &key).await;
-        assert_eq!(version().await != before, touched, "{script}: the version");
-        assert!(metric(&speculating, "pgvs3_resp_speculated_calls_total").await > speculated);
-        assert_eq!(watcher.command(&["MULTI"]).await, Value::Simple("OK".to_owned()));
-        assert_eq!(
-            watcher.command(&["LLEN", &key[0]]).await,
-            Value::Simple("QUEUED".to_owned())
-        );
-        let exec = watcher.command(&["EXEC"]).await;
-        assert_eq!(exec == Value::Nil, touched, "{script}: {exec:?}");
-    }
+    runs_touch(
+        &speculating,
+        &mut a,
+        &mut watcher,
+        key,
+        "LLEN",
+        &[(nothing, false), (change, true)],
+    )
+    .await;
     assert_eq!(
-        b.command(&["LRANGE", &key[0], "0", "-1"]).await,
+        b.command(&["LRANGE", key, "0", "-1"]).await,
         Value::Array(vec![Value::bulk("b"), Value::bulk("a")])
     );
 
     // A key a run makes and empties leaves no row, and its WATCHes still see the write.
-    let key = vec!["a:fleeting".to_owned()];
-    assert_eq!(
-        watcher.command(&["WATCH", &key[0]]).await,
-        Value::Simple("OK".to_owned())
-    );
     let fleeting = "redis.call('LPUSH', KEYS[1], 'x') return redis.call('RPOP', KEYS[1])";
-    let speculated = metric(&speculating, "pgvs3_resp_speculated_calls_total").await;
-    assert_eq!(eval(&mut a, fleeting, &key).await, Value::bulk("x"));
-    assert!(metric(&speculating, "pgvs3_resp_speculated_calls_total").await >= speculated + 2.0);
-    assert_eq!(watcher.command(&["MULTI"]).await, Value::Simple("OK".to_owned()));
-    assert_eq!(
-        watcher.command(&["EXISTS", &key[0]]).await,
-        Value::Simple("QUEUED".to_owned())
-    );
-    assert_eq!(watcher.command(&["EXEC"]).await, Value::Nil);
-    assert_eq!(b.command(&["EXISTS", &key[0]]).await, Value::Int(0));
+    made_and_emptied(
+        &speculating,
+        &mut a,
+        &mut watcher,
+        "a:fleeting",
+        fleeting,
+        Value::bulk("x"),
+    )
+    .await;
     assert_eq!(metric(&speculating, "pgvs3_resp_speculation_misses_total").await, 0.0);
+}
+
+/// One call of a random script on two sets (KEYS[1] made before as an intset with a TTL,
+/// KEYS[2] made in scripts): SADDs and SREMs of one to three members, integers five times in
+/// six (an intset lasts long enough to pass its entry limit) and else members that are no
+/// integer (which make it large), SREMs of every member (a run empties a set and may make it
+/// again), reads between them, and the calls not predicted, run in the database after the run's
+/// owed writes (SMOVE, SUNIONSTORE, EXPIRE, DEL).
+fn random_set_write_call(rng: &mut Rng) -> String {
+    const INTEGERS: &[&str] = &["1", "2", "3", "10", "-0", "7"];
+    let key = |rng: &mut Rng| format!("KEYS[{}]", 1 + rng.below(2));
+    let m = |rng: &mut Rng| match rng.below(6) {
+        0 => rng.pick(&["x", "y"]).to_owned(),
+        _ => rng.pick(INTEGERS).to_owned(),
+    };
+    let some = |rng: &mut Rng, command: &str| -> Vec<String> {
+        let mut words = vec![command.to_owned(), key(rng)];
+        words.extend((0..1 + rng.below(3)).map(|_| m(rng)));
+        words
+    };
+    let words: Vec<String> = match rng.below(20) {
+        0..=5 => some(rng, "SADD"),
+        6..=8 => some(rng, "SREM"),
+        9 => {
+            let mut words = vec!["SREM".to_owned(), key(rng), "x".to_owned(), "y".to_owned()];
+            words.extend(INTEGERS.iter().map(|member| member.to_string()));
+            words
+        }
+        10 => vec!["SCARD".into(), key(rng)],
+        11 => vec!["SISMEMBER".into(), key(rng), m(rng)],
+        12 => vec!["SMISMEMBER".into(), key(rng), m(rng), m(rng)],
+        13 | 14 => vec!["SMEMBERS".into(), key(rng)],
+        15 => vec!["SMOVE".into(), key(rng), key(rng), m(rng)],
+        16 => vec!["SUNIONSTORE".into(), "KEYS[2]".into(), "KEYS[1]".into()],
+        17 => vec!["EXPIRE".into(), key(rng), "1000".into()],
+        18 => vec!["DEL".into(), key(rng)],
+        _ => some(rng, "SADD"),
+    };
+    lua_call(&words)
+}
+
+#[tokio::test]
+async fn speculated_set_writes_leave_what_the_calls_leave() {
+    // A small intset limit, so that runs pass it.
+    let mut d = differential(
+        0x5e75_3940_u64,
+        &["s1", "s2"],
+        &[("set-max-intset-entries", "4"), ("set-max-listpack-entries", "4")],
+        &[("SADD", 0, &["10", "2", "1"]), ("EXPIRE", 0, &["1000"])],
+    )
+    .await;
+    for round in 0..150 {
+        // First, whatever the seed: a set made, emptied and made again in one run; then an
+        // intset a member that is no integer makes large, kept large when it goes; then one
+        // past its entry limit.
+        let first: &[&str] = match round {
+            0 => &["SCARD KEYS[1]", "SADD KEYS[2] 5", "SREM KEYS[2] 5", "SADD KEYS[2] 6 5"],
+            1 => &[
+                "SREM KEYS[1] 1",
+                "SADD KEYS[1] 1 x",
+                "SREM KEYS[1] x",
+                "SMEMBERS KEYS[1]",
+            ],
+            2 => &["SADD KEYS[2] 1 2 3", "SREM KEYS[2] 1 2 3 5 6", "SMEMBERS KEYS[2]"],
+            _ => &[],
+        };
+        let script = d.run(round, first, random_set_write_call).await;
+        d.small_keys_agree(round, &script, "SMEMBERS").await;
+    }
+    let Differential {
+        speculating,
+        plain: _plain,
+        mut a,
+        mut b,
+        ..
+    } = d;
+    assert!(metric(&speculating, "pgvs3_resp_speculated_calls_total").await > 100.0);
+
+    // A run's set write moves the key's version, as WATCH sees it, even when it removes a
+    // member and adds it back (Redis signals the key all the same); a run whose writes change
+    // nothing does not.
+    let key = "a:watched";
+    assert_eq!(b.command(&["SADD", key, "1", "2"]).await, Value::Int(2));
+    let change = "return {redis.call('SREM', KEYS[1], '2'), redis.call('SADD', KEYS[1], '2')}";
+    let nothing = "return {redis.call('SADD', KEYS[1], '1'), redis.call('SREM', KEYS[1], '9')}";
+    eval(&mut a, "return redis.call('SCARD', KEYS[1])", &[key.to_owned()]).await;
+    let mut watcher = RawResp::connect(speculating.resp_addr()).await;
+    runs_touch(
+        &speculating,
+        &mut a,
+        &mut watcher,
+        key,
+        "SCARD",
+        &[(nothing, false), (change, true)],
+    )
+    .await;
+    assert_eq!(
+        b.command(&["SMEMBERS", key]).await,
+        Value::Array(vec![Value::bulk("1"), Value::bulk("2")])
+    );
+
+    // A key a run makes and empties leaves no row, and its WATCHes still see the write.
+    let fleeting = "redis.call('SADD', KEYS[1], 'x') return redis.call('SREM', KEYS[1], 'x')";
+    made_and_emptied(
+        &speculating,
+        &mut a,
+        &mut watcher,
+        "a:fleeting",
+        fleeting,
+        Value::Int(1),
+    )
+    .await;
+    assert_eq!(metric(&speculating, "pgvs3_resp_speculation_misses_total").await, 0.0);
+}
+
+#[tokio::test]
+async fn a_set_member_the_database_no_longer_holds_is_caught_by_the_runs_write() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = RawResp::connect(gateway.resp_addr()).await;
+    let key = vec!["ids".to_owned()];
+    let count = "return redis.call('SCARD', KEYS[1])";
+    assert_eq!(con.command(&["SADD", "ids", "1", "2", "3"]).await, Value::Int(3));
+    assert_eq!(eval(&mut con, count, &key).await, Value::Int(3));
+    // A member removed underneath without a new version (a hand edit): the run's SREM,
+    // answered 1 from the working set, goes as one write (pgvs3.resp_set_apply), which checks
+    // each member it removes is there, and the run starts over in the database.
+    let sql = gateway.sql().await;
+    sql.execute("DELETE FROM pgvs3.resp_set WHERE key = 'ids' AND member = '3'", &[])
+        .await
+        .unwrap();
+    let remove = "return redis.call('SREM', KEYS[1], '3')";
+    assert_eq!(eval(&mut con, remove, &key).await, Value::Int(0));
+    assert_eq!(metric(&gateway, "pgvs3_resp_speculation_misses_total").await, 1.0);
+
+    // A member added underneath: the run's SADD of it, answered 1, is checked to add it.
+    assert_eq!(eval(&mut con, count, &key).await, Value::Int(2));
+    sql.execute(
+        "INSERT INTO pgvs3.resp_set (bucket_id, key, member)
+             SELECT bucket_id, key, '9' FROM pgvs3.resp_keys WHERE key = 'ids'",
+        &[],
+    )
+    .await
+    .unwrap();
+    let add = "return {redis.call('SADD', KEYS[1], '9'), redis.call('SCARD', KEYS[1])}";
+    assert_eq!(
+        eval(&mut con, add, &key).await,
+        Value::Array(vec![Value::Int(0), Value::Int(3)])
+    );
+    assert_eq!(metric(&gateway, "pgvs3_resp_speculation_misses_total").await, 2.0);
+    assert_eq!(
+        con.command(&["SMEMBERS", "ids"]).await,
+        Value::Array(vec![Value::bulk("1"), Value::bulk("2"), Value::bulk("9")])
+    );
 }
 
 /// Waits until the gateway counts `n` blocked clients.

@@ -450,6 +450,8 @@ pub struct Speculation<'a> {
     /// [`ElementWrites`]).
     pub hash_writes: Vec<HashWrite>,
     pub zset_writes: Vec<ZsetWrite>,
+    /// Sets' changes written set-based, ahead of the calls (see [`SetWrite`]).
+    pub set_writes: Vec<SetWrite>,
     /// Streams' changes written set-based, ahead of the calls (see [`StreamWrite`]).
     pub stream_writes: Vec<StreamWrite>,
     /// Lists' changes written set-based, ahead of the calls (see [`ListWrite`]).
@@ -482,6 +484,10 @@ pub struct ElementWrites<V> {
 pub type HashWrite = ElementWrites<Bytes>;
 /// A sorted set's members and their scores.
 pub type ZsetWrite = ElementWrites<f64>;
+/// A set's members (`pgvs3.resp_set_apply`, functions/resp_set.sql), which have no values and
+/// are never changed in place: members removed and added. `longest` is 1 when a write that
+/// added named a member that is no integer (what an intset cannot hold), else 0.
+pub type SetWrite = ElementWrites<()>;
 
 impl<V> ElementWrites<V> {
     pub fn new(key: &str, existed: bool, emptied: bool, bump: bool) -> ElementWrites<V> {
@@ -580,6 +586,9 @@ pub(super) const HASH_APPLY: &str = "SELECT pgvs3.resp_expect(pgvs3.resp_hash_ap
     $8, $9, $10, $11, $12, $13, $14)) AS kept";
 pub(super) const ZSET_APPLY: &str = "SELECT pgvs3.resp_expect(pgvs3.resp_zset_apply($1, $2, $3, $4, $5, $6, $7,
     $8, $9, $10, $11, $12, $13, $14)) AS kept";
+/// The statement of a [`SetWrite`].
+pub(super) const SET_APPLY: &str = "SELECT pgvs3.resp_expect(pgvs3.resp_set_apply($1, $2, $3, $4, $5, $6, $7,
+    $8, $9)) AS kept";
 /// The statement of a [`StreamWrite`].
 pub(super) const STREAM_APPLY: &str = "SELECT pgvs3.resp_expect(pgvs3.resp_stream_apply($1, $2, $3, $4, $5, $6, $7,
     $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)) AS kept";

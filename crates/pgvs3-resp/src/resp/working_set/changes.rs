@@ -1,6 +1,7 @@
-//! What a run's speculated writes changed of a hash's or sorted set's elements since they were
-//! last written to the database (or loaded), so that they go as one set-based write of the
-//! differences (`pgvs3.resp_hash_apply`, `pgvs3.resp_zset_apply`) rather than as the calls.
+//! What a run's speculated writes changed of a hash's, sorted set's or set's elements since
+//! they were last written to the database (or loaded), so that they go as one set-based write of
+//! the differences (`pgvs3.resp_hash_apply`, `pgvs3.resp_zset_apply`, `pgvs3.resp_set_apply`)
+//! rather than as the calls. A set's members have no values (`()`).
 
 use std::collections::HashMap;
 
@@ -99,7 +100,10 @@ pub struct Track {
 impl Track {
     /// The families whose writes go set-based.
     pub fn kept(family: Family) -> bool {
-        matches!(family, Family::Hash | Family::Zset | Family::Stream | Family::List)
+        matches!(
+            family,
+            Family::Hash | Family::Zset | Family::Set | Family::Stream | Family::List
+        )
     }
 
     /// The track of a key whose first write of `family` since the last round trip found it

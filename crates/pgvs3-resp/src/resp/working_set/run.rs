@@ -9,12 +9,21 @@ use super::{Known, Value, WorkingSet, family_type, list, predict};
 use crate::resp::codec::Reply;
 use crate::resp::typed::Typed;
 use crate::store::{
-    Family, HashWrite, KvBatch, KvValue, ListWrite, Speculation, StoreError, StoreResult, StreamWrite, TypedCall,
-    TypedRow, ZsetWrite,
+    Family, HashWrite, KvBatch, KvValue, ListWrite, SetWrite, Speculation, StoreError, StoreResult, StreamWrite,
+    TypedCall, TypedRow, ZsetWrite,
 };
 
 /// The most elements of one key a run loads into the working set.
 const LOAD_LIMIT: i64 = 10_000;
+
+/// The set-based writes of a round trip's hashes, sorted sets, sets and streams.
+#[derive(Default)]
+struct ElementWrites {
+    hashes: Vec<HashWrite>,
+    zsets: Vec<ZsetWrite>,
+    sets: Vec<SetWrite>,
+    streams: Vec<StreamWrite>,
+}
 
 pub struct RunSet {
     set: Arc<WorkingSet>,
@@ -191,12 +200,12 @@ impl RunSet {
     /// nothing for a later call to depend on. (Replaying them was a third of a BullMQ job's
     /// calls, each a function's run inside the queue keys' locks.)
     ///
-    /// A hash's, sorted set's, stream's or list's owed writes go as one set-based write of what
-    /// they changed (`changes.rs`, `stream.rs`, `list.rs`), ahead of the other calls, when no
-    /// owed call of another family writes to its key (a key can change type within a run: then
-    /// the calls keep their order) and the run still holds its value (and a stream's nodes, a
-    /// list's positions); else as the calls. A call is left out when all its keys (LMOVE's
-    /// two) are written so.
+    /// A hash's, sorted set's, set's, stream's or list's owed writes go as one set-based write
+    /// of what they changed (`changes.rs`, `stream.rs`, `list.rs`), ahead of the other calls,
+    /// when no owed call of another family writes to its key (a key can change type within a
+    /// run: then the calls keep their order) and the run still holds its value (and a stream's
+    /// nodes, a list's positions); else as the calls. A call is left out when all its keys
+    /// (LMOVE's two) are written so.
     async fn send(
         &mut self,
         batch: &mut KvBatch,
@@ -209,11 +218,17 @@ impl RunSet {
         let answered = pending.len() as u64;
         // Before element_writes, which drains the tracks.
         let list_writes = self.list_writes(&pending);
-        let (hash_writes, zset_writes, stream_writes) = self.element_writes(&pending);
+        let ElementWrites {
+            hashes: hash_writes,
+            zsets: zset_writes,
+            sets: set_writes,
+            streams: stream_writes,
+        } = self.element_writes(&pending);
         let written: HashSet<String> = hash_writes
             .iter()
             .map(|write| write.key.clone())
             .chain(zset_writes.iter().map(|write| write.key.clone()))
+            .chain(set_writes.iter().map(|write| write.key.clone()))
             .chain(stream_writes.iter().map(|write| write.key.clone()))
             .chain(list_writes.iter().map(|write| write.key.clone()))
             .collect();
@@ -231,6 +246,7 @@ impl RunSet {
             versions,
             hash_writes: hash_writes.into_iter().filter(|write| !write.is_empty()).collect(),
             zset_writes: zset_writes.into_iter().filter(|write| !write.is_empty()).collect(),
+            set_writes: set_writes.into_iter().filter(|write| !write.is_empty()).collect(),
             stream_writes: stream_writes.into_iter().filter(|write| !write.is_empty()).collect(),
             list_writes: list_writes.into_iter().filter(|write| !write.is_empty()).collect(),
         };
@@ -244,11 +260,14 @@ impl RunSet {
     /// The set-based writes of the keys the `pending` calls write to (see [`RunSet::send`]);
     /// every value's record of changes starts over, the database having them once they are
     /// sent.
-    fn element_writes(
-        &mut self,
-        pending: &[(TypedCall, TypedRow)],
-    ) -> (Vec<HashWrite>, Vec<ZsetWrite>, Vec<StreamWrite>) {
-        let (mut hashes, mut zsets, mut streams) = (Vec::new(), Vec::new(), Vec::new());
+    fn element_writes(&mut self, pending: &[(TypedCall, TypedRow)]) -> ElementWrites {
+        let mut writes = ElementWrites::default();
+        let ElementWrites {
+            hashes,
+            zsets,
+            sets,
+            streams,
+        } = &mut writes;
         for (key, track) in self.tracks.drain() {
             let shared = pending
                 .iter()
@@ -256,18 +275,21 @@ impl RunSet {
             match (self.known.get_mut(&key), track.family) {
                 (Some(Some(Value::Hash(hash))), _) if shared => hash.changes().clear(),
                 (Some(Some(Value::Zset(zset))), _) if shared => zset.changes().clear(),
+                (Some(Some(Value::Set(set))), _) if shared => set.changes().clear(),
                 (Some(Some(Value::Stream(stream))), _) if shared => stream.clear(),
                 (Some(Some(Value::Hash(hash))), Family::Hash) => hashes.push(hash.write(track.start(&key))),
                 (Some(Some(Value::Zset(zset))), Family::Zset) => zsets.push(zset.write(track.start(&key))),
+                (Some(Some(Value::Set(set))), Family::Set) => sets.push(set.write(track.start(&key))),
                 (Some(Some(Value::Stream(stream))), Family::Stream) => {
                     streams.extend(stream.write(&key, track.existed()));
                 }
                 (Some(None), Family::Hash) if !shared => hashes.push(track.start(&key)),
                 (Some(None), Family::Zset) if !shared => zsets.push(track.start(&key)),
+                (Some(None), Family::Set) if !shared => sets.push(track.start(&key)),
                 _ => {}
             }
         }
-        (hashes, zsets, streams)
+        writes
     }
 
     /// The set-based writes of the lists the `pending` calls write to (see [`RunSet::send`]).

@@ -5,9 +5,10 @@ use std::collections::BTreeSet;
 
 use bytes::Bytes;
 
+use super::changes::Changes;
 use super::{Known, Value, within_limit};
 use crate::resp::command::parse_integer;
-use crate::store::{Loaded, SetOp, SqlOp, TypedCall, TypedRow};
+use crate::store::{Loaded, SetOp, SetWrite, SqlOp, TypedCall, TypedRow};
 
 /// Loads a set key (see [`Loaded`]): its members, and in `ints` what SMEMBERS orders them by:
 /// the key's `large` mark (1 true, 0 false, -1 NULL: judged when read) and the bucket's
@@ -53,6 +54,8 @@ pub struct Set {
     entries: Option<i64>,
     /// The members' bytes, kept as they change.
     data: usize,
+    /// What the run's writes changed since the value was last written to the database.
+    changes: Changes<()>,
 }
 
 impl Set {
@@ -76,6 +79,7 @@ impl Set {
             members,
             encoding,
             entries: Some(entries),
+            changes: Changes::default(),
         })
     }
 
@@ -90,7 +94,40 @@ impl Set {
             encoding: Encoding::Small,
             entries: None,
             data: 0,
+            changes: Changes::default(),
         }
+    }
+
+    pub fn changes(&mut self) -> &mut Changes<()> {
+        &mut self.changes
+    }
+
+    /// The set-based write of what the run changed since its last round trip (see [`Changes`]):
+    /// members removed and added.
+    pub fn write(&mut self, start: SetWrite) -> SetWrite {
+        let members = &self.members;
+        self.changes
+            .write(start, |member| members.contains(member).then_some((0, ())))
+    }
+
+    /// Adds `member`; whether it was new.
+    fn insert(&mut self, member: &Bytes) -> bool {
+        if self.members.contains(member) {
+            return false;
+        }
+        self.changes.setting(member, None);
+        self.data += member.len();
+        self.members.insert(member.clone())
+    }
+
+    /// Removes `member`; whether it was there.
+    fn remove(&mut self, member: &Bytes) -> bool {
+        if !self.members.remove(member) {
+            return false;
+        }
+        self.changes.removing(member, &());
+        self.data -= member.len();
+        true
     }
 
     fn len(&self) -> i64 {
@@ -109,8 +146,14 @@ impl Set {
     }
 
     /// SADD added members of `args`: `pgvs3.resp_grown` marks an intset large once a member
-    /// of the call (added or not) is no integer, or it holds more than the limit.
+    /// of the call (added or not) is no integer, or it holds more than the limit. The record
+    /// of changes keeps the most members after such a write and, as its longest element, 1
+    /// when a member of one is no integer (`pgvs3.resp_set_apply` judges by them).
     fn grown(&mut self, args: &[Bytes]) {
+        self.changes.grew(
+            self.members.len(),
+            args.iter().map(|arg| usize::from(resp_int(arg).is_none())),
+        );
         if !matches!(self.encoding, Encoding::Small | Encoding::Unknown) {
             return;
         }
@@ -191,16 +234,7 @@ pub fn predict(call: &TypedCall, known: &mut Known) -> Option<TypedRow> {
         }
         (SetOp::Sadd, Some(set)) if !call.args.is_empty() => int(sadd(set, &call.args)),
         (SetOp::Srem, None) => int(0),
-        (SetOp::Srem, Some(set)) => {
-            let mut n = 0;
-            for member in &call.args {
-                if set.members.remove(member) {
-                    set.data -= member.len();
-                    n += 1;
-                }
-            }
-            int(n)
-        }
+        (SetOp::Srem, Some(set)) => int(call.args.iter().filter(|member| set.remove(member)).count() as i64),
         (SetOp::Scard, set) => int(set.map_or(0, |set| set.len())),
         (SetOp::Sismember, set) => {
             let [member] = call.args.as_slice() else {
@@ -249,13 +283,7 @@ pub fn predict(call: &TypedCall, known: &mut Known) -> Option<TypedRow> {
 
 /// SADD: adds the members of `args` not there yet; n: how many.
 fn sadd(set: &mut Set, args: &[Bytes]) -> i64 {
-    let mut n = 0;
-    for member in args {
-        if set.members.insert(member.clone()) {
-            set.data += member.len();
-            n += 1;
-        }
-    }
+    let n = args.iter().filter(|member| set.insert(member)).count() as i64;
     if n > 0 {
         set.grown(args);
     }
@@ -454,6 +482,43 @@ mod tests {
         assert!(predict(&probe, &mut known).is_some());
         probe.reply_limit = Some(4 * 47);
         assert!(predict(&probe, &mut known).is_none());
+    }
+
+    /// The set-based write of what the run changed: members removed and added (one removed
+    /// and added again in both), the most members after a SADD that added, and whether one
+    /// named a member that is no integer.
+    #[test]
+    fn the_write_is_of_the_members_removed_and_added() {
+        let mut known = known(&[("s", set(&["1", "2", "3"], 0, 512))]);
+        assert_eq!(predicted(&mut known, &["srem", "s", "2", "3", "9"]), int(2));
+        assert_eq!(predicted(&mut known, &["sadd", "s", "2", "4", "5"]), int(3));
+        assert_eq!(predicted(&mut known, &["srem", "s", "5"]), int(1));
+        // Adds nothing: not judged, its member no integer notwithstanding.
+        assert_eq!(predicted(&mut known, &["sadd", "s", "1", "4"]), int(0));
+        let Some(Some(Value::Set(value))) = known.get_mut("s") else {
+            panic!("a set");
+        };
+        let write = value.write(SetWrite::new("s", true, false, false));
+        let sorted = |members: &[(Bytes, ())]| {
+            let mut members: Vec<Bytes> = members.iter().map(|(member, ())| member.clone()).collect();
+            members.sort();
+            members
+        };
+        let b = |text: &'static str| Bytes::from_static(text.as_bytes());
+        assert_eq!(sorted(&write.gone), [b("2"), b("3")]);
+        assert_eq!(sorted(&write.added), [b("2"), b("4")]);
+        assert!(write.bump && write.changed.is_empty());
+        assert_eq!((write.peak, write.longest), (4, 0));
+        assert_eq!(predicted(&mut known, &["sadd", "s", "x", "1"]), int(1));
+        assert_eq!(predicted(&mut known, &["srem", "s", "x"]), int(1));
+        let Some(Some(Value::Set(value))) = known.get_mut("s") else {
+            panic!("a set");
+        };
+        let write = value.write(SetWrite::new("s", true, false, false));
+        assert!(write.bump && write.gone.is_empty() && write.added.is_empty());
+        assert_eq!((write.peak, write.longest), (4, 1));
+        // The record starts over.
+        assert!(value.write(SetWrite::new("s", true, false, false)).is_empty());
     }
 
     #[test]

@@ -15,8 +15,8 @@ use crate::store::chunks::Chunker;
 use crate::store::key_probes::rows_of_keys;
 use crate::store::objects::INLINE_LIMIT;
 use crate::store::types::{
-    ElementWrites, HASH_APPLY, LIST_APPLY, ListWrite, Loaded, STREAM_APPLY, Speculated, Speculation, StreamNode,
-    StreamWrite, TypedCall, ZSET_APPLY,
+    ElementWrites, HASH_APPLY, LIST_APPLY, ListWrite, Loaded, SET_APPLY, STREAM_APPLY, SetWrite, Speculated,
+    Speculation, StreamNode, StreamWrite, TypedCall, ZSET_APPLY,
 };
 use crate::store::{BucketInfo, StoreError, StoreResult};
 
@@ -85,6 +85,7 @@ impl KvBatch {
                     .flat_map(|call| &call.keys)
                     .chain(speculation.hash_writes.iter().map(|write| &write.key))
                     .chain(speculation.zset_writes.iter().map(|write| &write.key))
+                    .chain(speculation.set_writes.iter().map(|write| &write.key))
                     .chain(speculation.stream_writes.iter().map(|write| &write.key))
                     .chain(speculation.list_writes.iter().map(|write| &write.key))
                     .map(String::as_str)
@@ -106,6 +107,10 @@ impl KvBatch {
         let zset_apply = match speculation.zset_writes.is_empty() {
             true => None,
             false => Some(client.prepare_cached(ZSET_APPLY).await?),
+        };
+        let set_apply = match speculation.set_writes.is_empty() {
+            true => None,
+            false => Some(client.prepare_cached(SET_APPLY).await?),
         };
         let stream_apply = match speculation.stream_writes.is_empty() {
             true => None,
@@ -148,6 +153,10 @@ impl KvBatch {
                 let statement = zset_apply.as_ref().expect("prepared for sorted set writes");
                 send_element_writes(client, statement, id, write, |score| *score)
             }));
+            let set_writes = futures::future::try_join_all(speculation.set_writes.iter().map(|write| {
+                let statement = set_apply.as_ref().expect("prepared for set writes");
+                send_set_write(client, statement, id, write)
+            }));
             let stream_writes = futures::future::try_join_all(speculation.stream_writes.iter().map(|write| {
                 let statement = stream_apply.as_ref().expect("prepared for stream writes");
                 send_stream_write(client, statement, id, write)
@@ -162,6 +171,7 @@ impl KvBatch {
                 expired,
                 hash_writes,
                 zset_writes,
+                set_writes,
                 stream_writes,
                 list_writes
             )
@@ -722,14 +732,7 @@ async fn send_element_writes<'a, V, P: ToSql + Sync>(
     let changed_to: Vec<P> = write.changed.iter().map(|(_, _, to)| param(to)).collect();
     let added: Vec<&[u8]> = write.added.iter().map(|(element, _)| &element[..]).collect();
     let added_values: Vec<P> = write.added.iter().map(|(_, value)| param(value)).collect();
-    let params: [&(dyn ToSql + Sync); 14] = [
-        &bucket,
-        &write.key,
-        &write.existed,
-        &write.emptied,
-        &write.bump,
-        &write.peak,
-        &write.longest,
+    let elements: [&(dyn ToSql + Sync); 7] = [
         &gone,
         &gone_values,
         &changed,
@@ -738,7 +741,41 @@ async fn send_element_writes<'a, V, P: ToSql + Sync>(
         &added,
         &added_values,
     ];
+    send_key_writes(client, statement, bucket, write, &elements).await
+}
+
+/// Sends a key's set-based writes: the bucket, the key's part of `write` (see
+/// [`ElementWrites`]), then `elements`, the elements' part.
+async fn send_key_writes<V>(
+    client: &deadpool_postgres::Object,
+    statement: &tokio_postgres::Statement,
+    bucket: i64,
+    write: &ElementWrites<V>,
+    elements: &[&(dyn ToSql + Sync)],
+) -> Result<(), tokio_postgres::Error> {
+    let key: [&(dyn ToSql + Sync); 7] = [
+        &bucket,
+        &write.key,
+        &write.existed,
+        &write.emptied,
+        &write.bump,
+        &write.peak,
+        &write.longest,
+    ];
+    let params: Vec<&(dyn ToSql + Sync)> = key.iter().chain(elements).copied().collect();
     client.query_one(statement, &params).await.map(drop)
+}
+
+/// Sends one set's set-based write (see [`SetWrite`]): its members removed and added.
+async fn send_set_write(
+    client: &deadpool_postgres::Object,
+    statement: &tokio_postgres::Statement,
+    bucket: i64,
+    write: &SetWrite,
+) -> Result<(), tokio_postgres::Error> {
+    let gone: Vec<&[u8]> = write.gone.iter().map(|(member, ())| &member[..]).collect();
+    let added: Vec<&[u8]> = write.added.iter().map(|(member, ())| &member[..]).collect();
+    send_key_writes(client, statement, bucket, write, &[&gone, &added]).await
 }
 
 /// Sends one stream's set-based write (see [`StreamWrite`]).
