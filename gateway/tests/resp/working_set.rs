@@ -780,7 +780,7 @@ fn random_hash_call(rng: &mut Rng) -> String {
         0 => HASH_VALUES[HASH_VALUES.len() - 1].to_owned(),
         _ => rng.pick(&HASH_VALUES[..HASH_VALUES.len() - 1]).to_owned(),
     };
-    let words: Vec<String> = match rng.below(16) {
+    let words: Vec<String> = match rng.below(18) {
         0..=2 => vec!["HSET".into(), key(rng), f(rng), v(rng), f(rng), v(rng)],
         3 => vec!["HMSET".into(), key(rng), f(rng), v(rng)],
         4 => vec!["HSETNX".into(), key(rng), f(rng), v(rng)],
@@ -805,9 +805,44 @@ fn random_hash_call(rng: &mut Rng) -> String {
         12 => vec!["HLEN".into(), key(rng)],
         13 => vec!["EXPIRE".into(), key(rng), "1000".into()],
         14 => vec!["DEL".into(), key(rng)],
-        _ => vec!["HEXISTS".into(), key(rng), f(rng)],
+        15 => vec!["HEXISTS".into(), key(rng), f(rng)],
+        16 => vec!["EXISTS".into(), key(rng)],
+        _ => vec!["TYPE".into(), key(rng)],
     };
     lua_call(&words)
+}
+
+/// A hash a run made is answered from the working set by the next run, HGETALL included (its
+/// order is its encoding's, which the database judged at the commit); a look at the key by a
+/// generic command (EXISTS, TYPE, TTL) leaves the run's value of it.
+#[tokio::test]
+async fn a_hash_a_run_made_is_answered_from_the_working_set_after_a_look_at_it() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = RawResp::connect(gateway.resp_addr()).await;
+    let key = vec!["job:2".to_owned()];
+    let make = "redis.call('HSET', KEYS[1], 'z', '1', 'a', '2') return 1";
+    assert_eq!(eval(&mut con, make, &key).await, Value::Int(1));
+    let speculated = metric(&gateway, "pgvs3_resp_speculated_calls_total").await;
+    let read = "redis.call('EXISTS', KEYS[1]) redis.call('TYPE', KEYS[1]) \
+                local all = redis.call('HGETALL', KEYS[1]) redis.call('TTL', KEYS[1]) \
+                return {all, redis.call('HMGET', KEYS[1], 'a', 'z')}";
+    let expected = Value::Array(vec![
+        Value::Array(vec![
+            Value::bulk("z"),
+            Value::bulk("1"),
+            Value::bulk("a"),
+            Value::bulk("2"),
+        ]),
+        Value::Array(vec![Value::bulk("2"), Value::bulk("1")]),
+    ]);
+    // A run with a write, so that it speculates.
+    let read_and_write = format!("redis.call('SET', 'other', '1') {read}");
+    assert_eq!(eval(&mut con, &read_and_write, &key).await, expected);
+    assert!(
+        metric(&gateway, "pgvs3_resp_speculated_calls_total").await >= speculated + 2.0,
+        "HGETALL and HMGET answered from the working set"
+    );
+    assert_eq!(metric(&gateway, "pgvs3_resp_speculation_misses_total").await, 0.0);
 }
 
 /// What a hash or set holds as the gateway without a working set reads it: its elements by

@@ -601,7 +601,18 @@ pub(super) const LIST_APPLY: &str = "SELECT pgvs3.resp_expect(pgvs3.resp_list_ap
 pub struct Speculated {
     pub rows: Vec<TypedRow>,
     pub loaded: Vec<Loaded>,
-    pub versions: Vec<(String, String)>,
+    pub versions: Vec<Committed>,
+}
+
+/// A typed key as a batch left it: its version, whether it is in its large encoding (`None`:
+/// not judged, before layout v51), and the keyspace's `hash-max-listpack-entries` and `-value`
+/// then: what a hash the batch made knows of its encoding only once the database judged it.
+#[derive(Debug)]
+pub struct Committed {
+    pub key: String,
+    pub version: String,
+    pub large: Option<bool>,
+    pub hash_limits: (i64, i64),
 }
 
 /// The statements of one namespace: a call per family, and the typed keys' share of the

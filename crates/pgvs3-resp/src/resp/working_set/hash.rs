@@ -131,6 +131,18 @@ impl Hash {
         true
     }
 
+    /// Learns the encoding the database left a hash in at commit, and the keyspace's limits
+    /// then (`hash-max-listpack-entries` and `-value`), when it did not know them: a hash made
+    /// within the run (whose limits no load brought), or one loaded from before layout v51.
+    /// Its HGETALL, HKEYS and HVALS, whose order is the encoding's, are answered from then on.
+    pub fn settle(&mut self, large: Option<bool>, (max_entries, max_value): (i64, i64)) {
+        if self.large.is_none() {
+            self.large = large;
+            self.max_entries = max_entries;
+            self.max_value = max_value;
+        }
+    }
+
     /// After a write added `added` (fields and values): the large encoding once an element is
     /// past the value limit or the hash past the entries limit, as `pgvs3.resp_grown` judges.
     fn grown(&mut self, added: &[&Bytes]) {
@@ -364,6 +376,34 @@ mod tests {
         // Not judged yet (a key from before layout v51): no order to predict.
         let mut known = loaded(&[("z", "1")], -1);
         assert!(predict(&call("HVALS h"), &mut known).is_none());
+    }
+
+    #[test]
+    fn a_hash_made_in_a_run_answers_its_order_once_its_encoding_is_settled() {
+        let mut known = Known::new();
+        known.insert("h".into(), None);
+        predict(&call("HSET h z 1 a 2"), &mut known).unwrap();
+        // Made here: the keyspace's limits never came with a load, so no order yet.
+        assert!(predict(&call("HGETALL h"), &mut known).is_none());
+        let Some(Some(Value::Hash(hash))) = known.get_mut("h") else {
+            panic!("a hash")
+        };
+        hash.settle(Some(false), (3, 64));
+        let row = predict(&call("HKEYS h"), &mut known).unwrap();
+        assert_eq!(row.items, bulks(&[Some("z"), Some("a")]));
+        // Judged by the limits it settled with: past 3 entries, byte order.
+        predict(&call("HSET h m 3 b 4"), &mut known).unwrap();
+        let row = predict(&call("HKEYS h"), &mut known).unwrap();
+        assert_eq!(row.items, bulks(&[Some("a"), Some("b"), Some("m"), Some("z")]));
+        // What it knew stays: a settled hash is not settled again.
+        let Some(Some(Value::Hash(hash))) = known.get_mut("h") else {
+            panic!("a hash")
+        };
+        hash.settle(Some(false), (128, 64));
+        assert_eq!(
+            predict(&call("HKEYS h"), &mut known).unwrap().items,
+            bulks(&[Some("a"), Some("b"), Some("m"), Some("z")])
+        );
     }
 
     #[test]

@@ -182,12 +182,15 @@ impl RunSet {
             }
             sent => sent?,
         };
-        for (key, version) in sent.versions {
+        for committed in sent.versions {
             // A list whose write went as the calls is not kept (its positions unknown).
-            if let Some(Some(value)) = self.known.remove(&key)
+            if let Some(Some(mut value)) = self.known.remove(&committed.key)
                 && value.kept()
             {
-                self.set.put(self.bucket, key, version, value);
+                if let Value::Hash(hash) = &mut value {
+                    hash.settle(committed.large, committed.hash_limits);
+                }
+                self.set.put(self.bucket, committed.key, committed.version, value);
             }
         }
         Ok(self.confirmed)

@@ -15,7 +15,7 @@ use crate::store::chunks::Chunker;
 use crate::store::key_probes::rows_of_keys;
 use crate::store::objects::INLINE_LIMIT;
 use crate::store::types::{
-    ElementWrites, HASH_APPLY, LIST_APPLY, ListWrite, Loaded, SET_APPLY, STREAM_APPLY, SetWrite, Speculated,
+    Committed, ElementWrites, HASH_APPLY, LIST_APPLY, ListWrite, Loaded, SET_APPLY, STREAM_APPLY, SetWrite, Speculated,
     Speculation, StreamNode, StreamWrite, TypedCall, ZSET_APPLY,
 };
 use crate::store::{BucketInfo, StoreError, StoreResult};
@@ -241,7 +241,12 @@ impl KvBatch {
             loaded: loaded.iter().map(loaded_value).collect(),
             versions: versions
                 .iter()
-                .map(|row| (row.get("key"), row.get("version")))
+                .map(|row| Committed {
+                    key: row.get("key"),
+                    version: row.get("version"),
+                    large: row.get("large"),
+                    hash_limits: (row.get("hash_entries"), row.get("hash_value")),
+                })
                 .collect(),
         })
     }
@@ -709,10 +714,12 @@ const BATCH_NOTIFY: &str = "SELECT pgvs3.resp_batch_notify($1, $2, $3)";
 /// A message to every gateway, in the caller's transaction (functions/resp_pubsub.sql).
 pub(super) const NOTIFY: &str = "SELECT pgvs3.resp_notify($1, $2, $3)";
 
-/// The versions of typed keys, as the batch's loads give them (`t<version>`).
+/// The versions of typed keys, as the batch's loads give them (`t<version>`), each key's
+/// encoding as the batch left it, and the keyspace's hash limits (see [`Committed`]).
 static TYPED_VERSIONS: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "SELECT r.key, 't' || r.version AS version FROM {}",
+        "SELECT r.key, 't' || r.version AS version, r.large, enc.hash_entries, enc.hash_value
+           FROM {}, pgvs3.resp_encodings($1) enc",
         rows_of_keys("pgvs3.resp_keys", "r", "$1", "$2")
     )
 });
