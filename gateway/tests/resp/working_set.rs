@@ -812,6 +812,41 @@ fn random_hash_call(rng: &mut Rng) -> String {
     lua_call(&words)
 }
 
+/// A CONFIG SET of an encoding's limits changes how the next writes encode a key, without
+/// moving its version: a value the working set kept from before is not taken for it (its
+/// limits are the old ones), so the order HGETALL answers after a write that crosses the new
+/// limit is the large encoding's, as Redis converts the hash at that write.
+#[tokio::test]
+async fn a_hash_kept_from_before_a_config_set_of_its_limits_is_not_answered_by_the_old_ones() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = RawResp::connect(gateway.resp_addr()).await;
+    let key = vec!["job:3".to_owned()];
+    let make = "redis.call('HSET', KEYS[1], 'z', '1', 'a', '2') return redis.call('HGETALL', KEYS[1])";
+    let small = Value::Array(vec![
+        Value::bulk("z"),
+        Value::bulk("1"),
+        Value::bulk("a"),
+        Value::bulk("2"),
+    ]);
+    assert_eq!(eval(&mut con, make, &key).await, small);
+    assert_eq!(
+        eval(&mut con, make, &key).await,
+        small,
+        "kept, and answered in the small order"
+    );
+    assert_eq!(
+        con.command(&["CONFIG", "SET", "hash-max-listpack-entries", "2"]).await,
+        Value::Simple("OK".into())
+    );
+    let grow = "redis.call('HSET', KEYS[1], 'm', '3') return redis.call('HKEYS', KEYS[1])";
+    let large = Value::Array(vec![Value::bulk("a"), Value::bulk("m"), Value::bulk("z")]);
+    assert_eq!(eval(&mut con, grow, &key).await, large);
+    assert_eq!(
+        con.command(&["OBJECT", "ENCODING", "job:3"]).await,
+        Value::bulk("hashtable")
+    );
+}
+
 /// A hash a run made is answered from the working set by the next run, HGETALL included (its
 /// order is its encoding's, which the database judged at the commit); a look at the key by a
 /// generic command (EXISTS, TYPE, TTL) leaves the run's value of it.
@@ -1226,7 +1261,7 @@ async fn a_stream_node_the_database_no_longer_holds_is_caught_by_the_runs_write(
 }
 
 #[tokio::test]
-async fn a_node_size_set_since_a_run_loaded_the_stream_is_caught_by_its_write() {
+async fn a_node_size_set_since_a_run_kept_the_stream_gives_its_entries_to_nodes_of_the_new_size() {
     let gateway = TestGateway::with_resp(&[]).await;
     let mut con = RawResp::connect(gateway.resp_addr()).await;
     let key = vec!["events".to_owned()];
@@ -1236,10 +1271,11 @@ async fn a_node_size_set_since_a_run_loaded_the_stream_is_caught_by_its_write() 
     ));
     let add = "return redis.call('XADD', KEYS[1], '*', 'f', 'v')";
     eval(&mut con, add, &key).await;
-    // CONFIG SET moves no key's version: the next run's XADDs are answered from the stream the
-    // working set holds, given to nodes of the size it loaded (100). The write's check of that
-    // size catches it, and the run starts over in the database, which gives the entries to
-    // nodes of 2, as the calls one by one do.
+    // CONFIG SET moves no key's version, but the working set keeps a value under the setting
+    // of the encoding parameters it was loaded by (working_set/run.rs `kept_as`): the next run
+    // does not take the stream with its nodes of 100, loads it again, and gives the entries to
+    // nodes of 2, as the calls one by one do. (A CONFIG SET within a run, after its load, is
+    // caught by the stream write's check of the node size it gave entries by.)
     assert_eq!(
         con.command(&["CONFIG", "SET", "stream-node-max-entries", "2"]).await,
         Value::Simple("OK".to_owned())
@@ -1247,7 +1283,7 @@ async fn a_node_size_set_since_a_run_loaded_the_stream_is_caught_by_its_write() 
     let three = "redis.call('XADD', KEYS[1], '*', 'f', 'v') redis.call('XADD', KEYS[1], '*', 'f', 'v') \
                  return redis.call('XADD', KEYS[1], '*', 'f', 'v')";
     assert!(matches!(eval(&mut con, three, &key).await, Value::Bulk(_)));
-    assert_eq!(metric(&gateway, "pgvs3_resp_speculation_misses_total").await, 1.0);
+    assert_eq!(metric(&gateway, "pgvs3_resp_speculation_misses_total").await, 0.0);
     let sql = gateway.sql().await;
     let given: Vec<i64> = sql
         .query(

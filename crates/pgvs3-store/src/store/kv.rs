@@ -211,6 +211,8 @@ pub struct KvBatch {
     pub now: SystemTime,
     /// Whether the bucket keeps S3 versions: see [`KvBatch::versioned`].
     versioned: bool,
+    /// See [`KvBatch::encodings`].
+    encodings: Option<String>,
     slots: HashMap<String, Slot>,
     /// A message `pgvs3.resp_notify` sends with the commit (keyspace notifications): channel,
     /// message, inline limit.
@@ -251,6 +253,7 @@ impl Store {
                 blind: false,
                 now: all.now,
                 versioned: all.versioned,
+                encodings: all.encodings.clone(),
                 slots: keys
                     .iter()
                     .filter_map(|key| Some((key.clone(), all.slots.get(key)?.clone())))
@@ -297,6 +300,7 @@ impl Store {
             blind: true,
             now: SystemTime::now(),
             versioned: bucket.versioning.is_some(),
+            encodings: None,
             slots: HashMap::new(),
             notification: None,
         })
@@ -385,6 +389,14 @@ impl KvBatch {
     /// A batch that loaded nothing (it only overwrites, setting no TTL) has the catalog's.
     pub fn versioned(&self) -> bool {
         self.versioned
+    }
+
+    /// Which setting of the keyspace's encoding parameters (CONFIG SET hash-max-listpack-entries
+    /// and the like) the batch's last load saw; `None`: none was ever set (or nothing loaded).
+    /// A CONFIG SET changes how the next writes encode a key without moving its version: a
+    /// value kept under one setting is not taken under another.
+    pub fn encodings(&self) -> Option<&str> {
+        self.encodings.as_deref()
     }
 
     /// The metadata of the versions this batch writes: the bucket's default object lock

@@ -613,6 +613,8 @@ pub struct Committed {
     pub version: String,
     pub large: Option<bool>,
     pub hash_limits: (i64, i64),
+    /// The setting of the encoding parameters then (see `KvBatch::encodings`).
+    pub encodings: Option<String>,
 }
 
 /// The statements of one namespace: a call per family, and the typed keys' share of the

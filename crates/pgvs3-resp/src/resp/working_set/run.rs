@@ -16,6 +16,15 @@ use crate::store::{
 /// The most elements of one key a run loads into the working set.
 const LOAD_LIMIT: i64 = 10_000;
 
+/// What a value is kept at: its key's version, under the setting of the keyspace's encoding
+/// parameters it was loaded or judged by (`KvBatch::encodings`). A CONFIG SET of one changes
+/// how the next writes encode the key without moving its version; a value kept under the
+/// setting before is not taken then (its limits would judge the encoding, and so the order of
+/// HGETALL or SMEMBERS, as the database no longer does).
+fn kept_as(version: &str, encodings: Option<&str>) -> String {
+    format!("{version}/{}", encodings.unwrap_or("-"))
+}
+
 /// The set-based writes of a round trip's hashes, sorted sets, sets and streams.
 #[derive(Default)]
 struct ElementWrites {
@@ -65,7 +74,7 @@ impl RunSet {
                     let (KvValue::Typed(kind), Some((version, _))) = (&entry.value, &entry.version) else {
                         continue;
                     };
-                    if let Some(value) = self.set.take(self.bucket, key, version)
+                    if let Some(value) = self.set.take(self.bucket, key, &kept_as(version, batch.encodings()))
                         && value.kind() == *kind
                     {
                         self.known.insert(key.clone(), Some(value));
@@ -163,6 +172,7 @@ impl RunSet {
     /// it keeps, [`Value::kept`]) in the working set at the versions their keys commit with. Answers how many of the run's
     /// calls were answered from the working set (all checked by then).
     pub async fn commit(mut self, mut batch: KvBatch) -> StoreResult<u64> {
+        let encodings = batch.encodings().map(str::to_owned);
         let held: Vec<String> = self
             .known
             .iter()
@@ -183,14 +193,18 @@ impl RunSet {
             sent => sent?,
         };
         for committed in sent.versions {
-            // A list whose write went as the calls is not kept (its positions unknown).
+            // A list whose write went as the calls is not kept (its positions unknown); nor a
+            // value whose limits may be those of the encoding parameters before a CONFIG SET
+            // that came during the run.
             if let Some(Some(mut value)) = self.known.remove(&committed.key)
                 && value.kept()
+                && committed.encodings == encodings
             {
                 if let Value::Hash(hash) = &mut value {
                     hash.settle(committed.large, committed.hash_limits);
                 }
-                self.set.put(self.bucket, committed.key, committed.version, value);
+                let kept = kept_as(&committed.version, committed.encodings.as_deref());
+                self.set.put(self.bucket, committed.key, kept, value);
             }
         }
         Ok(self.confirmed)

@@ -42,6 +42,7 @@ impl KvBatch {
             blind: false,
             now: SystemTime::now(),
             versioned: bucket_versioned,
+            encodings: None,
             slots: HashMap::with_capacity(keys.len()),
             notification: None,
         };
@@ -129,6 +130,7 @@ impl KvBatch {
             if let Some(versioned) = row.get::<_, Option<bool>>("versioned") {
                 self.versioned = versioned;
             }
+            self.encodings = row.get("encodings");
             let Some(key) = row.get::<_, Option<String>>("key") else {
                 continue;
             };

@@ -39,6 +39,12 @@ pub(in crate::store) struct KvSql {
 /// [`KvBatch::versioned`]: super::KvBatch::versioned
 const VERSIONED: &str = "(SELECT versioning IS NOT NULL FROM pgvs3.buckets WHERE id = $1) AS versioned";
 
+/// Which setting of the keyspace's encoding parameters the load saw (the `xmin` of their row,
+/// which every CONFIG SET of one replaces; NULL while none was ever set): see
+/// [`KvBatch::encodings`](super::KvBatch::encodings).
+pub(crate) const ENCODINGS: &str =
+    "(SELECT xmin::text FROM pgvs3.resp_encoding_parameters WHERE bucket_id = $1) AS encodings";
+
 /// The batch's clock. The first load of a batch's transaction fixes `pgvs3.resp_now`
 /// (transaction-local), which its later loads and its typed calls (`pgvs3.resp_now()`,
 /// functions/resp_keys.sql) read: a script or MULTI/EXEC judges every key at one instant,
@@ -83,15 +89,15 @@ fn load_sql(ns: &str, named: Named) -> String {
     let (objects, objects_named) = named.rows(&format!("{ns}.objects"), "o");
     let (typed, typed_named) = named.rows("pgvs3.resp_keys", "r");
     format!(
-        "WITH t AS MATERIALIZED (SELECT {BATCH_CLOCK} AS now, {VERSIONED})
+        "WITH t AS MATERIALIZED (SELECT {BATCH_CLOCK} AS now, {VERSIONED}, {ENCODINGS})
          SELECT o.key, o.size, o.etag, o.last_modified, o.expires_at, o.inline, o.body_id, t.now,
                 o.meta ? 'pc' AS multipart, NULL::\"char\" AS type, o.meta ? 'se' AS sealed,
-                o.meta ->> 're' AS form, t.versioned
+                o.meta ->> 're' AS form, t.versioned, t.encodings
            FROM t
            LEFT JOIN {objects} ON {objects_named}
          UNION ALL
          SELECT r.key, 0, 't' || r.version, to_timestamp(0), r.expires_at, NULL, NULL, t.now,
-                false, r.type, false, NULL, t.versioned
+                false, r.type, false, NULL, t.versioned, t.encodings
            FROM t, {typed}
           WHERE {typed_named}"
     )
@@ -104,8 +110,8 @@ fn load_strings_sql(ns: &str, named: Named) -> String {
     format!(
         "SELECT o.key, o.size, o.etag, o.last_modified, o.expires_at, o.inline, o.body_id, t.now,
                 o.meta ? 'pc' AS multipart, NULL::\"char\" AS type, o.meta ? 'se' AS sealed,
-                o.meta ->> 're' AS form, t.versioned, t.typed
-           FROM (SELECT {BATCH_CLOCK} AS now, {VERSIONED},
+                o.meta ->> 're' AS form, t.versioned, t.encodings, t.typed
+           FROM (SELECT {BATCH_CLOCK} AS now, {VERSIONED}, {ENCODINGS},
                         EXISTS (SELECT 1 FROM pgvs3.resp_typed WHERE bucket_id = $1) AS typed) t
            LEFT JOIN {objects} ON {objects_named}"
     )

@@ -10,6 +10,7 @@ use bytes::Bytes;
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::types::{ToSql, Type};
 
+use super::sql::ENCODINGS;
 use super::{Change, FINE_LOCK_LIMIT, KvBatch, KvSql, KvValue, StringForm};
 use crate::store::chunks::Chunker;
 use crate::store::key_probes::rows_of_keys;
@@ -246,6 +247,7 @@ impl KvBatch {
                     version: row.get("version"),
                     large: row.get("large"),
                     hash_limits: (row.get("hash_entries"), row.get("hash_value")),
+                    encodings: row.get("encodings"),
                 })
                 .collect(),
         })
@@ -718,7 +720,7 @@ pub(super) const NOTIFY: &str = "SELECT pgvs3.resp_notify($1, $2, $3)";
 /// encoding as the batch left it, and the keyspace's hash limits (see [`Committed`]).
 static TYPED_VERSIONS: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "SELECT r.key, 't' || r.version AS version, r.large, enc.hash_entries, enc.hash_value
+        "SELECT r.key, 't' || r.version AS version, r.large, enc.hash_entries, enc.hash_value, {ENCODINGS}
            FROM {}, pgvs3.resp_encodings($1) enc",
         rows_of_keys("pgvs3.resp_keys", "r", "$1", "$2")
     )
