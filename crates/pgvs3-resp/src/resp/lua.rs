@@ -7,11 +7,16 @@
 //! Its `redis.call`s go to the connection's task, which runs them against the script's batch, and
 //! their replies come back; see `script.rs`.
 //!
-//! Each run gets a fresh interpreter (about 100 µs, of which Redis's libraries take 10 in a
-//! debug build, measured against a bare interpreter): nothing a script leaves in globals or in
-//! the library tables can reach the next one, which Redis gets by making them read-only. What
-//! is shared between runs is code only: the bytecode of the prelude and of the bodies already
-//! run (`compiled`), loaded instead of parsed again.
+//! An interpreter runs many scripts, one after another, as Redis's one interpreter does: its
+//! globals, the libraries and the string metatable are read-only (the prelude), so a script
+//! cannot leave anything in them for the next, and what a run may change is set again before
+//! each (`RunState`: the calls, the stop and deadline, the protocol, the log's count, cjson's
+//! settings; `KEYS` and `ARGV`). Each blocking thread keeps the interpreter of its last run
+//! (`IDLE`), with the bodies it loaded: making one and loading a job queue's scripts into it
+//! was a sixth of the gateway's samples under BullMQ (the libraries, the prelude, undumping
+//! tens of kilobytes of bytecode with 5.1's verifier, and a full collection on drop). One that
+//! was stopped (killed, out of time or memory) is dropped, never reused. A body is compiled
+//! once per gateway (`compiled`) and loaded once per interpreter.
 //!
 //! Redis's C libraries `cjson`, `cmsgpack`, `bit` and `struct` are written in Rust (the
 //! submodules), to behave as Redis's do, and so is Lua's pattern matching (`pattern`), which
@@ -26,8 +31,9 @@ mod lua_struct;
 mod pattern;
 
 use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
@@ -335,18 +341,204 @@ pub fn run(
     stop: &Arc<Stop>,
     calls: Calls,
 ) -> Outcome {
-    let deadline = Instant::now() + limits.time;
-    let protocol = Rc::new(Cell::new(2));
-    let lua = match sandbox(limits, deadline, stop, calls, &protocol) {
-        Ok(lua) => lua,
-        Err(err) => return Outcome::Aborted(Reply::error(format!("ERR could not start the Lua interpreter: {err}"))),
+    let kept = IDLE
+        .with_borrow_mut(Option::take)
+        .filter(|kept| kept.max_output == limits.memory);
+    let mut interpreter = match kept {
+        Some(kept) => kept,
+        None => match Interpreter::new(limits.memory) {
+            Ok(interpreter) => interpreter,
+            Err(err) => {
+                return Outcome::Aborted(Reply::error(format!("ERR could not start the Lua interpreter: {err}")));
+            }
+        },
     };
-    let result = (|| {
-        let runner: mlua::Function = lua.named_registry_value(RUNNER)?;
-        let globals = lua.globals();
-        globals.raw_set("KEYS", strings(&lua, keys)?)?;
-        globals.raw_set("ARGV", strings(&lua, argv)?)?;
-        let script = match script_function(&lua, source, chunk) {
+    interpreter.begin(limits, stop, calls);
+    let outcome = interpreter.run(source, chunk, keys, argv, limits, stop);
+    if matches!(outcome, Outcome::Reply(_)) && interpreter.rest() {
+        IDLE.set(Some(interpreter));
+    }
+    outcome
+}
+
+thread_local! {
+    /// The interpreter of this thread's last run, for its next (a blocking thread of tokio's
+    /// pool runs one script at a time).
+    static IDLE: RefCell<Option<Interpreter>> = const { RefCell::new(None) };
+}
+
+/// Interpreters alive in the process, running or kept idle by their threads.
+static ALIVE: AtomicUsize = AtomicUsize::new(0);
+/// Most interpreters kept idle (with what they loaded) beyond those running: tokio's blocking
+/// pool may have many threads, and each would keep one.
+const MAX_KEPT: usize = 32;
+/// Garbage an interpreter may hold between runs before a full collection. A run's memory
+/// limit counts from what the interpreter holds as it starts, garbage included, and garbage
+/// collected during the run is room the run did not pay for: this bounds that room.
+const MAX_LEFTOVER: usize = 1 << 20;
+/// Most memory an idle interpreter keeps (its libraries and the bodies it loaded); past it,
+/// it is dropped.
+const MAX_AT_REST: usize = 16 << 20;
+/// Most bodies one interpreter keeps loaded; past it, it forgets them all.
+const MAX_LOADED: usize = 64;
+
+/// One Lua interpreter with Redis's libraries, the `redis` table and the bounds in place, and
+/// the bodies it loaded. Its native functions are made once and read the run's state.
+struct Interpreter {
+    // Declared before `lua`: values of the interpreter go before it.
+    /// The prelude's function that runs a script (see [`PRELUDE`]).
+    runner: mlua::Function,
+    /// Bodies loaded, by what names them (a script's SHA1, a function's name): the chunk's
+    /// name, the body, its function.
+    loaded: HashMap<String, (&'static str, Vec<u8>, mlua::Function)>,
+    lua: Lua,
+    state: Rc<RunState>,
+    cjson: library::Settings,
+    /// The limit on the output of the libraries' encoders: the memory limit it was made for.
+    max_output: usize,
+    /// Memory held after its last full collection.
+    at_rest: usize,
+}
+
+/// What the native functions of an interpreter reach, set for each run.
+struct RunState {
+    stop: RefCell<Arc<Stop>>,
+    deadline: Cell<Instant>,
+    limit: Cell<Duration>,
+    calls: RefCell<Option<Calls>>,
+    /// Calls made, and the bytes of their arguments.
+    count: Cell<u64>,
+    bytes: Cell<u64>,
+    /// The protocol the calls answer in (`redis.setresp`).
+    protocol: Cell<u8>,
+    /// Bytes `redis.log` wrote.
+    logged: Cell<usize>,
+}
+
+impl RunState {
+    fn stopped(&self) -> Option<String> {
+        stopped(&self.stop.borrow(), self.deadline.get(), self.limit.get())
+    }
+
+    fn resp3(&self) -> bool {
+        self.protocol.get() == 3
+    }
+}
+
+impl Interpreter {
+    /// The base library (with coroutines, as in 5.1), table, string, math, and Redis's cjson,
+    /// cmsgpack, bit and struct. No io, os, package (require) or debug.
+    fn new(max_output: usize) -> mlua::Result<Interpreter> {
+        let lua = Lua::new_with(StdLib::TABLE | StdLib::STRING | StdLib::MATH, LuaOptions::new())?;
+        ALIVE.fetch_add(1, Ordering::Relaxed);
+        let state = Rc::new(RunState {
+            stop: RefCell::new(Arc::default()),
+            deadline: Cell::new(Instant::now()),
+            limit: Cell::new(Duration::ZERO),
+            calls: RefCell::new(None),
+            count: Cell::new(0),
+            bytes: Cell::new(0),
+            protocol: Cell::new(2),
+            logged: Cell::new(0),
+        });
+        let library_state = Rc::clone(&state);
+        let bounds = library::Bounds::new(max_output, move || library_state.stopped());
+        let cjson = library::install(&lua, &bounds)?;
+        let hook_state = Rc::clone(&state);
+        lua.set_global_hook(
+            HookTriggers::new().every_nth_instruction(HOOK_EVERY),
+            move |_, _| match hook_state.stopped() {
+                Some(why) => Err(mlua::Error::runtime(why)),
+                None => Ok(VmState::Continue),
+            },
+        )?;
+        let check_state = Rc::clone(&state);
+        let stopped_fn = lua.create_function(move |_, ()| Ok(check_state.stopped()))?;
+        let (call, pcall) = native_calls(&lua, &state)?;
+        let setresp = set_protocol(&lua, &state)?;
+        let sha1hex = library::function(&lua, sha1hex)?;
+        let log = script_log(&lua, &state)?;
+        let set_environment =
+            lua.create_function(|_, (function, env): (mlua::Function, Table)| function.set_environment(env))?;
+        let runner: mlua::Function = lua
+            .load(&PRELUDE_CODE[..])
+            .set_name("=prelude")
+            .set_mode(ChunkMode::Binary)
+            .call((call, pcall, setresp, sha1hex, log, stopped_fn, set_environment))?;
+        let at_rest = lua.used_memory();
+        Ok(Interpreter {
+            runner,
+            loaded: HashMap::new(),
+            lua,
+            state,
+            cjson,
+            max_output,
+            at_rest,
+        })
+    }
+
+    /// Sets what the next run's native functions reach.
+    fn begin(&mut self, limits: Limits, stop: &Arc<Stop>, calls: Calls) {
+        let state = &self.state;
+        *state.stop.borrow_mut() = Arc::clone(stop);
+        state.deadline.set(Instant::now() + limits.time);
+        state.limit.set(limits.time);
+        *state.calls.borrow_mut() = Some(calls);
+        state.count.set(0);
+        state.bytes.set(0);
+        state.protocol.set(2);
+        state.logged.set(0);
+        self.cjson.reset();
+    }
+
+    /// Runs the script [`Interpreter::begin`] set up, to its end.
+    fn run(
+        &mut self,
+        source: &[u8],
+        chunk: Chunk<'_>,
+        keys: &[Bytes],
+        argv: &[Bytes],
+        limits: Limits,
+        stop: &Arc<Stop>,
+    ) -> Outcome {
+        let deadline = self.state.deadline.get();
+        let result = self.call(source, chunk, keys, argv, limits);
+        // The calls hold the run's session, which goes back to its owner with the result.
+        drop(self.state.calls.borrow_mut().take());
+        *self.state.stop.borrow_mut() = Arc::default();
+        // A script that ended by itself keeps its result, even if SCRIPT KILL or its deadline
+        // came after the last look; one that failed because it was stopped is undone.
+        let failed = !matches!(result, Ok(ref reply) if !reply.is_error());
+        if failed && let Some(why) = stopped(stop, deadline, limits.time) {
+            if chunk == Chunk::Library && stop.reason() != KILLED && stop.reason() != SHUTTING_DOWN {
+                // FUNCTION LOAD words it after `Error registering functions: ` (commands/functions.rs).
+                return Outcome::Aborted(Reply::error("ERR FUNCTION LOAD timeout"));
+            }
+            return Outcome::Aborted(Reply::error(why));
+        }
+        match result {
+            Ok(reply) => Outcome::Reply(reply),
+            Err(mlua::Error::MemoryError(_)) => Outcome::Aborted(out_of_memory(limits)),
+            Err(err) => Outcome::Aborted(Reply::error(format!("ERR Error running script: {err}"))),
+        }
+    }
+
+    fn call(
+        &mut self,
+        source: &[u8],
+        chunk: Chunk<'_>,
+        keys: &[Bytes],
+        argv: &[Bytes],
+        limits: Limits,
+    ) -> mlua::Result<Reply> {
+        // From what the interpreter holds now: its libraries, the bodies it loaded and any
+        // garbage of earlier runs (at most `MAX_LEFTOVER`) are not the script's to pay for.
+        self.lua
+            .set_memory_limit(limits.memory.saturating_add(self.lua.used_memory()))?;
+        let globals = self.lua.globals();
+        globals.raw_set("KEYS", strings(&self.lua, keys)?)?;
+        globals.raw_set("ARGV", strings(&self.lua, argv)?)?;
+        let script = match self.function(source, chunk) {
             Ok(script) => script,
             Err(mlua::Error::SyntaxError { message, .. }) => {
                 return Ok(Reply::error(format!(
@@ -355,33 +547,57 @@ pub fn run(
             }
             Err(err) => return Err(err),
         };
-        let (value, raised): (Value, Value) = runner.call((script, chunk.name()))?;
+        let (value, raised): (Value, Value) = self.runner.call((script, chunk.name()))?;
         Ok(match raised {
             Value::Table(raised) if raised.raw_get::<bool>("memory").unwrap_or(false) => {
                 return Err(mlua::Error::MemoryError(String::new()));
             }
             Value::Table(raised) => error_reply(&raised, chunk),
-            _ => to_reply(&value, protocol.get() == 3, 0),
+            _ => to_reply(&value, self.state.resp3(), 0),
         })
-    })();
-    // A script that ended by itself keeps its result, even if SCRIPT KILL or its deadline came
-    // after the last look; one that failed because it was stopped is undone.
-    let failed = !matches!(result, Ok(ref reply) if !reply.is_error());
-    if failed && let Some(why) = stopped(stop, deadline, limits.time) {
-        if chunk == Chunk::Library && stop.reason() != KILLED && stop.reason() != SHUTTING_DOWN {
-            // FUNCTION LOAD words it after `Error registering functions: ` (commands/functions.rs).
-            return Outcome::Aborted(Reply::error("ERR FUNCTION LOAD timeout"));
-        }
-        return Outcome::Aborted(Reply::error(why));
     }
-    match result {
-        Ok(reply) => Outcome::Reply(reply),
-        Err(mlua::Error::MemoryError(_)) => Outcome::Aborted(out_of_memory(limits)),
-        Err(err) => Outcome::Aborted(Reply::error(format!("ERR Error running script: {err}"))),
+
+    /// The function of a body: the one this interpreter loaded before, else loaded now.
+    /// (FUNCTION LOAD's library runs are loaded every time: each is run once.)
+    fn function(&mut self, source: &[u8], chunk: Chunk<'_>) -> mlua::Result<mlua::Function> {
+        let named = match chunk {
+            Chunk::Script { sha } => sha,
+            Chunk::Function { name } => name,
+            Chunk::Library => return script_function(&self.lua, source, chunk),
+        };
+        if let Some((kept_chunk, body, function)) = self.loaded.get(named)
+            && *kept_chunk == chunk.name()
+            && body[..] == *source
+        {
+            return Ok(function.clone());
+        }
+        let function = script_function(&self.lua, source, chunk)?;
+        if self.loaded.len() >= MAX_LOADED {
+            self.loaded.clear();
+        }
+        self.loaded
+            .insert(named.to_owned(), (chunk.name(), source.to_vec(), function.clone()));
+        Ok(function)
+    }
+
+    /// After a run that ended by itself: collects its garbage once there is enough of it, and
+    /// answers whether the interpreter may be kept for the next run.
+    fn rest(&mut self) -> bool {
+        if self.lua.used_memory() > self.at_rest.saturating_add(MAX_LEFTOVER) {
+            if self.lua.gc_collect().is_err() {
+                return false;
+            }
+            self.at_rest = self.lua.used_memory();
+        }
+        self.at_rest <= MAX_AT_REST && ALIVE.load(Ordering::Relaxed) <= MAX_KEPT
     }
 }
 
-const RUNNER: &str = "pgvs3.runner";
+impl Drop for Interpreter {
+    fn drop(&mut self) {
+        ALIVE.fetch_sub(1, Ordering::Relaxed);
+    }
+}
 
 /// The bytecode of the script and function bodies this gateway ran. One for the process:
 /// bytecode belongs to the interpreter's build, not to an interpreter, and a body is the same
@@ -457,48 +673,6 @@ fn out_of_memory(limits: Limits) -> Reply {
     ))
 }
 
-/// A fresh interpreter with Redis's libraries, the `redis` table and the bounds in place.
-fn sandbox(
-    limits: Limits,
-    deadline: Instant,
-    stop: &Arc<Stop>,
-    calls: Calls,
-    protocol: &Rc<Cell<u8>>,
-) -> mlua::Result<Lua> {
-    // The base library (with coroutines, as in 5.1), table, string, math, and Redis's cjson,
-    // cmsgpack, bit and struct. No io, os, package (require) or debug.
-    let lua = Lua::new_with(StdLib::TABLE | StdLib::STRING | StdLib::MATH, LuaOptions::new())?;
-    let library_stop = Arc::clone(stop);
-    let bounds = library::Bounds::new(limits.memory, move || stopped(&library_stop, deadline, limits.time));
-    library::install(&lua, &bounds)?;
-    let hook_stop = Arc::clone(stop);
-    let limit = limits.time;
-    lua.set_global_hook(
-        HookTriggers::new().every_nth_instruction(HOOK_EVERY),
-        move |_, _| match stopped(&hook_stop, deadline, limit) {
-            Some(why) => Err(mlua::Error::runtime(why)),
-            None => Ok(VmState::Continue),
-        },
-    )?;
-    let check_stop = Arc::clone(stop);
-    let stopped_fn = lua.create_function(move |_, ()| Ok(stopped(&check_stop, deadline, limit)))?;
-    let (call, pcall) = native_calls(&lua, calls, protocol)?;
-    let setresp = set_protocol(&lua, protocol)?;
-    let sha1hex = library::function(&lua, sha1hex)?;
-    let log = script_log(&lua)?;
-    let set_environment =
-        lua.create_function(|_, (function, env): (mlua::Function, Table)| function.set_environment(env))?;
-    let runner: mlua::Function = lua
-        .load(&PRELUDE_CODE[..])
-        .set_name("=prelude")
-        .set_mode(ChunkMode::Binary)
-        .call((call, pcall, setresp, sha1hex, log, stopped_fn, set_environment))?;
-    lua.set_named_registry_value(RUNNER, runner)?;
-    // Set last: the libraries and the prelude are not the script's to pay for.
-    lua.set_memory_limit(limits.memory.saturating_add(lua.used_memory()))?;
-    Ok(lua)
-}
-
 /// `redis.sha1hex(text)`: one argument, read as `lua_tolstring` reads it (a string, a number as
 /// Lua writes it, anything else as empty), as Redis's `luaRedisSha1hexCommand`.
 fn sha1hex(lua: &Lua, args: mlua::MultiValue) -> library::LibraryResult {
@@ -526,9 +700,10 @@ const MAX_LOG_BYTES: usize = 64 * 1024;
 const MAX_LOG_BYTES_PER_SECOND: usize = 1024 * 1024;
 
 /// `redis.log`: to the gateway's log, bounded per line, per script and per second.
-fn script_log(lua: &Lua) -> mlua::Result<mlua::Function> {
-    let written = Cell::new(0usize);
+fn script_log(lua: &Lua, state: &Rc<RunState>) -> mlua::Result<mlua::Function> {
+    let state = Rc::clone(state);
     lua.create_function(move |lua, (level, message): (i64, mlua::Variadic<Value>)| {
+        let written = &state.logged;
         if written.get() > MAX_LOG_BYTES {
             return Ok(());
         }
@@ -585,21 +760,15 @@ fn log_rate_allows(bytes: usize) -> bool {
 /// call) keeps the script's frame and its line. `redis.pcall` returns an error reply as an error
 /// table; `redis.call` raises it, marked with [`RAISED`] and the script's line, which the
 /// prelude turns back into the table Redis raises.
-fn native_calls(lua: &Lua, calls: Calls, protocol: &Rc<Cell<u8>>) -> mlua::Result<(mlua::Function, mlua::Function)> {
-    let dispatch = Rc::new(Dispatch {
-        calls: RefCell::new(calls),
-        count: Cell::new(0),
-        bytes: Cell::new(0),
-    });
-    let raising = Rc::clone(&dispatch);
-    let call_protocol = Rc::clone(protocol);
+fn native_calls(lua: &Lua, state: &Rc<RunState>) -> mlua::Result<(mlua::Function, mlua::Function)> {
+    let raising = Rc::clone(state);
     let call = lua.create_function(move |lua, args: mlua::Variadic<Value>| match raising.send(&args) {
         Reply::Error(text) => Err(raised(lua, &text)),
-        reply => to_lua(lua, &reply, call_protocol.get() == 3),
+        reply => to_lua(lua, &reply, raising.resp3()),
     })?;
-    let pcall_protocol = Rc::clone(protocol);
+    let answering = Rc::clone(state);
     let pcall = lua.create_function(move |lua, args: mlua::Variadic<Value>| {
-        to_lua(lua, &dispatch.send(&args), pcall_protocol.get() == 3)
+        to_lua(lua, &answering.send(&args), answering.resp3())
     })?;
     Ok((call, pcall))
 }
@@ -616,8 +785,8 @@ fn raised(lua: &Lua, text: &str) -> mlua::Error {
 /// maps, doubles, nulls, ... become Lua values as Redis 7.0's `redisProtocolToLuaType` makes
 /// them) and how its Lua booleans are returned. The version is read as `lua_tonumber` reads it
 /// (anything but a number is 0), with Redis's `luaSetResp` errors.
-fn set_protocol(lua: &Lua, protocol: &Rc<Cell<u8>>) -> mlua::Result<mlua::Function> {
-    let protocol = Rc::clone(protocol);
+fn set_protocol(lua: &Lua, state: &Rc<RunState>) -> mlua::Result<mlua::Function> {
+    let state = Rc::clone(state);
     lua.create_function(move |lua, args: mlua::MultiValue| {
         let args = args.into_vec();
         let [version] = &args[..] else {
@@ -635,8 +804,8 @@ fn set_protocol(lua: &Lua, protocol: &Rc<Cell<u8>>) -> mlua::Result<mlua::Functi
         };
         // C's conversion to int truncates.
         match version.trunc() {
-            2.0 => protocol.set(2),
-            3.0 => protocol.set(3),
+            2.0 => state.protocol.set(2),
+            3.0 => state.protocol.set(3),
             _ => return Err(raised(lua, "ERR RESP version must be 2 or 3.")),
         }
         Ok(())
@@ -646,14 +815,8 @@ fn set_protocol(lua: &Lua, protocol: &Rc<Cell<u8>>) -> mlua::Result<mlua::Functi
 /// Marks an error reply `redis.call` raises (the prelude's pattern spells it `\1pgvs3:`).
 const RAISED: &str = "\u{1}pgvs3:";
 
-/// Where a script's calls go, and how many it made.
-struct Dispatch {
-    calls: RefCell<Calls>,
-    count: Cell<u64>,
-    bytes: Cell<u64>,
-}
-
-impl Dispatch {
+impl RunState {
+    /// Sends a call of the script to where the run's calls go.
     fn send(&self, args: &[Value]) -> Reply {
         let args = match arguments(args) {
             Ok(args) => args,
@@ -671,7 +834,10 @@ impl Dispatch {
             ));
         }
         // Never borrowed twice: no Lua runs while a call is made.
-        (self.calls.borrow_mut())(args)
+        match self.calls.borrow_mut().as_mut() {
+            Some(calls) => calls(args),
+            None => Reply::error("ERR the script's connection went away"),
+        }
     }
 }
 
@@ -972,6 +1138,147 @@ mod tests {
             assert!(format!("{reply:?}").contains("Error compiling script"), "{reply:?}");
         }
         assert!(COMPILED.get("user_script", broken.as_bytes()).is_none());
+    }
+
+    /// Which interpreter this thread keeps for its next run, if any.
+    fn kept() -> Option<*const RunState> {
+        IDLE.with_borrow(|idle| idle.as_ref().map(|interpreter| Rc::as_ptr(&interpreter.state)))
+    }
+
+    /// An interpreter runs script after script: what a run may change (its protocol, cjson's
+    /// settings, its log's count, KEYS and ARGV) is put back before the next, globals stay
+    /// shut, and one that was stopped is dropped, not kept.
+    #[test]
+    fn a_kept_interpreter_gives_each_run_a_clean_start() {
+        assert!(matches!(run_alone("return 1"), Reply::Integer(1)));
+        let first = kept().expect("the interpreter is kept");
+        assert!(matches!(run_alone("return 2"), Reply::Integer(2)));
+        assert_eq!(kept(), Some(first), "the same interpreter ran both");
+
+        let resp3 = run_alone("redis.setresp(3) return true");
+        assert!(matches!(resp3, Reply::Boolean(true)), "{resp3:?}");
+        let resp2 = run_alone("return true");
+        assert!(matches!(resp2, Reply::Integer(1)), "{resp2:?}");
+
+        let shallow = run_alone("cjson.encode_max_depth(1) return cjson.encode({{1}})");
+        assert!(
+            format!("{shallow:?}").contains("Cannot serialise, excessive nesting"),
+            "{shallow:?}"
+        );
+        let deep = run_alone("return cjson.encode({{1}})");
+        assert!(matches!(&deep, Reply::Bulk(json) if &json[..] == b"[[1]]"), "{deep:?}");
+
+        let made = run_alone("leftover = 1 return 1");
+        assert!(
+            format!("{made:?}").contains("Script attempted to create global variable"),
+            "{made:?}"
+        );
+        let read = run_alone("return leftover");
+        assert!(
+            format!("{read:?}").contains("nonexistent global variable 'leftover'"),
+            "{read:?}"
+        );
+        let changed = run_alone("KEYS[1] = 'x' return #KEYS");
+        assert!(matches!(changed, Reply::Integer(1)), "{changed:?}");
+        assert!(matches!(run_alone("return #KEYS"), Reply::Integer(0)));
+
+        assert!(
+            logged_by("for i = 1, 1000 do redis.log(redis.LOG_WARNING, string.rep('x', 600)) end") > MAX_LOG_BYTES / 2
+        );
+        assert!(
+            logged_by("redis.log(redis.LOG_WARNING, 'once more')") > 0,
+            "a new run's log has its own bound"
+        );
+
+        let stop = Arc::new(Stop::default());
+        stop.kill();
+        let limits = Limits {
+            time: Duration::from_secs(60),
+            memory: 64 << 20,
+        };
+        let calls: Calls = Box::new(|_| Reply::error("ERR no calls in this test"));
+        let killed = run(
+            b"while true do end",
+            Chunk::Script { sha: "loop" },
+            &[],
+            &[],
+            limits,
+            &stop,
+            calls,
+        );
+        assert!(matches!(killed, Outcome::Aborted(_)));
+        assert_eq!(kept(), None, "a stopped interpreter is not kept");
+        assert!(matches!(run_alone("return 3"), Reply::Integer(3)));
+        assert!(kept().is_some());
+    }
+
+    /// A body is kept loaded by what names it, and run only while the body is the same: a
+    /// library loaded again (FUNCTION LOAD REPLACE) keeps its functions' names, and a script's
+    /// SHA1 is the client's word.
+    #[test]
+    fn a_name_kept_loaded_runs_its_new_body() {
+        let limits = Limits {
+            time: Duration::from_secs(60),
+            memory: 64 << 20,
+        };
+        let answer = |source: &str, chunk: Chunk<'_>| {
+            let calls: Calls = Box::new(|_| Reply::error("ERR no calls in this test"));
+            match run(
+                source.as_bytes(),
+                chunk,
+                &[],
+                &[],
+                limits,
+                &Arc::new(Stop::default()),
+                calls,
+            ) {
+                Outcome::Reply(reply) | Outcome::Aborted(reply) => reply,
+            }
+        };
+        let function = Chunk::Function { name: "same" };
+        let script = Chunk::Script { sha: "same" };
+        assert!(matches!(answer("return 1", function), Reply::Integer(1)));
+        assert!(matches!(answer("return 1", function), Reply::Integer(1)));
+        assert!(matches!(answer("return 2", function), Reply::Integer(2)));
+        assert!(matches!(answer("return 3", script), Reply::Integer(3)));
+        let raised = answer("error('here')", function);
+        assert!(format!("{raised:?}").contains("user_function:1: here"), "{raised:?}");
+        let raised = answer("error('here')", script);
+        assert!(format!("{raised:?}").contains("user_script:1: here"), "{raised:?}");
+    }
+
+    /// A run's memory limit counts from what the interpreter holds as it starts: the garbage
+    /// of the runs before it is collected once past `MAX_LEFTOVER`, so a run never gets more
+    /// room than that beyond its limit.
+    #[test]
+    fn garbage_left_by_earlier_runs_gives_a_run_no_room_past_its_limit() {
+        let limits = Limits {
+            time: Duration::from_secs(60),
+            memory: 8 << 20,
+        };
+        let alone = |source: &str| {
+            let calls: Calls = Box::new(|_| Reply::error("ERR no calls in this test"));
+            run(
+                source.as_bytes(),
+                Chunk::Script { sha: "sha" },
+                &[],
+                &[],
+                limits,
+                &Arc::new(Stop::default()),
+                calls,
+            )
+        };
+        for _ in 0..3 {
+            let garbage = alone("for i = 1, 40 do local s = string.rep('g', 1e6) .. i end return 1");
+            assert!(matches!(garbage, Outcome::Reply(Reply::Integer(1))));
+            let at_rest = IDLE.with_borrow(|idle| {
+                let interpreter = idle.as_ref().expect("kept");
+                interpreter.lua.used_memory().saturating_sub(interpreter.at_rest)
+            });
+            assert!(at_rest <= MAX_LEFTOVER, "{at_rest} bytes of garbage kept");
+            let kept_live = alone("local t = {} for i = 1, 10 do t[i] = string.rep('y', 1e6) .. i end return #t");
+            assert!(matches!(kept_live, Outcome::Aborted(ref reply) if format!("{reply:?}").contains("memory")));
+        }
     }
 
     /// Hostile: a script logging in a loop wrote 50 MiB from one EVAL. A line is cut at

@@ -21,8 +21,18 @@ use mlua::{LightUserData, Lua, MultiValue, Table, Value};
 use self::config::{Config, DEPTH_CAP, InvalidNumbers};
 use super::library::{self, Bounds, LibraryError, LibraryResult};
 
+/// The settings of a `cjson` table (`cjson.encode_max_depth(n)` and the like).
+pub struct Settings(config::Shared);
+
+impl Settings {
+    /// Back to Redis's defaults.
+    pub fn reset(&self) {
+        self.0.set(Config::default());
+    }
+}
+
 /// The `cjson` table, with settings of its own.
-pub fn library(lua: &Lua, bounds: &Rc<Bounds>) -> mlua::Result<Table> {
+pub fn library(lua: &Lua, bounds: &Rc<Bounds>) -> mlua::Result<(Table, Settings)> {
     let cjson = lua.create_table()?;
     let config = Rc::new(Cell::new(Config::default()));
     let settings = Rc::clone(&config);
@@ -34,13 +44,13 @@ pub fn library(lua: &Lua, bounds: &Rc<Bounds>) -> mlua::Result<Table> {
     config::install(lua, &cjson, &config)?;
     let fresh = Rc::clone(bounds);
     let new = library::function(lua, move |lua, _| {
-        Ok(MultiValue::from_vec(vec![Value::Table(library(lua, &fresh)?)]))
+        Ok(MultiValue::from_vec(vec![Value::Table(library(lua, &fresh)?.0)]))
     })?;
     cjson.raw_set("new", new)?;
     cjson.raw_set("null", null())?;
     cjson.raw_set("_NAME", "cjson")?;
     cjson.raw_set("_VERSION", "2.1.0")?;
-    Ok(cjson)
+    Ok((cjson, Settings(config)))
 }
 
 /// `cjson.null`: the NULL light userdata, as lua-cjson's.

@@ -10,15 +10,28 @@ use mlua::{Lua, MultiValue, Value};
 #[cfg(test)]
 use mlua::{LuaOptions, StdLib};
 
+/// What a script may change of the libraries (through their functions, their tables being
+/// read-only): put back before each run of an interpreter.
+pub struct Settings {
+    cjson: super::cjson::Settings,
+}
+
+impl Settings {
+    pub fn reset(&self) {
+        self.cjson.reset();
+    }
+}
+
 /// Redis's libraries as globals.
-pub fn install(lua: &Lua, bounds: &Rc<Bounds>) -> mlua::Result<()> {
+pub fn install(lua: &Lua, bounds: &Rc<Bounds>) -> mlua::Result<Settings> {
     let globals = lua.globals();
-    globals.raw_set("cjson", super::cjson::library(lua, bounds)?)?;
+    let (cjson, cjson_settings) = super::cjson::library(lua, bounds)?;
+    globals.raw_set("cjson", cjson)?;
     globals.raw_set("cmsgpack", super::cmsgpack::library(lua, bounds)?)?;
     globals.raw_set("bit", super::bit::library(lua)?)?;
     globals.raw_set("struct", super::lua_struct::library(lua)?)?;
     super::pattern::install(lua, &globals.raw_get("string")?, bounds)?;
-    Ok(())
+    Ok(Settings { cjson: cjson_settings })
 }
 
 /// What bounds one call's native work. The bytes an encoder writes: tables shared many times

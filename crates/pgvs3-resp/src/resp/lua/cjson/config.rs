@@ -2,7 +2,8 @@
 //! `encode_sparse_array`, `encode_number_precision`, `encode_invalid_numbers`,
 //! `decode_invalid_numbers`, `decode_max_depth`, `encode_keep_buffer`), with their defaults
 //! as Redis builds lua-cjson and their argument errors. Each cjson table (`cjson.new()` makes
-//! another) has its own; a script's interpreter is fresh, so a change lasts for the script.
+//! another) has its own; the global table's are put back before each run (lua.rs), so a
+//! change lasts for the script.
 
 use std::cell::Cell;
 use std::rc::Rc;
