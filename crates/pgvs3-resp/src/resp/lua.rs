@@ -371,14 +371,15 @@ thread_local! {
 static ALIVE: AtomicUsize = AtomicUsize::new(0);
 /// Most interpreters kept idle (with what they loaded) beyond those running: tokio's blocking
 /// pool may have many threads, and each would keep one.
-const MAX_KEPT: usize = 32;
+const MAX_KEPT: usize = 16;
 /// Garbage an interpreter may hold between runs before a full collection. A run's memory
 /// limit counts from what the interpreter holds as it starts, garbage included, and garbage
 /// collected during the run is room the run did not pay for: this bounds that room.
 const MAX_LEFTOVER: usize = 1 << 20;
-/// Most memory an idle interpreter keeps (its libraries and the bodies it loaded); past it,
+/// Most memory an idle interpreter keeps: its libraries, the functions of the bodies it
+/// loaded and their text (a body of comments is large text and a small function); past it,
 /// it is dropped.
-const MAX_AT_REST: usize = 16 << 20;
+const MAX_AT_REST: usize = 8 << 20;
 /// Most bodies one interpreter keeps loaded; past it, it forgets them all.
 const MAX_LOADED: usize = 64;
 
@@ -391,6 +392,8 @@ struct Interpreter {
     /// Bodies loaded, by what names them (a script's SHA1, a function's name): the chunk's
     /// name, the body, its function.
     loaded: HashMap<String, (&'static str, Vec<u8>, mlua::Function)>,
+    /// The bytes of the bodies in `loaded`.
+    loaded_bytes: usize,
     lua: Lua,
     state: Rc<RunState>,
     cjson: library::Settings,
@@ -469,6 +472,7 @@ impl Interpreter {
         Ok(Interpreter {
             runner,
             loaded: HashMap::new(),
+            loaded_bytes: 0,
             lua,
             state,
             cjson,
@@ -557,8 +561,9 @@ impl Interpreter {
         })
     }
 
-    /// The function of a body: the one this interpreter loaded before, else loaded now.
-    /// (FUNCTION LOAD's library runs are loaded every time: each is run once.)
+    /// The function of a body: the one this interpreter loaded before, else loaded now. (FUNCTION
+    /// LOAD's library runs are loaded every time, each is run once; and so are bodies past a
+    /// quarter of `MAX_AT_REST`, whose text would be kept.)
     fn function(&mut self, source: &[u8], chunk: Chunk<'_>) -> mlua::Result<mlua::Function> {
         let named = match chunk {
             Chunk::Script { sha } => sha,
@@ -572,11 +577,18 @@ impl Interpreter {
             return Ok(function.clone());
         }
         let function = script_function(&self.lua, source, chunk)?;
-        if self.loaded.len() >= MAX_LOADED {
-            self.loaded.clear();
+        if source.len() > MAX_AT_REST / 4 {
+            return Ok(function);
         }
-        self.loaded
-            .insert(named.to_owned(), (chunk.name(), source.to_vec(), function.clone()));
+        if self.loaded.len() >= MAX_LOADED || self.loaded_bytes + source.len() > MAX_AT_REST / 4 {
+            self.loaded.clear();
+            self.loaded_bytes = 0;
+        }
+        let kept = (chunk.name(), source.to_vec(), function.clone());
+        if let Some((_, replaced, _)) = self.loaded.insert(named.to_owned(), kept) {
+            self.loaded_bytes -= replaced.len();
+        }
+        self.loaded_bytes += source.len();
         Ok(function)
     }
 
@@ -589,7 +601,7 @@ impl Interpreter {
             }
             self.at_rest = self.lua.used_memory();
         }
-        self.at_rest <= MAX_AT_REST && ALIVE.load(Ordering::Relaxed) <= MAX_KEPT
+        self.at_rest + self.loaded_bytes <= MAX_AT_REST && ALIVE.load(Ordering::Relaxed) <= MAX_KEPT
     }
 }
 
@@ -1245,6 +1257,25 @@ mod tests {
         assert!(format!("{raised:?}").contains("user_function:1: here"), "{raised:?}");
         let raised = answer("error('here')", script);
         assert!(format!("{raised:?}").contains("user_script:1: here"), "{raised:?}");
+
+        // Hostile: large bodies of comments, each a small function, are not kept as text.
+        let loaded_bytes = || IDLE.with_borrow(|idle| idle.as_ref().map(|interpreter| interpreter.loaded_bytes));
+        let large = format!("{}\nreturn 4", "-- padding\n".repeat(MAX_AT_REST / 40));
+        assert!(matches!(
+            answer(&large, Chunk::Script { sha: "large" }),
+            Reply::Integer(4)
+        ));
+        assert!(loaded_bytes().is_some_and(|bytes| bytes < 100), "{:?}", loaded_bytes());
+        for n in 0..20 {
+            let body = format!("{}\nreturn {n}", "-- padding\n".repeat(MAX_AT_REST / 100));
+            let sha = format!("many{n}");
+            assert!(matches!(answer(&body, Chunk::Script { sha: &sha }), Reply::Integer(got) if got == n));
+            assert!(
+                loaded_bytes().is_some_and(|bytes| bytes <= MAX_AT_REST / 4),
+                "{:?}",
+                loaded_bytes()
+            );
+        }
     }
 
     /// A run's memory limit counts from what the interpreter holds as it starts: the garbage
