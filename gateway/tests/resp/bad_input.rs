@@ -160,7 +160,9 @@ async fn bad_arguments_get_redis_texts_and_keep_the_connection() {
 
 #[tokio::test]
 async fn idle_and_total_client_limits() {
-    let gateway = TestGateway::with_resp(&["--resp-idle-timeout", "300ms", "--resp-max-clients", "2"]).await;
+    // Long enough that the two clients are not closed as idle before the third comes, on a
+    // machine busy with other tests (300 ms was not, in a CI run beside a release build).
+    let gateway = TestGateway::with_resp(&["--resp-idle-timeout", "2s", "--resp-max-clients", "2"]).await;
     let mut first = RawResp::connect(gateway.resp_addr()).await;
     let mut second = RawResp::connect(gateway.resp_addr()).await;
     assert_eq!(first.command(&["PING"]).await, Value::Simple("PONG".into()));
