@@ -15,7 +15,10 @@ use pgvs3_gateway::telemetry;
 
 /// A small request makes dozens of short-lived allocations on whichever worker thread runs it;
 /// mimalloc's thread-local free lists serve them for fewer instructions than glibc's arenas
-/// (docs/benchmarks.md, "Where a small GET's CPU goes").
+/// (docs/benchmarks.md, "Where a small GET's CPU goes"). Built without transparent huge pages
+/// (`no_thp`: mimalloc does not ask for them): a page it purged and took back was faulted in as
+/// 2 MiB zeroed by the kernel, about one a BullMQ job, and the resident set was twice as large
+/// (docs/benchmarks.md, "Scripts: an interpreter kept for the next script").
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
