@@ -4,8 +4,8 @@
 //!
 //! A script runs on a thread of its own (tokio's blocking pool): the interpreter cannot yield in
 //! the middle of a loop, and a script that computes for seconds must not hold a runtime thread.
-//! Its `redis.call`s go to the connection's task, which runs them against the script's batch, and
-//! their replies come back; see `script.rs`.
+//! Its `redis.call`s are made on that thread, each run against the script's batch to its end
+//! (`Calls`); see `script.rs`.
 //!
 //! An interpreter runs many scripts, one after another, as Redis's one interpreter does: its
 //! globals, the libraries and the string metatable are read-only (the prelude), so a script
@@ -433,7 +433,6 @@ impl Interpreter {
     /// cmsgpack, bit and struct. No io, os, package (require) or debug.
     fn new(max_output: usize) -> mlua::Result<Interpreter> {
         let lua = Lua::new_with(StdLib::TABLE | StdLib::STRING | StdLib::MATH, LuaOptions::new())?;
-        ALIVE.fetch_add(1, Ordering::Relaxed);
         let state = Rc::new(RunState {
             stop: RefCell::new(Arc::default()),
             deadline: Cell::new(Instant::now()),
@@ -469,6 +468,8 @@ impl Interpreter {
             .set_mode(ChunkMode::Binary)
             .call((call, pcall, setresp, sha1hex, log, stopped_fn, set_environment))?;
         let at_rest = lua.used_memory();
+        // Counted as it is made: its drop counts it out.
+        ALIVE.fetch_add(1, Ordering::Relaxed);
         Ok(Interpreter {
             runner,
             loaded: HashMap::new(),
