@@ -354,7 +354,13 @@ pub fn run(
         },
     };
     interpreter.begin(limits, stop, calls);
-    let outcome = interpreter.run(source, chunk, keys, argv, limits, stop);
+    let script = Script {
+        source,
+        chunk,
+        keys,
+        argv,
+    };
+    let outcome = interpreter.run(&script, limits, stop);
     if matches!(outcome, Outcome::Reply(_)) && interpreter.rest() {
         IDLE.set(Some(interpreter));
     }
@@ -401,6 +407,14 @@ struct Interpreter {
     max_output: usize,
     /// Memory held after its last full collection.
     at_rest: usize,
+}
+
+/// What a run runs.
+struct Script<'a> {
+    source: &'a [u8],
+    chunk: Chunk<'a>,
+    keys: &'a [Bytes],
+    argv: &'a [Bytes],
 }
 
 /// What the native functions of an interpreter reach, set for each run.
@@ -497,17 +511,10 @@ impl Interpreter {
     }
 
     /// Runs the script [`Interpreter::begin`] set up, to its end.
-    fn run(
-        &mut self,
-        source: &[u8],
-        chunk: Chunk<'_>,
-        keys: &[Bytes],
-        argv: &[Bytes],
-        limits: Limits,
-        stop: &Arc<Stop>,
-    ) -> Outcome {
+    fn run(&mut self, script: &Script<'_>, limits: Limits, stop: &Arc<Stop>) -> Outcome {
         let deadline = self.state.deadline.get();
-        let result = self.call(source, chunk, keys, argv, limits);
+        let chunk = script.chunk;
+        let result = self.call(script, limits);
         // The calls hold the run's session, which goes back to its owner with the result.
         drop(self.state.calls.borrow_mut().take());
         *self.state.stop.borrow_mut() = Arc::default();
@@ -528,14 +535,13 @@ impl Interpreter {
         }
     }
 
-    fn call(
-        &mut self,
-        source: &[u8],
-        chunk: Chunk<'_>,
-        keys: &[Bytes],
-        argv: &[Bytes],
-        limits: Limits,
-    ) -> mlua::Result<Reply> {
+    fn call(&mut self, script: &Script<'_>, limits: Limits) -> mlua::Result<Reply> {
+        let Script {
+            source,
+            chunk,
+            keys,
+            argv,
+        } = *script;
         // From what the interpreter holds now: its libraries, the bodies it loaded and any
         // garbage of earlier runs (at most `MAX_LEFTOVER`) are not the script's to pay for.
         self.lua
@@ -1107,23 +1113,25 @@ mod tests {
         *counted.0.lock().unwrap()
     }
 
-    fn run_alone(source: &str) -> Reply {
+    /// One run of `source` as `chunk`, with `memory` its limit, and no calls to make.
+    fn run_as(source: &str, chunk: Chunk<'_>, memory: usize, stop: &Arc<Stop>) -> Outcome {
         let limits = Limits {
             time: Duration::from_secs(60),
-            memory: 64 << 20,
+            memory,
         };
-        let outcome = run(
-            source.as_bytes(),
-            Chunk::Script { sha: "sha" },
-            &[],
-            &[],
-            limits,
-            &Arc::new(Stop::default()),
-            Box::new(|_| Reply::error("ERR no calls in this test")),
-        );
-        match outcome {
+        let calls: Calls = Box::new(|_| Reply::error("ERR no calls in this test"));
+        run(source.as_bytes(), chunk, &[], &[], limits, stop, calls)
+    }
+
+    /// The reply of one run of `source` as `chunk`.
+    fn answer(source: &str, chunk: Chunk<'_>) -> Reply {
+        match run_as(source, chunk, 64 << 20, &Arc::new(Stop::default())) {
             Outcome::Reply(reply) | Outcome::Aborted(reply) => reply,
         }
+    }
+
+    fn run_alone(source: &str) -> Reply {
+        answer(source, Chunk::Script { sha: "sha" })
     }
 
     /// A body's second run loads the bytecode its first compiled, and behaves as the first: the
@@ -1205,20 +1213,7 @@ mod tests {
 
         let stop = Arc::new(Stop::default());
         stop.kill();
-        let limits = Limits {
-            time: Duration::from_secs(60),
-            memory: 64 << 20,
-        };
-        let calls: Calls = Box::new(|_| Reply::error("ERR no calls in this test"));
-        let killed = run(
-            b"while true do end",
-            Chunk::Script { sha: "loop" },
-            &[],
-            &[],
-            limits,
-            &stop,
-            calls,
-        );
+        let killed = run_as("while true do end", Chunk::Script { sha: "loop" }, 64 << 20, &stop);
         assert!(matches!(killed, Outcome::Aborted(_)));
         assert_eq!(kept(), None, "a stopped interpreter is not kept");
         assert!(matches!(run_alone("return 3"), Reply::Integer(3)));
@@ -1230,24 +1225,6 @@ mod tests {
     /// SHA1 is the client's word.
     #[test]
     fn a_name_kept_loaded_runs_its_new_body() {
-        let limits = Limits {
-            time: Duration::from_secs(60),
-            memory: 64 << 20,
-        };
-        let answer = |source: &str, chunk: Chunk<'_>| {
-            let calls: Calls = Box::new(|_| Reply::error("ERR no calls in this test"));
-            match run(
-                source.as_bytes(),
-                chunk,
-                &[],
-                &[],
-                limits,
-                &Arc::new(Stop::default()),
-                calls,
-            ) {
-                Outcome::Reply(reply) | Outcome::Aborted(reply) => reply,
-            }
-        };
         let function = Chunk::Function { name: "same" };
         let script = Chunk::Script { sha: "same" };
         assert!(matches!(answer("return 1", function), Reply::Integer(1)));
@@ -1284,20 +1261,12 @@ mod tests {
     /// room than that beyond its limit.
     #[test]
     fn garbage_left_by_earlier_runs_gives_a_run_no_room_past_its_limit() {
-        let limits = Limits {
-            time: Duration::from_secs(60),
-            memory: 8 << 20,
-        };
         let alone = |source: &str| {
-            let calls: Calls = Box::new(|_| Reply::error("ERR no calls in this test"));
-            run(
-                source.as_bytes(),
+            run_as(
+                source,
                 Chunk::Script { sha: "sha" },
-                &[],
-                &[],
-                limits,
+                8 << 20,
                 &Arc::new(Stop::default()),
-                calls,
             )
         };
         for _ in 0..3 {
