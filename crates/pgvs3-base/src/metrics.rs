@@ -25,6 +25,7 @@ pub struct Metrics {
     pub resp_output_limit_closed: IntCounter,
     pub resp_speculated_calls: IntCounter,
     pub resp_speculation_misses: IntCounter,
+    pub resp_borrowed_keys: IntCounter,
     pub resp_script_batches: IntCounter,
     pub resp_batched_scripts: IntCounter,
     pub replication_lag_seconds: Gauge,
@@ -53,6 +54,7 @@ impl Metrics {
             resp_output_limit_closed,
             resp_speculated_calls,
             resp_speculation_misses,
+            resp_borrowed_keys,
             resp_script_batches,
             resp_batched_scripts,
         ] = resp_counters(r);
@@ -81,6 +83,7 @@ impl Metrics {
             resp_output_limit_closed,
             resp_speculated_calls,
             resp_speculation_misses,
+            resp_borrowed_keys,
             resp_script_batches,
             resp_batched_scripts,
             replication_lag_seconds,
@@ -239,7 +242,7 @@ fn maintenance_metrics(r: &Registry) -> (IntCounterVec, IntGauge, IntGaugeVec) {
 }
 
 /// RESP's group commit and group read, and the connections closed for their output.
-fn resp_counters(r: &Registry) -> [IntCounter; 10] {
+fn resp_counters(r: &Registry) -> [IntCounter; 11] {
     [
         counter(
             r,
@@ -281,6 +284,11 @@ fn resp_counters(r: &Registry) -> [IntCounter; 10] {
             r,
             "pgvs3_resp_speculation_misses_total",
             "Script runs started over without the working set because a call answered otherwise than predicted",
+        ),
+        counter(
+            r,
+            "pgvs3_resp_borrowed_keys_total",
+            "Keys a script first used on the way, answered from the working set without a load and checked at commit",
         ),
         counter(
             r,

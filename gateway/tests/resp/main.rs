@@ -6,6 +6,7 @@ mod bad_input;
 mod batches;
 mod bitmap;
 mod bits_and_lcs;
+mod borrowed_keys;
 mod bucket_races;
 mod bullmq;
 mod celery;

@@ -57,7 +57,7 @@ fn random_call(rng: &mut Rng) -> String {
         9 => vec!["HSETNX".into(), "1".into(), f(rng), v(rng)],
         10 => vec!["LPUSH".into(), "2".into(), m(rng), m(rng)],
         11 => vec!["RPUSH".into(), "2".into(), m(rng)],
-        12 => vec!["RPOPLPUSH".into(), "2".into(), "2".into()],
+        12 => vec!["RPOPLPUSH".into(), "2".into(), "KEYS[2]".into()],
         13 => vec!["LREM".into(), "2".into(), (rng.below(5) as i64 - 2).to_string(), m(rng)],
         14 => vec!["LLEN".into(), "2".into()],
         15 => vec!["LRANGE".into(), "2".into(), "0".into(), "-1".into()],

@@ -40,7 +40,7 @@ use super::lua::{self, Limits, Outcome, Stop};
 use super::monitor::{self, Monitors};
 use super::notify::Recorder;
 use super::pubsub::PubSub;
-use super::working_set::{RunSet, WorkingSet};
+use super::working_set::{Borrowing, CallSite, RunSet, WorkingSet};
 use crate::bucket::Keyspace;
 use crate::metrics::Metrics;
 use crate::store::{CommitSent, KvBatch, Principal, StoreError, StoreResult, Watches};
@@ -623,6 +623,11 @@ impl Scripts {
         };
         let mut session = Session {
             speculation,
+            working_set: self.working_set.clone(),
+            borrowed: HashSet::new(),
+            script: None,
+            calls: 0,
+            borrow_sites: Vec::new(),
             channels: client.channels.clone(),
             recorder,
             reader: client.remembers_reads.then_some(client.id),
@@ -660,6 +665,8 @@ impl Scripts {
                 }
                 Step::Script(request) => {
                     session.declared = request.keys.clone();
+                    session.script = Some(request.sha.clone());
+                    session.calls = 0;
                     let (back, outcome) = self.evaluate(session, request).await;
                     // Without its session the run's batch is gone, rolled back with its
                     // connection.
@@ -668,8 +675,10 @@ impl Scripts {
                         return Ok(Attempt::Done(Ran::Stopped { at, reply }));
                     };
                     session = back;
+                    session.script = None;
                     if let Some(err) = session.failure.take() {
                         if matches!(err, StoreError::Mispredicted) {
+                            session.doubt_borrows();
                             // Rolled back, and the connection kept for the run's next attempt.
                             session.batch.rollback().await?;
                         }
@@ -699,8 +708,15 @@ impl Scripts {
         };
         match session.speculation.take() {
             Some(speculation) => {
-                let confirmed = Box::pin(speculation.commit(session.batch)).await?;
+                let committed = Box::pin(speculation.commit(session.batch)).await;
+                if matches!(committed, Err(StoreError::Mispredicted))
+                    && let Some(set) = &session.working_set
+                {
+                    set.sites.doubt(&session.borrow_sites);
+                }
+                let (confirmed, borrowed) = committed?;
                 self.metrics.resp_speculated_calls.inc_by(confirmed);
+                self.metrics.resp_borrowed_keys.inc_by(borrowed);
             }
             None => session.batch.commit().await?,
         }
@@ -941,6 +957,18 @@ struct Session {
     batch: KvBatch,
     /// The run's share of the working set, when it speculates.
     speculation: Option<RunSet>,
+    /// The gateway's working set, when it has one: what the run's loads teach it of the keys
+    /// scripts find absent (working_set/absent.rs).
+    working_set: Option<Arc<WorkingSet>>,
+    /// Keys the run borrowed (`RunSet::borrow`): its typed calls know them, its batch holds
+    /// nothing of them (another command on one loads it).
+    borrowed: HashSet<String>,
+    /// The running script's SHA1 (or function name), and the calls it made so far: where each
+    /// call is in it.
+    script: Option<String>,
+    calls: u32,
+    /// Where the run borrowed keys: doubted if the run misses.
+    borrow_sites: Vec<CallSite>,
     /// The keyspace events of the run's commands, when its keyspace emits any (notify.rs).
     recorder: Option<Recorder>,
     /// The tracking client whose reads are remembered (see [`RunBy`]).
@@ -987,20 +1015,31 @@ impl Session {
             // values as they are: forgotten, they were out of the working set for the rest of
             // the run and the runs after (BullMQ's EXISTS of a job's hash before its HMGET
             // sent the HMGET and the job's next calls to the database).
+            // A borrowed key is checked (and locked) first, then loaded as any other.
             let keys = command.keys();
-            if speculation.owes(&keys) {
+            if speculation.owes(&keys) || speculation.borrows(&keys) {
                 Box::pin(speculation.flush(&mut self.batch)).await?;
             }
             if !command.only_looks() {
                 speculation.forget(keys);
             }
         }
+        if !typed {
+            for key in command.keys() {
+                self.borrowed.remove(key);
+            }
+        }
         let mut missing: Vec<String> = command
             .keys()
             .into_iter()
-            .filter(|key| !self.loaded.contains(*key) || !typed && self.stale.contains(*key))
+            .filter(|key| {
+                !self.loaded.contains(*key) && !self.borrowed.contains(*key) || !typed && self.stale.contains(*key)
+            })
             .cloned()
             .collect();
+        if typed && self.lock_more && !missing.is_empty() {
+            self.borrow(command, &mut missing);
+        }
         if !missing.is_empty() {
             missing.sort_unstable();
             missing.dedup();
@@ -1015,6 +1054,9 @@ impl Session {
             if !self.batch.try_lock_and_reload(&unlocked, &missing).await? {
                 self.contended = true;
                 return Ok(Reply::error("ERR the script's keys are busy; it runs again"));
+            }
+            if typed {
+                self.learn_absent(command, &unlocked);
             }
             for key in missing {
                 self.stale.remove(&key);
@@ -1051,6 +1093,71 @@ impl Session {
         Ok(reply)
     }
 
+    /// Where key `at` of the running script's current call is in the script (see
+    /// working_set/absent.rs); `None` outside a script.
+    fn call_site(&self, at: usize) -> Option<CallSite> {
+        Some(CallSite {
+            bucket: self.batch.bucket_id(),
+            script: self.script.clone()?,
+            call: self.calls,
+            key: u8::try_from(at).ok()?,
+        })
+    }
+
+    /// Borrows what it can of a typed command's `missing` keys (`RunSet::borrow`: a value kept
+    /// in the working set, or absent where this call of the script has found its key absent
+    /// lately; working_set/sites.rs), which then need no load.
+    fn borrow(&mut self, command: &KeyCommand, missing: &mut Vec<String>) {
+        let keys = command.keys();
+        let sites: Vec<Option<CallSite>> = (0..keys.len()).map(|at| self.call_site(at)).collect();
+        let (Some(speculation), Some(set)) = (&mut self.speculation, &self.working_set) else {
+            return;
+        };
+        let encodings = self.batch.encodings();
+        missing.retain(|key| {
+            let Some(site) = keys
+                .iter()
+                .position(|named| *named == key)
+                .and_then(|at| sites[at].as_ref())
+            else {
+                return true;
+            };
+            let borrowed = match set.sites.borrowing(site) {
+                Borrowing::Nothing => false,
+                Borrowing::Kept => speculation.borrow(key, encodings, false),
+                Borrowing::KeptOrAbsent => speculation.borrow(key, encodings, true),
+            };
+            if borrowed {
+                self.borrowed.insert(key.clone());
+                self.borrow_sites.push(site.clone());
+            }
+            !borrowed
+        });
+    }
+
+    /// The run missed: the sites it borrowed at load their keys for a while (a miss may have
+    /// other causes; the sites are doubted all the same).
+    fn doubt_borrows(&self) {
+        if let Some(set) = &self.working_set {
+            set.sites.doubt(&self.borrow_sites);
+        }
+    }
+
+    /// Teaches the working set whether the keys of a typed command first used on the way
+    /// (`first_used`, just loaded) were absent, for the script's call that used them.
+    fn learn_absent(&self, command: &KeyCommand, first_used: &[String]) {
+        let Some(set) = &self.working_set else {
+            return;
+        };
+        for (at, key) in command.keys().into_iter().enumerate() {
+            if first_used.contains(key)
+                && let Some(site) = self.call_site(at)
+            {
+                set.sites.learn(site, self.batch.get(key).is_none());
+            }
+        }
+    }
+
     /// The script's first read-only call remembers its declared keys for the tracking client,
     /// before it reads (as a client's own reads are, commands/tracking.rs): Redis 7.0 tracks a
     /// script's declared keys once it calls a read command, and none for a script that only
@@ -1074,6 +1181,7 @@ impl Session {
         if self.failure.is_some() || self.contended {
             return Reply::error("ERR this script's run is over (it fails or runs again)");
         }
+        self.calls += 1;
         let name = String::from_utf8_lossy(&args[0]).to_ascii_lowercase();
         let Some(spec) = command::lookup(&name) else {
             return Reply::error("ERR Unknown Redis command called from script");

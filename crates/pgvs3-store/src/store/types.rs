@@ -456,6 +456,13 @@ pub struct Speculation<'a> {
     pub stream_writes: Vec<StreamWrite>,
     /// Lists' changes written set-based, ahead of the calls (see [`ListWrite`]).
     pub list_writes: Vec<ListWrite>,
+    /// Keys the run's working set answered calls on without loading them, each with the typed
+    /// version it took the key at (`None`: taken as absent): locked and checked ahead of
+    /// everything else, and the batch fails with [`StoreError::Mispredicted`] unless each
+    /// still is so (see `KvSql`'s `check_borrowed`).
+    ///
+    /// [`StoreError::Mispredicted`]: crate::store::StoreError
+    pub borrowed: Vec<(String, Option<String>)>,
 }
 
 /// What a script run's speculated writes changed of one key's elements, written in one call

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 use super::Value;
+use super::sites::CallSites;
 
 /// Values past this share of the budget are not kept: one key must not push out every other.
 const LARGEST_SHARE: usize = 4;
@@ -14,6 +15,8 @@ const LARGEST_SHARE: usize = 4;
 pub struct WorkingSet {
     budget: usize,
     inner: Mutex<Inner>,
+    /// What scripts' calls may borrow (sites.rs).
+    pub sites: CallSites,
 }
 
 #[derive(Default)]
@@ -38,6 +41,7 @@ impl WorkingSet {
         WorkingSet {
             budget,
             inner: Mutex::default(),
+            sites: CallSites::default(),
         }
     }
 
@@ -53,6 +57,16 @@ impl WorkingSet {
         inner.order.remove(&held.tick);
         inner.bytes -= held.bytes;
         (held.version == version).then_some(held.value)
+    }
+
+    /// Takes out the value of `key`, whatever version it was left at, with that version: for a
+    /// run that borrows the key (run.rs), which checks the version when it commits.
+    pub fn take_any(&self, bucket: i64, key: &str) -> Option<(String, Value)> {
+        let mut inner = self.inner();
+        let held = inner.values.remove(&(bucket, key.to_owned()))?;
+        inner.order.remove(&held.tick);
+        inner.bytes -= held.bytes;
+        Some((held.version, held.value))
     }
 
     /// Drops what is held of `key` (a run changed it otherwise than through the working set).

@@ -27,6 +27,7 @@ pub mod hash;
 pub mod list;
 mod run;
 pub mod set;
+mod sites;
 pub mod stream;
 pub mod zset;
 
@@ -37,6 +38,7 @@ use crate::store::{Family, KeyType, Loaded, TypedCall, TypedRow};
 
 pub use cache::WorkingSet;
 pub use run::RunSet;
+pub use sites::{Borrowing, CallSite};
 
 /// A typed key's value, as far as the working set holds it.
 #[derive(Debug, Clone)]

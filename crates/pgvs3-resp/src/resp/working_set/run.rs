@@ -25,6 +25,12 @@ fn kept_as(version: &str, encodings: Option<&str>) -> String {
     format!("{version}/{}", encodings.unwrap_or("-"))
 }
 
+/// The version a value was kept at ([`kept_as`]), when under the setting `encodings`.
+fn kept_version<'a>(kept: &'a str, encodings: Option<&str>) -> Option<&'a str> {
+    let (version, setting) = kept.rsplit_once('/')?;
+    (setting == encodings.unwrap_or("-")).then_some(version)
+}
+
 /// The set-based writes of a round trip's hashes, sorted sets, sets and streams.
 #[derive(Default)]
 struct ElementWrites {
@@ -44,6 +50,11 @@ pub struct RunSet {
     confirmed: u64,
     /// The keys `pending` writes to whose writes go set-based (see [`RunSet::send`]).
     tracks: HashMap<String, Track>,
+    /// Keys borrowed (see [`RunSet::borrow`]) and not checked yet, each with the version it was
+    /// taken at (`None`: taken as absent).
+    borrowed: Vec<(String, Option<String>)>,
+    /// Keys borrowed and checked.
+    checked: u64,
 }
 
 impl RunSet {
@@ -55,6 +66,8 @@ impl RunSet {
             pending: Vec::new(),
             confirmed: 0,
             tracks: HashMap::new(),
+            borrowed: Vec::new(),
+            checked: 0,
         }
     }
 
@@ -82,6 +95,37 @@ impl RunSet {
                 }
             }
         }
+    }
+
+    /// Borrows `key`, which the run's batch has not loaded (nor locked): takes its value from
+    /// the working set at whatever version it was kept at, or, with `absent`, takes it as
+    /// absent; the first round trip the run sends from now on (its commit at the latest) locks
+    /// the key and checks that it still is so, ahead of everything else, and fails the run
+    /// (a miss: it starts over without speculation) if not. So calls on it are answered
+    /// without the load's round trip, which a key first used on the way cost inside the
+    /// run's locks (a job queue's script finds the job it works on that way). False when
+    /// neither: the key must be loaded.
+    pub fn borrow(&mut self, key: &str, encodings: Option<&str>, absent: bool) -> bool {
+        if self.known.contains_key(key) {
+            return true;
+        }
+        if let Some((kept, value)) = self.set.take_any(self.bucket, key)
+            && let Some(version) = kept_version(&kept, encodings)
+        {
+            self.borrowed.push((key.to_owned(), Some(version.to_owned())));
+            self.known.insert(key.to_owned(), Some(value));
+            return true;
+        }
+        if absent {
+            self.borrowed.push((key.to_owned(), None));
+            self.known.insert(key.to_owned(), None);
+        }
+        absent
+    }
+
+    /// Whether one of `keys` is borrowed and not checked yet.
+    pub fn borrows(&self, keys: &[&String]) -> bool {
+        self.borrowed.iter().any(|(key, _)| keys.contains(&key))
     }
 
     /// A typed command: answered from what the run knows, or else run now, with the calls
@@ -148,7 +192,7 @@ impl RunSet {
     /// Sends the calls answered so far (before a command that works on their keys in the
     /// gateway, which reloads them).
     pub async fn flush(&mut self, batch: &mut KvBatch) -> StoreResult<()> {
-        if !self.pending.is_empty() {
+        if !self.pending.is_empty() || !self.borrowed.is_empty() {
             self.send(batch, None, Vec::new(), Vec::new(), false).await?;
         }
         Ok(())
@@ -169,9 +213,10 @@ impl RunSet {
     }
 
     /// Commits the batch, with the calls still owed, and leaves the values the run knows (those
-    /// it keeps, [`Value::kept`]) in the working set at the versions their keys commit with. Answers how many of the run's
-    /// calls were answered from the working set (all checked by then).
-    pub async fn commit(mut self, mut batch: KvBatch) -> StoreResult<u64> {
+    /// it keeps, [`Value::kept`]) in the working set at the versions their keys commit with.
+    /// Answers how many of the run's calls were answered from the working set, and how many
+    /// keys it borrowed (all checked by then).
+    pub async fn commit(mut self, mut batch: KvBatch) -> StoreResult<(u64, u64)> {
         let encodings = batch.encodings().map(str::to_owned);
         let held: Vec<String> = self
             .known
@@ -179,9 +224,9 @@ impl RunSet {
             .filter(|(_, value)| value.as_ref().is_some_and(Value::kept))
             .map(|(key, _)| key.clone())
             .collect();
-        if self.pending.is_empty() && held.is_empty() {
+        if self.pending.is_empty() && held.is_empty() && self.borrowed.is_empty() {
             batch.commit().await?;
-            return Ok(self.confirmed);
+            return Ok((self.confirmed, self.checked));
         }
         let sent = match self.send(&mut batch, None, Vec::new(), held, true).await {
             // The COMMIT went out behind the failed check and rolled back: the connection is
@@ -207,7 +252,7 @@ impl RunSet {
                 self.set.put(self.bucket, committed.key, kept, value);
             }
         }
-        Ok(self.confirmed)
+        Ok((self.confirmed, self.checked))
     }
 
     /// Sends the owed writes, then `call` (run as usual), then the loads, and reads `versions`;
@@ -233,6 +278,8 @@ impl RunSet {
     ) -> StoreResult<crate::store::Speculated> {
         let pending = std::mem::take(&mut self.pending);
         let answered = pending.len() as u64;
+        let borrowed = std::mem::take(&mut self.borrowed);
+        let borrowed_count = borrowed.len() as u64;
         // Before element_writes, which drains the tracks.
         let list_writes = self.list_writes(&pending);
         let ElementWrites {
@@ -266,9 +313,11 @@ impl RunSet {
             set_writes: set_writes.into_iter().filter(|write| !write.is_empty()).collect(),
             stream_writes: stream_writes.into_iter().filter(|write| !write.is_empty()).collect(),
             list_writes: list_writes.into_iter().filter(|write| !write.is_empty()).collect(),
+            borrowed,
         };
         let mut sent = batch.typed_speculated(&calls, &speculation, commit).await?;
         self.confirmed += answered;
+        self.checked += borrowed_count;
         // The owed calls' rows were answered already: only `call`'s is left.
         sent.rows.drain(..owed.len());
         Ok(sent)

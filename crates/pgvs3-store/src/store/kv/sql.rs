@@ -21,6 +21,9 @@ pub(in crate::store) struct KvSql {
     pub(super) lock_keyspace: String,
     await_key_writers: String,
     pub(super) try_lock: String,
+    /// See [`borrowed_sql`].
+    pub(super) lock_borrowed: String,
+    pub(super) check_borrowed: String,
     pub(super) upsert: Upsert,
     pub(super) upsert_plain: Upsert,
     pub(super) upsert_strings: Upsert,
@@ -103,6 +106,30 @@ fn load_sql(ns: &str, named: Named) -> String {
     )
 }
 
+/// A script run's borrowed keys (a working set answered their calls without loading them):
+/// their locks, tried (`lock_borrowed`), then, in the next statement (so under the locks, with
+/// a snapshot taken after them), whether each is still as the run took it (`check_borrowed`):
+/// `$3` has the typed version the run took it at, or NULL for a key taken as absent; a live
+/// key of the name must be that typed key alone, or none. Either raises
+/// (`pgvs3.resp_expect`) when not, so that the statements pipelined behind fail and the run
+/// starts over without speculation, as for any call answered otherwise than predicted.
+fn borrowed_sql(ns: &str) -> (String, String) {
+    let lock = "SELECT pgvs3.resp_expect(bool_and(pg_try_advisory_xact_lock($1::int4, h)))
+                  FROM (SELECT DISTINCT hashtext(k) AS h FROM unnest($2::text[]) AS k) AS keys"
+        .to_owned();
+    let check = format!(
+        "WITH l AS ({load})
+         SELECT pgvs3.resp_expect(bool_and(coalesce(
+                  (SELECT CASE WHEN b.v IS NULL THEN count(*) = 0
+                               ELSE count(*) = 1 AND bool_and(l.etag = b.v) END
+                     FROM l
+                    WHERE l.key = b.k AND (l.expires_at IS NULL OR l.expires_at > l.now)), false)))
+           FROM unnest($2::text[], $3::text[]) AS b(k, v)",
+        load = load_sql(ns, Named::Many)
+    );
+    (lock, check)
+}
+
 /// Strings only, for a keyspace without typed keys; the last column says whether the bucket has
 /// typed keys after all (then the load is done again with [`load_sql`]).
 fn load_strings_sql(ns: &str, named: Named) -> String {
@@ -179,7 +206,10 @@ fn upsert_sql(ns: &str, typed: &str, guard: &str, marked: bool) -> String {
 
 impl KvSql {
     pub(in crate::store) fn new(ns: &str) -> KvSql {
+        let (lock_borrowed, check_borrowed) = borrowed_sql(ns);
         KvSql {
+            lock_borrowed,
+            check_borrowed,
             // The clock row makes the statement answer even when no key exists, and gives the
             // batch the database's notion of "now" for TTLs.
             load: load_sql(ns, Named::Many),

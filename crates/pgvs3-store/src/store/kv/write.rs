@@ -121,6 +121,23 @@ impl KvBatch {
             true => None,
             false => Some(client.prepare_cached(LIST_APPLY).await?),
         };
+        let borrowed = match speculation.borrowed.is_empty() {
+            true => None,
+            false => {
+                let sql = &self.bucket.sql.kv;
+                let (keys, versions): (Vec<&str>, Vec<Option<&str>>) = speculation
+                    .borrowed
+                    .iter()
+                    .map(|(key, version)| (key.as_str(), version.as_deref()))
+                    .unzip();
+                Some((
+                    client.prepare_cached(&sql.lock_borrowed).await?,
+                    client.prepare_cached(&sql.check_borrowed).await?,
+                    keys,
+                    versions,
+                ))
+            }
+        };
         // Sent in this order on the first poll, so in one round trip with the calls.
         let before = async {
             let begin = async {
@@ -128,6 +145,21 @@ impl KvBatch {
                     Some((statements, locked)) => statements.send(client, id, locked).await,
                     None => Ok(()),
                 }
+            };
+            // Ahead of every write: the keys the run borrowed are locked and checked before
+            // anything of the run's reaches them.
+            let borrowed = async {
+                let Some((lock, check, keys, versions)) = &borrowed else {
+                    return Ok(());
+                };
+                let lock_id = self.bucket.id as i32;
+                let lock_params: [&(dyn ToSql + Sync); 2] = [&lock_id, keys];
+                let check_params: [&(dyn ToSql + Sync); 3] = [&id, keys, versions];
+                futures::try_join!(
+                    client.query_one(lock, &lock_params),
+                    client.query_one(check, &check_params)
+                )
+                .map(drop)
             };
             let changes = async {
                 match &changes {
@@ -168,6 +200,7 @@ impl KvBatch {
             }));
             futures::try_join!(
                 begin,
+                borrowed,
                 changes,
                 expired,
                 hash_writes,

@@ -1,0 +1,228 @@
+//! Keys a script first uses on the way, borrowed (resp/working_set/run.rs `RunSet::borrow`):
+//! answered from the working set's value, or taken as absent where that call of the script has
+//! lately found its key absent, without a load; locked and checked when the run sends its next
+//! round trip. A key that is not as borrowed (changed, made, held by another transaction) fails
+//! the check, and the run starts over in the database: its replies are the database's.
+
+use pgvs3_testkit as common;
+
+use common::TestGateway;
+use common::resp::{RawResp, Value};
+
+/// A hash named by ARGV[1] (not declared), its field `n` set to ARGV[2] and read back.
+const SET_AND_GET: &str = "redis.call('HSET', ARGV[1], 'n', ARGV[2]) return redis.call('HGET', ARGV[1], 'n')";
+const GET: &str = "return redis.call('HGET', ARGV[1], 'n')";
+
+/// `script` under a comment `tag`: another script, whose call sites have learned nothing (a
+/// site whose run missed loads its keys for its next runs, working_set/sites.rs).
+fn tagged(tag: &str, script: &str) -> String {
+    format!("-- {tag}\n{script}")
+}
+const CARD: &str = "return redis.call('ZCARD', ARGV[1])";
+const INCR: &str = "return redis.call('HINCRBY', ARGV[1], 'n', 1)";
+
+async fn eval(con: &mut RawResp, script: &str, argv: &[&str]) -> Value {
+    let mut args = vec!["EVAL", script, "0"];
+    args.extend(argv);
+    con.command(&args).await
+}
+
+async fn metric(gateway: &TestGateway, name: &str) -> f64 {
+    gateway
+        .metric(name)
+        .await
+        .unwrap_or_else(|| panic!("{name} is exported"))
+}
+
+async fn borrowed(gateway: &TestGateway) -> f64 {
+    metric(gateway, "pgvs3_resp_borrowed_keys_total").await
+}
+
+async fn misses(gateway: &TestGateway) -> f64 {
+    metric(gateway, "pgvs3_resp_speculation_misses_total").await
+}
+
+#[tokio::test]
+async fn a_kept_value_is_borrowed_and_a_changed_one_answers_as_the_database() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = RawResp::connect(gateway.resp_addr()).await;
+    assert_eq!(eval(&mut con, SET_AND_GET, &["job:1", "a"]).await, Value::bulk("a"));
+    // Kept in the working set by that run: the next runs borrow it.
+    assert_eq!(borrowed(&gateway).await, 0.0);
+    assert_eq!(eval(&mut con, SET_AND_GET, &["job:1", "b"]).await, Value::bulk("b"));
+    assert_eq!(eval(&mut con, GET, &["job:1"]).await, Value::bulk("b"));
+    assert_eq!(borrowed(&gateway).await, 2.0);
+    assert_eq!(misses(&gateway).await, 0.0);
+
+    // A client's write gives the key a new version; the working set still holds the old one,
+    // which the next run borrows: its check fails, and it runs again in the database.
+    assert_eq!(con.command(&["HSET", "job:1", "n", "c"]).await, Value::Int(0));
+    assert_eq!(eval(&mut con, GET, &["job:1"]).await, Value::bulk("c"));
+    assert_eq!(misses(&gateway).await, 1.0);
+    // That run left the value at its new version: borrowed again, and right.
+    assert_eq!(eval(&mut con, SET_AND_GET, &["job:1", "d"]).await, Value::bulk("d"));
+    assert_eq!(misses(&gateway).await, 1.0);
+
+    // The site that missed loads its key for its next runs: no borrow there.
+    let before = borrowed(&gateway).await;
+    assert_eq!(eval(&mut con, GET, &["job:1"]).await, Value::bulk("d"));
+    assert_eq!(borrowed(&gateway).await, before);
+
+    // Deleted underneath: a borrowed value of a key that is gone is no answer.
+    assert_eq!(con.command(&["DEL", "job:1"]).await, Value::Int(1));
+    assert_eq!(eval(&mut con, &tagged("deleted", GET), &["job:1"]).await, Value::Nil);
+    assert_eq!(misses(&gateway).await, 2.0);
+
+    // Expired underneath (a TTL set by a client, which does not change its version): a value
+    // borrowed at that version fails the check once the key is past its TTL.
+    assert_eq!(eval(&mut con, SET_AND_GET, &["job:2", "e"]).await, Value::bulk("e"));
+    assert_eq!(con.command(&["PEXPIRE", "job:2", "1"]).await, Value::Int(1));
+    common::eventually(std::time::Duration::from_secs(10), "job:2 expired", || async {
+        let mut con = RawResp::connect(gateway.resp_addr()).await;
+        (con.command(&["EXISTS", "job:2"]).await == Value::Int(0)).then_some(())
+    })
+    .await;
+    let before = misses(&gateway).await;
+    assert_eq!(eval(&mut con, &tagged("expired", GET), &["job:2"]).await, Value::Nil);
+    assert_eq!(misses(&gateway).await, before + 1.0);
+    assert_eq!(con.command(&["EXISTS", "job:2"]).await, Value::Int(0));
+}
+
+#[tokio::test]
+async fn a_call_that_finds_its_key_absent_takes_the_next_as_absent_and_a_present_one_is_caught() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = RawResp::connect(gateway.resp_addr()).await;
+    // Two loads find the call's key absent; from the third run on it is taken so unloaded.
+    for key in ["z:1", "z:2"] {
+        assert_eq!(eval(&mut con, CARD, &[key]).await, Value::Int(0));
+    }
+    assert_eq!(borrowed(&gateway).await, 0.0);
+    assert_eq!(eval(&mut con, CARD, &["z:3"]).await, Value::Int(0));
+    assert_eq!(borrowed(&gateway).await, 1.0);
+
+    // The guess is wrong for a key that exists: the check fails, the run answers the database's.
+    assert_eq!(con.command(&["ZADD", "z:4", "1", "a", "2", "b"]).await, Value::Int(2));
+    assert_eq!(eval(&mut con, CARD, &["z:4"]).await, Value::Int(2));
+    assert_eq!(misses(&gateway).await, 1.0);
+    // And the call is doubted: the next absent keys are loaded again, not guessed.
+    let after_miss = borrowed(&gateway).await;
+    for key in ["z:5", "z:6", "z:7"] {
+        assert_eq!(eval(&mut con, CARD, &[key]).await, Value::Int(0));
+    }
+    assert_eq!(borrowed(&gateway).await, after_miss);
+
+    // A write on a key taken as absent makes it, checked absent first.
+    let add = "redis.call('ZADD', ARGV[1], 1, 'x') return redis.call('ZCARD', ARGV[1])";
+    for key in ["y:1", "y:2", "y:3"] {
+        assert_eq!(eval(&mut con, add, &[key]).await, Value::Int(1));
+    }
+    assert!(borrowed(&gateway).await > after_miss, "y:3 taken as absent");
+    assert_eq!(
+        con.command(&["ZRANGE", "y:3", "0", "-1", "WITHSCORES"]).await,
+        Value::Array(vec![Value::bulk("x"), Value::bulk("1")])
+    );
+    // Made meanwhile by a client: the guess fails, and the database's ZADD answers.
+    assert_eq!(con.command(&["ZADD", "y:4", "5", "x", "6", "w"]).await, Value::Int(2));
+    assert_eq!(eval(&mut con, add, &["y:4"]).await, Value::Int(2));
+    assert_eq!(
+        con.command(&["ZRANGE", "y:4", "0", "-1", "WITHSCORES"]).await,
+        Value::Array(vec![
+            Value::bulk("x"),
+            Value::bulk("1"),
+            Value::bulk("w"),
+            Value::bulk("6")
+        ])
+    );
+    // A string of the name is not absent either.
+    let add = tagged("string", add);
+    for key in ["y:5", "y:6"] {
+        assert_eq!(eval(&mut con, &add, &[key]).await, Value::Int(1));
+    }
+    assert_eq!(con.command(&["SET", "y:7", "text"]).await, Value::Simple("OK".into()));
+    let before = misses(&gateway).await;
+    let wrong = eval(&mut con, &add, &["y:7"]).await;
+    assert!(
+        matches!(&wrong, Value::Error(text) if text.starts_with("WRONGTYPE")),
+        "{wrong:?}"
+    );
+    assert_eq!(con.command(&["GET", "y:7"]).await, Value::bulk("text"));
+    assert_eq!(misses(&gateway).await, before + 1.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_borrowed_key_held_by_another_transaction_waits_for_it_in_the_database() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = RawResp::connect(gateway.resp_addr()).await;
+    assert_eq!(eval(&mut con, INCR, &["job:1"]).await, Value::Int(1));
+    // Another transaction holds the key's lock while the value is kept: the run's check cannot
+    // take it, and the run starts over in the database, where it waits for the key.
+    let holder = gateway.sql().await;
+    holder
+        .batch_execute(
+            "BEGIN; SELECT pg_advisory_xact_lock(id::int4, hashtext('job:1')) FROM pgvs3.buckets WHERE name = 'resp'",
+        )
+        .await
+        .unwrap();
+    let addr = gateway.resp_addr();
+    let run = tokio::spawn(async move {
+        let mut con = RawResp::connect(addr).await;
+        eval(&mut con, INCR, &["job:1"]).await
+    });
+    common::eventually(std::time::Duration::from_secs(10), "the check failed", || async {
+        (misses(&gateway).await >= 1.0).then_some(())
+    })
+    .await;
+    holder.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(run.await.unwrap(), Value::Int(2));
+    assert_eq!(con.command(&["HGET", "job:1", "n"]).await, Value::bulk("2"));
+}
+
+/// Clients increment one counter, some through a script that borrows it (not declared), some
+/// through HINCRBY, some through a script that declares it, at once: as one counter, each
+/// increment answers a value no other did, and together they answer 1..=N (a linearizable
+/// counter's history).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn increments_through_borrowed_and_locked_keys_are_one_counter() {
+    const CLIENTS: usize = 6;
+    const EACH: usize = 40;
+    let gateway = TestGateway::with_resp(&[]).await;
+    let addr = gateway.resp_addr();
+    let mut tasks = Vec::new();
+    for client in 0..CLIENTS {
+        tasks.push(tokio::spawn(async move {
+            let mut con = RawResp::connect(addr).await;
+            let mut seen = Vec::with_capacity(EACH);
+            for _ in 0..EACH {
+                let reply = match client % 3 {
+                    0 => eval(&mut con, INCR, &["counter"]).await,
+                    1 => con.command(&["HINCRBY", "counter", "n", "1"]).await,
+                    _ => {
+                        let declared = "return redis.call('HINCRBY', KEYS[1], 'n', 1)";
+                        con.command(&["EVAL", declared, "1", "counter"]).await
+                    }
+                };
+                match reply {
+                    Value::Int(n) => seen.push(n),
+                    other => panic!("client {client}: {other:?}"),
+                }
+            }
+            seen
+        }));
+    }
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.unwrap());
+    }
+    all.sort_unstable();
+    let expected: Vec<i64> = (1..=(CLIENTS * EACH) as i64).collect();
+    assert_eq!(all, expected);
+    let mut con = RawResp::connect(addr).await;
+    assert_eq!(
+        con.command(&["HGET", "counter", "n"]).await,
+        Value::bulk(&(CLIENTS * EACH).to_string())
+    );
+    // Runs borrowed the counter: checked, or caught changed (a miss).
+    let (borrowed, misses) = (borrowed(&gateway).await, misses(&gateway).await);
+    assert!(borrowed + misses > 0.0, "borrowed {borrowed}, misses {misses}");
+    eprintln!("borrowed {borrowed}, misses {misses}");
+}
