@@ -488,8 +488,14 @@ async fn resp_hot_key_histories_are_linearizable() {
     let ops = history::resp::run_hot(target.gateway.resp_addr(), 4 * CLIENTS, &bounds).await;
     let kills = target.calm().await;
     let (keys, undecided, failures) = check_keys(history::resp::Key::default(), &ops, |call| call.key.clone());
+    // How often the scripts that use their key on the way borrowed it, and runs started over.
+    let mut counted = String::new();
+    for metric in ["pgvs3_resp_borrowed_keys_total", "pgvs3_resp_speculation_misses_total"] {
+        let value = target.gateway.metric(metric).await.unwrap_or(0.0);
+        counted.push_str(&format!("; {metric} {value}"));
+    }
     verdict(
-        summary("resp_hot_key_histories", &bounds, &ops, keys, kills, started),
+        summary("resp_hot_key_histories", &bounds, &ops, keys, kills, started) + &counted,
         undecided,
         failures,
     );

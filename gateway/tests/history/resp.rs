@@ -61,11 +61,19 @@ pub enum Cmd {
     BLPop(u64),
     /// A script ([`ROTATE`]): LPOP the list's head, RPUSH this value, answer the head.
     Rotate(String),
+    /// The same script with its key not declared ([`ROTATE_ON_THE_WAY`]): a run first uses it
+    /// on the way, and borrows it from the working set when it can (resp/working_set/run.rs),
+    /// to be checked at the run's next round trip.
+    RotateOnTheWay(String),
 }
 
 /// [`Cmd::Rotate`]'s script. Pipelined by the clients sharing a connection, runs of it share a
 /// batch and a commit (`Scripts::run_pipeline`), each answered as if it ran alone.
 const ROTATE: &str = "local head = redis.call('LPOP', KEYS[1]) redis.call('RPUSH', KEYS[1], ARGV[1]) return head";
+
+/// [`Cmd::RotateOnTheWay`]'s script: the key is ARGV[2].
+const ROTATE_ON_THE_WAY: &str =
+    "local head = redis.call('LPOP', ARGV[2]) redis.call('RPUSH', ARGV[2], ARGV[1]) return head";
 
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Call {
@@ -102,6 +110,7 @@ impl fmt::Debug for Call {
             Cmd::Txn(v) => write!(f, "WATCH {k}; GET {k}; MULTI; SET {k} {v}; EXEC"),
             Cmd::BLPop(ms) => write!(f, "BLPOP {k} {}", *ms as f64 / 1000.0),
             Cmd::Rotate(v) => write!(f, "EVAL rotate 1 {k} {v}"),
+            Cmd::RotateOnTheWay(v) => write!(f, "EVAL rotate-on-the-way 0 {v} {k}"),
         }
     }
 }
@@ -330,7 +339,7 @@ impl Key {
                 }
                 Some(_) => wrong(self),
             },
-            Cmd::Rotate(v) => match &mut self.value {
+            Cmd::Rotate(v) | Cmd::RotateOnTheWay(v) => match &mut self.value {
                 None => (
                     Reply::Nil,
                     Key {
@@ -501,7 +510,8 @@ fn random_call(rng: &mut StdRng, client: usize, n: usize) -> Call {
         77..83 => Cmd::HGet(field),
         83..85 => Cmd::HDel(field),
         85..87 => Cmd::HGetAll,
-        87..89 => Cmd::Rotate(value),
+        87 => Cmd::Rotate(value),
+        88 => Cmd::RotateOnTheWay(value),
         89..95 => Cmd::Txn(value),
         _ => Cmd::BLPop(rng.random_range(1..4) * 100),
     };
@@ -518,7 +528,8 @@ fn hot_call(rng: &mut StdRng, client: usize, n: usize) -> Call {
         0..35 => Cmd::LPush(value),
         35..55 => Cmd::RPop,
         55..63 => Cmd::LPop,
-        63..75 => Cmd::Rotate(value),
+        63..69 => Cmd::Rotate(value),
+        69..75 => Cmd::RotateOnTheWay(value),
         75..82 => Cmd::LRange,
         82..89 => Cmd::HSet(format!("f{}", rng.random_range(0..2)), value),
         89..93 => Cmd::HGetAll,
@@ -544,6 +555,7 @@ async fn send(con: &mut MultiplexedConnection, call: &Call) -> Outcome<Reply> {
         Cmd::LRange => vec!["LRANGE".into(), k.into(), "0".into(), "-1".into()],
         Cmd::BLPop(ms) => vec!["BLPOP".into(), k.into(), (*ms as f64 / 1000.0).to_string()],
         Cmd::Rotate(v) => vec!["EVAL".into(), ROTATE.into(), "1".into(), k.into(), v.clone()],
+        Cmd::RotateOnTheWay(v) => vec!["EVAL".into(), ROTATE_ON_THE_WAY.into(), "0".into(), v.clone(), k.into()],
         other => {
             let name = match other {
                 Cmd::Get => "GET",

@@ -709,10 +709,12 @@ impl Scripts {
         match session.speculation.take() {
             Some(speculation) => {
                 let committed = Box::pin(speculation.commit(session.batch)).await;
-                if matches!(committed, Err(StoreError::Mispredicted))
-                    && let Some(set) = &session.working_set
-                {
-                    set.sites.doubt(&session.borrow_sites);
+                if let Some(set) = &session.working_set {
+                    match &committed {
+                        Ok(_) => set.sites.committed(&session.borrow_sites),
+                        Err(StoreError::Mispredicted) => set.sites.doubt(&session.borrow_sites),
+                        Err(_) => {}
+                    }
                 }
                 let (confirmed, borrowed) = committed?;
                 self.metrics.resp_speculated_calls.inc_by(confirmed);

@@ -19,8 +19,11 @@ use std::sync::Mutex;
 /// Loads that found the key absent, in a row, before a call's key is taken as absent unloaded.
 const PROVEN: u8 = 2;
 
-/// The runs of a call site that load its keys after a run that borrowed there missed.
-const DOUBT: u8 = 8;
+/// The runs of a call site that load its keys after a run that borrowed there missed; doubled
+/// for each miss after it without a run between that borrowed there and committed, up to
+/// ×2^[`MOST_DOUBLINGS`] (a key another writer changes all the time: a miss in ~1,000 runs).
+const DOUBT: u16 = 8;
+const MOST_DOUBLINGS: u8 = 7;
 
 /// The most call sites remembered (bounded: script bodies and their calls come from clients);
 /// past it, all are forgotten and learned again.
@@ -51,7 +54,9 @@ struct Learned {
     /// Loads in a row that found the key absent (at most [`PROVEN`]).
     absent: u8,
     /// Runs left that load rather than borrow, after a miss.
-    doubt: u8,
+    doubt: u16,
+    /// Misses since a run that borrowed here last committed.
+    misses: u8,
 }
 
 #[derive(Default)]
@@ -98,10 +103,24 @@ impl CallSites {
         });
     }
 
-    /// A run that borrowed keys at `sites` missed: they load their keys for a while.
+    /// A run that borrowed keys at `sites` missed: they load their keys for a while, longer
+    /// after each miss in a row.
     pub fn doubt(&self, sites: &[CallSite]) {
         for site in sites {
-            self.learned(site.clone(), |learned| learned.doubt = DOUBT);
+            self.learned(site.clone(), |learned| {
+                learned.doubt = DOUBT << learned.misses;
+                learned.misses = (learned.misses + 1).min(MOST_DOUBLINGS);
+            });
+        }
+    }
+
+    /// A run that borrowed keys at `sites` committed: the next miss there starts the doubt over.
+    pub fn committed(&self, sites: &[CallSite]) {
+        let mut all = self.sites();
+        for site in sites {
+            if let Some(learned) = all.get_mut(site) {
+                learned.misses = 0;
+            }
         }
     }
 }
@@ -150,6 +169,25 @@ mod tests {
         }
         assert_eq!(sites.borrowing(&site(3)), Borrowing::KeptOrAbsent);
         assert_eq!(sites.borrowing(&site(5)), Borrowing::Nothing);
+        // A second miss in a row: twice as long.
+        sites.doubt(&[site(3)]);
+        for _ in 0..2 * DOUBT {
+            assert_eq!(sites.borrowing(&site(3)), Borrowing::Nothing);
+        }
+        assert_eq!(sites.borrowing(&site(3)), Borrowing::KeptOrAbsent);
+        // A run that borrowed there and committed: the next miss starts over.
+        sites.committed(&[site(3)]);
+        sites.doubt(&[site(3)]);
+        for _ in 0..DOUBT {
+            assert_eq!(sites.borrowing(&site(3)), Borrowing::Nothing);
+        }
+        assert_eq!(sites.borrowing(&site(3)), Borrowing::KeptOrAbsent);
+        // Bounded.
+        for _ in 0..2 * MOST_DOUBLINGS {
+            sites.doubt(&[site(7)]);
+        }
+        let learned = sites.sites()[&site(7)];
+        assert_eq!(learned.doubt, DOUBT << MOST_DOUBLINGS);
     }
 
     #[test]
