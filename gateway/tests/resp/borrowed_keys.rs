@@ -149,6 +149,70 @@ async fn a_call_that_finds_its_key_absent_takes_the_next_as_absent_and_a_present
     assert_eq!(misses(&gateway).await, before + 1.0);
 }
 
+/// A lock taken the way job queues take one: made with a TTL where absent, read back.
+const TAKE_LOCK: &str = "if redis.call('EXISTS', ARGV[1]) == 0 then redis.call('SET', ARGV[1], ARGV[2], 'PX', 60000) end return redis.call('GET', ARGV[1])";
+
+#[tokio::test]
+async fn a_string_command_takes_a_key_as_absent_and_its_write_is_checked_first() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = RawResp::connect(gateway.resp_addr()).await;
+    for key in ["lock:1", "lock:2"] {
+        assert_eq!(eval(&mut con, TAKE_LOCK, &[key, "t"]).await, Value::bulk("t"));
+    }
+    assert_eq!(borrowed(&gateway).await, 0.0);
+    // Taken as absent without a load: EXISTS answered from the batch, the SET written at commit
+    // behind the check.
+    assert_eq!(
+        eval(&mut con, TAKE_LOCK, &["lock:3", "mine"]).await,
+        Value::bulk("mine")
+    );
+    assert_eq!(borrowed(&gateway).await, 1.0);
+    assert_eq!(con.command(&["GET", "lock:3"]).await, Value::bulk("mine"));
+    let ttl = con.command(&["PTTL", "lock:3"]).await;
+    assert!(matches!(ttl, Value::Int(ms) if ms > 50_000 && ms <= 60_000), "{ttl:?}");
+    assert_eq!(misses(&gateway).await, 0.0);
+
+    // Held by another: the guess fails at the check, and the run answers the holder's token
+    // without writing over it.
+    assert_eq!(
+        con.command(&["SET", "lock:4", "theirs"]).await,
+        Value::Simple("OK".into())
+    );
+    assert_eq!(
+        eval(&mut con, TAKE_LOCK, &["lock:4", "mine"]).await,
+        Value::bulk("theirs")
+    );
+    assert_eq!(misses(&gateway).await, 1.0);
+    assert_eq!(con.command(&["GET", "lock:4"]).await, Value::bulk("theirs"));
+
+    // A typed key of the name that expired (its row may still be there): absent, and the
+    // string written over it replaces it.
+    let take = tagged("expired hash", TAKE_LOCK);
+    for key in ["lock:5", "lock:6"] {
+        assert_eq!(eval(&mut con, &take, &[key, "t"]).await, Value::bulk("t"));
+    }
+    assert_eq!(con.command(&["HSET", "lock:7", "f", "v"]).await, Value::Int(1));
+    assert_eq!(con.command(&["PEXPIRE", "lock:7", "1"]).await, Value::Int(1));
+    common::eventually(std::time::Duration::from_secs(10), "lock:7 expired", || async {
+        let mut con = RawResp::connect(gateway.resp_addr()).await;
+        (con.command(&["EXISTS", "lock:7"]).await == Value::Int(0)).then_some(())
+    })
+    .await;
+    let before = borrowed(&gateway).await;
+    assert_eq!(eval(&mut con, &take, &["lock:7", "new"]).await, Value::bulk("new"));
+    assert_eq!(borrowed(&gateway).await, before + 1.0);
+    assert_eq!(con.command(&["TYPE", "lock:7"]).await, Value::Simple("string".into()));
+    assert_eq!(con.command(&["GET", "lock:7"]).await, Value::bulk("new"));
+    let sql = gateway.sql().await;
+    let typed_rows: i64 = sql
+        .query_one("SELECT count(*) AS n FROM pgvs3.resp_keys WHERE key = 'lock:7'", &[])
+        .await
+        .unwrap()
+        .get("n");
+    assert_eq!(typed_rows, 0, "the expired hash's row is gone");
+    assert_eq!(misses(&gateway).await, 1.0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_borrowed_key_held_by_another_transaction_waits_for_it_in_the_database() {
     let gateway = TestGateway::with_resp(&[]).await;

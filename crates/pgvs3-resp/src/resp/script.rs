@@ -962,8 +962,8 @@ struct Session {
     /// The gateway's working set, when it has one: what the run's loads teach it of the keys
     /// scripts find absent (working_set/absent.rs).
     working_set: Option<Arc<WorkingSet>>,
-    /// Keys the run borrowed (`RunSet::borrow`): its typed calls know them, its batch holds
-    /// nothing of them (another command on one loads it).
+    /// Keys the run borrowed from the working set's values (`RunSet::borrow_kept`): its typed
+    /// calls know them, its batch holds nothing of them (another command on one loads it).
     borrowed: HashSet<String>,
     /// The running script's SHA1 (or function name), and the calls it made so far: where each
     /// call is in it.
@@ -1039,8 +1039,8 @@ impl Session {
             })
             .cloned()
             .collect();
-        if typed && self.lock_more && !missing.is_empty() {
-            self.borrow(command, &mut missing);
+        if self.lock_more && !missing.is_empty() {
+            self.borrow(command, typed, &mut missing);
         }
         if !missing.is_empty() {
             missing.sort_unstable();
@@ -1057,9 +1057,7 @@ impl Session {
                 self.contended = true;
                 return Ok(Reply::error("ERR the script's keys are busy; it runs again"));
             }
-            if typed {
-                self.learn_absent(command, &unlocked);
-            }
+            self.learn_absent(command, &unlocked);
             for key in missing {
                 self.stale.remove(&key);
                 self.loaded.insert(key);
@@ -1106,16 +1104,18 @@ impl Session {
         })
     }
 
-    /// Borrows what it can of a typed command's `missing` keys (`RunSet::borrow`: a value kept
-    /// in the working set, or absent where this call of the script has found its key absent
-    /// lately; working_set/sites.rs), which then need no load.
-    fn borrow(&mut self, command: &KeyCommand, missing: &mut Vec<String>) {
+    /// Borrows what it can of a command's `missing` keys, which then need no load
+    /// (working_set/sites.rs says where): for a typed command, a value kept in the working set
+    /// (`RunSet::borrow_kept`; its calls know the key, the batch holds nothing of it); for any,
+    /// the key as absent where this call of the script found its key absent lately (the batch
+    /// takes it so, as if loaded).
+    fn borrow(&mut self, command: &KeyCommand, typed: bool, missing: &mut Vec<String>) {
         let keys = command.keys();
         let sites: Vec<Option<CallSite>> = (0..keys.len()).map(|at| self.call_site(at)).collect();
         let (Some(speculation), Some(set)) = (&mut self.speculation, &self.working_set) else {
             return;
         };
-        let encodings = self.batch.encodings();
+        let encodings = self.batch.encodings().map(str::to_owned);
         missing.retain(|key| {
             let Some(site) = keys
                 .iter()
@@ -1124,16 +1124,20 @@ impl Session {
             else {
                 return true;
             };
-            let borrowed = match set.sites.borrowing(site) {
-                Borrowing::Nothing => false,
-                Borrowing::Kept => speculation.borrow(key, encodings, false),
-                Borrowing::KeptOrAbsent => speculation.borrow(key, encodings, true),
-            };
-            if borrowed {
+            let borrowing = set.sites.borrowing(site);
+            let kept = typed && borrowing != Borrowing::Nothing && speculation.borrow_kept(key, encodings.as_deref());
+            if kept {
                 self.borrowed.insert(key.clone());
+            }
+            let absent = !kept && borrowing == Borrowing::KeptOrAbsent && self.batch.assume_absent(key);
+            if absent {
+                speculation.borrow_absent(key);
+                self.loaded.insert(key.clone());
+            }
+            if kept || absent {
                 self.borrow_sites.push(site.clone());
             }
-            !borrowed
+            !kept && !absent
         });
     }
 
@@ -1145,7 +1149,7 @@ impl Session {
         }
     }
 
-    /// Teaches the working set whether the keys of a typed command first used on the way
+    /// Teaches the working set whether the keys of a command first used on the way
     /// (`first_used`, just loaded) were absent, for the script's call that used them.
     fn learn_absent(&self, command: &KeyCommand, first_used: &[String]) {
         let Some(set) = &self.working_set else {

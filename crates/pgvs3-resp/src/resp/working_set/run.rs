@@ -98,14 +98,14 @@ impl RunSet {
     }
 
     /// Borrows `key`, which the run's batch has not loaded (nor locked): takes its value from
-    /// the working set at whatever version it was kept at, or, with `absent`, takes it as
-    /// absent; the first round trip the run sends from now on (its commit at the latest) locks
-    /// the key and checks that it still is so, ahead of everything else, and fails the run
-    /// (a miss: it starts over without speculation) if not. So calls on it are answered
-    /// without the load's round trip, which a key first used on the way cost inside the
-    /// run's locks (a job queue's script finds the job it works on that way). False when
-    /// neither: the key must be loaded.
-    pub fn borrow(&mut self, key: &str, encodings: Option<&str>, absent: bool) -> bool {
+    /// the working set at whatever version it was kept at, so that calls on it are answered
+    /// without the load's round trip, which a key first used on the way cost inside the run's
+    /// locks (a job queue's script finds the job it works on that way). The first round trip
+    /// the run sends from now on (its commit at the latest) locks the key and checks that it
+    /// still has that version, ahead of everything else, and fails the run (a miss: it starts
+    /// over without speculation) if not. False when the working set keeps no value of it (under
+    /// the keyspace's encoding setting `encodings`).
+    pub fn borrow_kept(&mut self, key: &str, encodings: Option<&str>) -> bool {
         if self.known.contains_key(key) {
             return true;
         }
@@ -116,16 +116,21 @@ impl RunSet {
             self.known.insert(key.to_owned(), Some(value));
             return true;
         }
-        if absent {
-            self.borrowed.push((key.to_owned(), None));
-            self.known.insert(key.to_owned(), None);
-        }
-        absent
+        false
     }
 
-    /// Whether one of `keys` is borrowed and not checked yet.
+    /// Borrows `key` as absent: the batch takes it so (`KvBatch::assume_absent`), and the
+    /// check goes as for [`RunSet::borrow_kept`]'s.
+    pub fn borrow_absent(&mut self, key: &str) {
+        self.borrowed.push((key.to_owned(), None));
+    }
+
+    /// Whether one of `keys` is borrowed from a kept value and not checked yet (the batch holds
+    /// nothing of it: it must be checked before it is loaded).
     pub fn borrows(&self, keys: &[&String]) -> bool {
-        self.borrowed.iter().any(|(key, _)| keys.contains(&key))
+        self.borrowed
+            .iter()
+            .any(|(key, version)| version.is_some() && keys.contains(&key))
     }
 
     /// A typed command: answered from what the run knows, or else run now, with the calls

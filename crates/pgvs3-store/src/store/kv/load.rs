@@ -182,6 +182,24 @@ impl KvBatch {
         }
     }
 
+    /// Takes `key`, not loaded, as absent, without a load or its lock: a script's run borrowed
+    /// it so (pgvs3-resp's working set), and locks and checks it ahead of the first statement it
+    /// sends ([`Speculation::borrowed`]). A string written here deletes a typed row of the name,
+    /// as over a typed key found expired (the check passes such a key as absent). False for a
+    /// name that is no valid key (then loaded, to fail as before).
+    ///
+    /// [`Speculation::borrowed`]: crate::store::Speculation
+    pub fn assume_absent(&mut self, key: &str) -> bool {
+        if check_key(key).is_err() {
+            return false;
+        }
+        self.slots.entry(key.to_owned()).or_insert(Slot {
+            typed_row: true,
+            ..Slot::absent()
+        });
+        true
+    }
+
     /// Loads `keys` again (inside the batch's transaction, under its locks): after typed
     /// commands changed them in the database.
     pub async fn reload(&mut self, keys: &[String]) -> StoreResult<()> {
