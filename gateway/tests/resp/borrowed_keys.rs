@@ -290,3 +290,54 @@ async fn increments_through_borrowed_and_locked_keys_are_one_counter() {
     assert!(borrowed + misses > 0.0, "borrowed {borrowed}, misses {misses}");
     eprintln!("borrowed {borrowed}, misses {misses}");
 }
+
+/// A job queue's lock: taken with a TTL by one script, released by another only while it holds
+/// the taker's token.
+const TAKE: &str = "redis.call('SET', ARGV[1], ARGV[2], 'PX', ARGV[3]) return 1";
+const RELEASE: &str = "if redis.call('GET', ARGV[1]) == ARGV[2] then redis.call('DEL', ARGV[1]) return 1 end return 0";
+const LEFT: &str = "return redis.call('PTTL', ARGV[1])";
+
+#[tokio::test]
+async fn a_string_a_run_wrote_is_borrowed_by_the_next_and_checked_by_its_content() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = RawResp::connect(gateway.resp_addr()).await;
+    // The run that takes the lock keeps the string; the one that releases it borrows it.
+    assert_eq!(eval(&mut con, TAKE, &["lock:1", "t1", "60000"]).await, Value::Int(1));
+    let before = borrowed(&gateway).await;
+    assert_eq!(eval(&mut con, RELEASE, &["lock:1", "t1"]).await, Value::Int(1));
+    assert_eq!(borrowed(&gateway).await, before + 1.0);
+    assert_eq!(con.command(&["EXISTS", "lock:1"]).await, Value::Int(0));
+    // Released: nothing kept of it, the next release loads it (absent) and answers 0.
+    let release = tagged("released", RELEASE);
+    assert_eq!(eval(&mut con, &release, &["lock:1", "t1"]).await, Value::Int(0));
+    assert_eq!(misses(&gateway).await, 0.0);
+
+    // Taken over underneath (a client's SET, which the working set does not see): the
+    // borrowed token fails the check, and the release answers as the database holds it.
+    assert_eq!(eval(&mut con, TAKE, &["lock:2", "t2", "60000"]).await, Value::Int(1));
+    assert_eq!(
+        con.command(&["SET", "lock:2", "theirs"]).await,
+        Value::Simple("OK".into())
+    );
+    assert_eq!(eval(&mut con, RELEASE, &["lock:2", "t2"]).await, Value::Int(0));
+    assert_eq!(misses(&gateway).await, 1.0);
+    assert_eq!(con.command(&["GET", "lock:2"]).await, Value::bulk("theirs"));
+
+    // Its TTL changed underneath: the check compares the expiry too.
+    assert_eq!(eval(&mut con, TAKE, &["lock:3", "t3", "60000"]).await, Value::Int(1));
+    assert_eq!(con.command(&["PEXPIRE", "lock:3", "500000"]).await, Value::Int(1));
+    let left = eval(&mut con, LEFT, &["lock:3"]).await;
+    assert!(matches!(left, Value::Int(ms) if ms > 60_000), "{left:?}");
+    assert_eq!(misses(&gateway).await, 2.0);
+
+    // Past its TTL: not borrowed (the batch's clock judges it), loaded and found gone.
+    assert_eq!(eval(&mut con, TAKE, &["lock:4", "t4", "50"]).await, Value::Int(1));
+    common::eventually(std::time::Duration::from_secs(10), "lock:4 expired", || async {
+        let mut con = RawResp::connect(gateway.resp_addr()).await;
+        (con.command(&["EXISTS", "lock:4"]).await == Value::Int(0)).then_some(())
+    })
+    .await;
+    let release = tagged("expired", RELEASE);
+    assert_eq!(eval(&mut con, &release, &["lock:4", "t4"]).await, Value::Int(0));
+    assert_eq!(misses(&gateway).await, 2.0);
+}

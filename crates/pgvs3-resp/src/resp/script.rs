@@ -720,7 +720,18 @@ impl Scripts {
                 self.metrics.resp_speculated_calls.inc_by(confirmed);
                 self.metrics.resp_borrowed_keys.inc_by(borrowed);
             }
-            None => session.batch.commit().await?,
+            None => {
+                // What it wrote of short strings, kept for the runs after it to borrow.
+                let bucket = session.batch.bucket_id();
+                let strings = self
+                    .working_set
+                    .as_ref()
+                    .map(|_| WorkingSet::changed_strings(&session.batch));
+                session.batch.commit().await?;
+                if let (Some(set), Some(strings)) = (&self.working_set, strings) {
+                    set.keep_strings(bucket, strings);
+                }
+            }
         }
         changed.tell(&self.pubsub.tracking, keyspace.bucket());
         if let Some((_, lines)) = session.monitored {
@@ -1105,10 +1116,11 @@ impl Session {
     }
 
     /// Borrows what it can of a command's `missing` keys, which then need no load
-    /// (working_set/sites.rs says where): for a typed command, a value kept in the working set
-    /// (`RunSet::borrow_kept`; its calls know the key, the batch holds nothing of it); for any,
-    /// the key as absent where this call of the script found its key absent lately (the batch
-    /// takes it so, as if loaded).
+    /// (working_set/sites.rs says where): a typed command a value kept in the working set
+    /// (`RunSet::borrow_kept`; its calls know the key, the batch holds nothing of it), any other
+    /// a short string a run left there (`RunSet::borrow_string`; the batch holds it, as if
+    /// loaded); any command the key as absent where this call of the script found its key
+    /// absent lately (the batch holds it so).
     fn borrow(&mut self, command: &KeyCommand, typed: bool, missing: &mut Vec<String>) {
         let keys = command.keys();
         let sites: Vec<Option<CallSite>> = (0..keys.len()).map(|at| self.call_site(at)).collect();
@@ -1125,19 +1137,26 @@ impl Session {
                 return true;
             };
             let borrowing = set.sites.borrowing(site);
-            let kept = typed && borrowing != Borrowing::Nothing && speculation.borrow_kept(key, encodings.as_deref());
-            if kept {
-                self.borrowed.insert(key.clone());
-            }
+            let kept = borrowing != Borrowing::Nothing
+                && match typed {
+                    true => speculation.borrow_kept(key, encodings.as_deref()),
+                    false => speculation.borrow_string(key, &mut self.batch),
+                };
             let absent = !kept && borrowing == Borrowing::KeptOrAbsent && self.batch.assume_absent(key);
             if absent {
                 speculation.borrow_absent(key);
-                self.loaded.insert(key.clone());
             }
-            if kept || absent {
-                self.borrow_sites.push(site.clone());
+            match (kept && typed, kept || absent) {
+                (true, _) => {
+                    self.borrowed.insert(key.clone());
+                }
+                (false, true) => {
+                    self.loaded.insert(key.clone());
+                }
+                (false, false) => return true,
             }
-            !kept && !absent
+            self.borrow_sites.push(site.clone());
+            false
         });
     }
 

@@ -118,6 +118,15 @@ pub struct KvEntry {
     pub form: StringForm,
 }
 
+/// A string's value held inline, with its expiry and form: as a batch wrote it
+/// ([`KvBatch::changed_strings`]), or took it without a load ([`KvBatch::assume_string`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StringValue {
+    pub value: Bytes,
+    pub expires_at: Option<SystemTime>,
+    pub form: StringForm,
+}
+
 /// How a string was last written, which decides the encoding Redis would hold it in (OBJECT
 /// ENCODING). Only the forms other than `Whole` are stored: as `re` in the row's `meta`, which
 /// S3 does not read and a write whole (SET, or an S3 PUT) replaces. RENAME and COPY keep it.
@@ -138,7 +147,7 @@ pub enum StringForm {
 
 impl StringForm {
     /// The `re` mark in `meta`; none for a string written whole.
-    fn mark(self) -> Option<&'static str> {
+    pub(in crate::store) fn mark(self) -> Option<&'static str> {
         match self {
             StringForm::Whole => None,
             StringForm::AsIs => Some("as-is"),
@@ -529,6 +538,35 @@ impl KvBatch {
             form,
         });
         slot.change = Change::Write;
+    }
+
+    /// The strings the batch changed: each written whole or in place with a value of at most
+    /// `most` bytes, with its value, expiry and form; any other change (a delete, a new expiry,
+    /// a longer value) with `None`.
+    pub fn changed_strings(&self, most: usize) -> Vec<(String, Option<StringValue>)> {
+        self.slots
+            .iter()
+            .filter(|(_, slot)| slot.change != Change::None)
+            .map(|(key, slot)| {
+                let written = match (&slot.change, &slot.current) {
+                    (
+                        Change::Write,
+                        Some(KvEntry {
+                            value: KvValue::Bytes(value),
+                            expires_at,
+                            form,
+                            ..
+                        }),
+                    ) if value.len() <= most => Some(StringValue {
+                        value: value.clone(),
+                        expires_at: *expires_at,
+                        form: *form,
+                    }),
+                    _ => None,
+                };
+                (key.clone(), written)
+            })
+            .collect()
     }
 
     /// Changes the expiry of an existing key; false when the key does not exist.

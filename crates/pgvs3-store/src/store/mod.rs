@@ -56,7 +56,7 @@ pub use encryption::{
 pub use error::{OriginFault, StoreError};
 pub use kv::{
     CommitSent, EncodingParameter, FunctionLibrary, KvBatch, KvEntry, KvValue, LibraryPolicy, LibraryRefusal,
-    RegisteredFunction, StringForm, Watches,
+    RegisteredFunction, StringForm, StringValue, Watches,
 };
 pub use lifecycle::{
     Expiration, LIFECYCLE_BATCH, Lifecycle, LifecycleRule, LifecycleStats, NoncurrentExpiration, RuleFilter,
@@ -80,9 +80,9 @@ pub use staging::BATCH_BYTES as UPLOAD_BATCH_BYTES;
 pub use sts::{NewSession, RoleTrust, Session, is_session_key};
 pub use tagging::{MAX_BUCKET_TAGS, MAX_OBJECT_TAGS, Tags, tag_set};
 pub use types::{
-    Committed, Cut, ElementWrites, Family, HashOp, HashWrite, KeyType, KeysOp, ListOp, ListWrite, Loaded, SetOp,
-    SetWrite, Speculated, Speculation, SqlOp, StreamGroupOp, StreamId, StreamNode, StreamOp, StreamWrite, TypedCall,
-    TypedRow, ZsetOp, ZsetWrite, sql_error_text,
+    Borrowed, Committed, Cut, ElementWrites, Family, HashOp, HashWrite, KeyType, KeysOp, ListOp, ListWrite, Loaded,
+    SetOp, SetWrite, Speculated, Speculation, SqlOp, StreamGroupOp, StreamId, StreamNode, StreamOp, StreamWrite,
+    TypedCall, TypedRow, ZsetOp, ZsetWrite, sql_error_text,
 };
 pub use versions::{DeleteOutcome, VersionEntry, Versioning, VersionsPage, VersionsRequest, valid_version_id};
 

@@ -456,13 +456,26 @@ pub struct Speculation<'a> {
     pub stream_writes: Vec<StreamWrite>,
     /// Lists' changes written set-based, ahead of the calls (see [`ListWrite`]).
     pub list_writes: Vec<ListWrite>,
-    /// Keys the run's working set answered calls on without loading them, each with the typed
-    /// version it took the key at (`None`: taken as absent): locked and checked ahead of
-    /// everything else, and the batch fails with [`StoreError::Mispredicted`] unless each
-    /// still is so (see `KvSql`'s `check_borrowed`).
+    /// Keys the run's working set answered calls on without loading them, each with what it
+    /// took the key to be: locked and checked ahead of everything else, and the batch fails
+    /// with [`StoreError::Mispredicted`] unless each still is so (see `KvSql`'s
+    /// `check_borrowed`).
     ///
     /// [`StoreError::Mispredicted`]: crate::store::StoreError
-    pub borrowed: Vec<(String, Option<String>)>,
+    pub borrowed: Vec<(String, Borrowed)>,
+}
+
+/// What a run took a key it borrowed to be (see [`Speculation::borrowed`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Borrowed {
+    /// No live key of the name.
+    Absent,
+    /// The typed key at this version (`t<version>`, as the batch's loads give it), and no live
+    /// string of the name.
+    Typed(String),
+    /// A string with this value (inline in its row), expiry and form, and no live typed key of
+    /// the name.
+    String(super::kv::StringValue),
 }
 
 /// What a script run's speculated writes changed of one key's elements, written in one call

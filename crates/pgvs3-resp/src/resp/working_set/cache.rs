@@ -6,17 +6,35 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
+use crate::store::{KvBatch, StringValue};
+
 use super::Value;
 use super::sites::CallSites;
 
 /// Values past this share of the budget are not kept: one key must not push out every other.
 const LARGEST_SHARE: usize = 4;
 
+/// The longest string value kept (a job queue's lock token, a flag): see [`WorkingSet::strings`].
+const KEPT_STRING: usize = 1024;
+
+/// The most bytes of kept strings (values and names); past it, all are dropped at once.
+const STRINGS_BUDGET: usize = 8 << 20;
+
 pub struct WorkingSet {
     budget: usize,
     inner: Mutex<Inner>,
     /// What scripts' calls may borrow (sites.rs).
     pub sites: CallSites,
+    /// Short strings script runs wrote, as they wrote them: a run that uses one on the way
+    /// borrows it (run.rs `RunSet::borrow_string`), checked by its content as it commits, so a
+    /// string changed since (by anyone) costs a miss, never a wrong reply.
+    strings: Mutex<Strings>,
+}
+
+#[derive(Default)]
+struct Strings {
+    values: HashMap<(i64, String), StringValue>,
+    bytes: usize,
 }
 
 #[derive(Default)]
@@ -42,6 +60,7 @@ impl WorkingSet {
             budget,
             inner: Mutex::default(),
             sites: CallSites::default(),
+            strings: Mutex::default(),
         }
     }
 
@@ -67,6 +86,46 @@ impl WorkingSet {
         inner.order.remove(&held.tick);
         inner.bytes -= held.bytes;
         Some((held.version, held.value))
+    }
+
+    fn strings(&self) -> std::sync::MutexGuard<'_, Strings> {
+        self.strings.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The string `key` held as a run left it, if one is kept.
+    pub fn kept_string(&self, bucket: i64, key: &str) -> Option<StringValue> {
+        self.strings().values.get(&(bucket, key.to_owned())).cloned()
+    }
+
+    /// The strings `batch` changed, to keep once it commits ([`WorkingSet::keep_strings`]).
+    pub fn changed_strings(batch: &KvBatch) -> Vec<(String, Option<StringValue>)> {
+        batch.changed_strings(KEPT_STRING)
+    }
+
+    /// Keeps the strings a run committed as it committed them (`None`: changed otherwise, or
+    /// too long: dropped).
+    pub fn keep_strings(&self, bucket: i64, changed: Vec<(String, Option<StringValue>)>) {
+        for (key, string) in changed {
+            self.keep_string(bucket, key, string);
+        }
+    }
+
+    fn keep_string(&self, bucket: i64, key: String, string: Option<StringValue>) {
+        let mut strings = self.strings();
+        let id = (bucket, key);
+        if let Some(old) = strings.values.remove(&id) {
+            strings.bytes -= old.value.len() + id.1.len();
+        }
+        let Some(string) = string.filter(|string| string.value.len() <= KEPT_STRING) else {
+            return;
+        };
+        let bytes = string.value.len() + id.1.len();
+        if strings.bytes + bytes > STRINGS_BUDGET {
+            strings.values.clear();
+            strings.bytes = 0;
+        }
+        strings.bytes += bytes;
+        strings.values.insert(id, string);
     }
 
     /// Drops what is held of `key` (a run changed it otherwise than through the working set).

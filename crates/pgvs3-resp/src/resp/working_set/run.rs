@@ -9,8 +9,8 @@ use super::{Known, Value, WorkingSet, family_type, list, predict};
 use crate::resp::codec::Reply;
 use crate::resp::typed::Typed;
 use crate::store::{
-    Family, HashWrite, KvBatch, KvValue, ListWrite, SetWrite, Speculation, StoreError, StoreResult, StreamWrite,
-    TypedCall, TypedRow, ZsetWrite,
+    Borrowed, Family, HashWrite, KvBatch, KvValue, ListWrite, SetWrite, Speculation, StoreError, StoreResult,
+    StreamWrite, TypedCall, TypedRow, ZsetWrite,
 };
 
 /// The most elements of one key a run loads into the working set.
@@ -50,9 +50,9 @@ pub struct RunSet {
     confirmed: u64,
     /// The keys `pending` writes to whose writes go set-based (see [`RunSet::send`]).
     tracks: HashMap<String, Track>,
-    /// Keys borrowed (see [`RunSet::borrow`]) and not checked yet, each with the version it was
-    /// taken at (`None`: taken as absent).
-    borrowed: Vec<(String, Option<String>)>,
+    /// Keys borrowed (see [`RunSet::borrow_kept`]) and not checked yet, each with what it was
+    /// taken to be.
+    borrowed: Vec<(String, Borrowed)>,
     /// Keys borrowed and checked.
     checked: u64,
 }
@@ -112,7 +112,8 @@ impl RunSet {
         if let Some((kept, value)) = self.set.take_any(self.bucket, key)
             && let Some(version) = kept_version(&kept, encodings)
         {
-            self.borrowed.push((key.to_owned(), Some(version.to_owned())));
+            self.borrowed
+                .push((key.to_owned(), Borrowed::Typed(version.to_owned())));
             self.known.insert(key.to_owned(), Some(value));
             return true;
         }
@@ -122,7 +123,21 @@ impl RunSet {
     /// Borrows `key` as absent: the batch takes it so (`KvBatch::assume_absent`), and the
     /// check goes as for [`RunSet::borrow_kept`]'s.
     pub fn borrow_absent(&mut self, key: &str) {
-        self.borrowed.push((key.to_owned(), None));
+        self.borrowed.push((key.to_owned(), Borrowed::Absent));
+    }
+
+    /// Borrows the string `key` as a run left it, when the working set keeps it: the batch
+    /// takes it so (`KvBatch::assume_string`), and the check compares the row's value, expiry
+    /// and form with it. False when none is kept (or it expired by the batch's clock).
+    pub fn borrow_string(&mut self, key: &str, batch: &mut KvBatch) -> bool {
+        let Some(string) = self.set.kept_string(self.bucket, key) else {
+            return false;
+        };
+        if !batch.assume_string(key, string.clone()) {
+            return false;
+        }
+        self.borrowed.push((key.to_owned(), Borrowed::String(string)));
+        true
     }
 
     /// Whether one of `keys` is borrowed from a kept value and not checked yet (the batch holds
@@ -130,7 +145,7 @@ impl RunSet {
     pub fn borrows(&self, keys: &[&String]) -> bool {
         self.borrowed
             .iter()
-            .any(|(key, version)| version.is_some() && keys.contains(&key))
+            .any(|(key, taken)| matches!(taken, Borrowed::Typed(_)) && keys.contains(&key))
     }
 
     /// A typed command: answered from what the run knows, or else run now, with the calls
@@ -223,6 +238,7 @@ impl RunSet {
     /// keys it borrowed (all checked by then).
     pub async fn commit(mut self, mut batch: KvBatch) -> StoreResult<(u64, u64)> {
         let encodings = batch.encodings().map(str::to_owned);
+        let strings = WorkingSet::changed_strings(&batch);
         let held: Vec<String> = self
             .known
             .iter()
@@ -231,6 +247,7 @@ impl RunSet {
             .collect();
         if self.pending.is_empty() && held.is_empty() && self.borrowed.is_empty() {
             batch.commit().await?;
+            self.set.keep_strings(self.bucket, strings);
             return Ok((self.confirmed, self.checked));
         }
         let sent = match self.send(&mut batch, None, Vec::new(), held, true).await {
@@ -257,6 +274,7 @@ impl RunSet {
                 self.set.put(self.bucket, committed.key, kept, value);
             }
         }
+        self.set.keep_strings(self.bucket, strings);
         Ok((self.confirmed, self.checked))
     }
 

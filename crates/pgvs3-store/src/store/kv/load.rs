@@ -13,7 +13,7 @@ use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
 use super::write::BeginLocked;
-use super::{Change, KvBatch, KvEntry, KvValue, Locking, Slot, StringForm};
+use super::{Change, KvBatch, KvEntry, KvValue, Locking, Slot, StringForm, StringValue};
 use crate::store::objects::check_key;
 use crate::store::types::KeyType;
 use crate::store::{BucketInfo, Store, StoreResult};
@@ -197,6 +197,34 @@ impl KvBatch {
             typed_row: true,
             ..Slot::absent()
         });
+        true
+    }
+
+    /// Takes `key`, not loaded, as the string `string`, without a load or its lock, as
+    /// [`KvBatch::assume_absent`] takes one absent (the run checks it before its first
+    /// statement: [`Borrowed::String`](crate::store::Borrowed)). False for a name that is no
+    /// valid key, or a string past its expiry by the batch's clock (then loaded).
+    pub fn assume_string(&mut self, key: &str, string: StringValue) -> bool {
+        let expired = string.expires_at.is_some_and(|at| at <= self.now);
+        if check_key(key).is_err() || expired || self.slots.contains_key(key) {
+            return false;
+        }
+        let entry = KvEntry {
+            value: KvValue::Bytes(string.value),
+            expires_at: string.expires_at,
+            version: None,
+            form: string.form,
+        };
+        self.slots.insert(
+            key.to_owned(),
+            Slot {
+                current: Some(entry),
+                existed: true,
+                change: Change::None,
+                typed_row: true,
+                string: true,
+            },
+        );
         true
     }
 

@@ -108,23 +108,29 @@ fn load_sql(ns: &str, named: Named) -> String {
 
 /// A script run's borrowed keys (a working set answered their calls without loading them):
 /// their locks, tried (`lock_borrowed`), then, in the next statement (so under the locks, with
-/// a snapshot taken after them), whether each is still as the run took it (`check_borrowed`):
-/// `$3` has the typed version the run took it at, or NULL for a key taken as absent; a live
-/// key of the name must be that typed key alone, or none. Either raises
-/// (`pgvs3.resp_expect`) when not, so that the statements pipelined behind fail and the run
-/// starts over without speculation, as for any call answered otherwise than predicted.
+/// a snapshot taken after them), whether each is still as the run took it (`check_borrowed`,
+/// see [`Borrowed`](crate::store::Borrowed)): `$3` the typed version it took the key at, or
+/// `$4` the string's value inline in its row with `$5` its expiry and `$6` its form's mark, or
+/// neither for a key taken as absent; the live rows of the name, judged by the batch's clock,
+/// must be that one alone, or none. Either raises (`pgvs3.resp_expect`) when not, so that the
+/// statements pipelined behind fail and the run starts over without speculation, as for any
+/// call answered otherwise than predicted.
 fn borrowed_sql(ns: &str) -> (String, String) {
     let lock = "SELECT pgvs3.resp_expect(bool_and(pg_try_advisory_xact_lock($1::int4, h)))
                   FROM (SELECT DISTINCT hashtext(k) AS h FROM unnest($2::text[]) AS k) AS keys"
         .to_owned();
     let check = format!(
         "WITH l AS ({load})
-         SELECT pgvs3.resp_expect(bool_and(coalesce(
-                  (SELECT CASE WHEN b.v IS NULL THEN count(*) = 0
-                               ELSE count(*) = 1 AND bool_and(l.etag = b.v) END
-                     FROM l
-                    WHERE l.key = b.k AND (l.expires_at IS NULL OR l.expires_at > l.now)), false)))
-           FROM unnest($2::text[], $3::text[]) AS b(k, v)",
+         SELECT pgvs3.resp_expect(bool_and(c.ok))
+           FROM (SELECT count(l.key) = CASE WHEN b.v IS NULL AND b.s IS NULL THEN 0 ELSE 1 END
+                        AND count(l.key) = count(l.key) FILTER (WHERE
+                            CASE WHEN b.v IS NOT NULL THEN l.etag = b.v
+                                 ELSE l.type IS NULL AND NOT l.sealed AND l.inline = b.s
+                                      AND l.expires_at IS NOT DISTINCT FROM b.x
+                                      AND l.form IS NOT DISTINCT FROM b.f END) AS ok
+                   FROM unnest($2::text[], $3::text[], $4::bytea[], $5::timestamptz[], $6::text[]) AS b(k, v, s, x, f)
+                   LEFT JOIN l ON l.key = b.k AND (l.expires_at IS NULL OR l.expires_at > l.now)
+                  GROUP BY b.k, b.v, b.s, b.x, b.f) c",
         load = load_sql(ns, Named::Many)
     );
     (lock, check)

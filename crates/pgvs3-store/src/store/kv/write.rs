@@ -16,8 +16,8 @@ use crate::store::chunks::Chunker;
 use crate::store::key_probes::rows_of_keys;
 use crate::store::objects::INLINE_LIMIT;
 use crate::store::types::{
-    Committed, ElementWrites, HASH_APPLY, LIST_APPLY, ListWrite, Loaded, SET_APPLY, STREAM_APPLY, SetWrite, Speculated,
-    Speculation, StreamNode, StreamWrite, TypedCall, ZSET_APPLY,
+    Borrowed, Committed, ElementWrites, HASH_APPLY, LIST_APPLY, ListWrite, Loaded, SET_APPLY, STREAM_APPLY, SetWrite,
+    Speculated, Speculation, StreamNode, StreamWrite, TypedCall, ZSET_APPLY,
 };
 use crate::store::{BucketInfo, StoreError, StoreResult};
 
@@ -125,16 +125,10 @@ impl KvBatch {
             true => None,
             false => {
                 let sql = &self.bucket.sql.kv;
-                let (keys, versions): (Vec<&str>, Vec<Option<&str>>) = speculation
-                    .borrowed
-                    .iter()
-                    .map(|(key, version)| (key.as_str(), version.as_deref()))
-                    .unzip();
                 Some((
                     client.prepare_cached(&sql.lock_borrowed).await?,
                     client.prepare_cached(&sql.check_borrowed).await?,
-                    keys,
-                    versions,
+                    BorrowedParams::of(&speculation.borrowed),
                 ))
             }
         };
@@ -149,12 +143,19 @@ impl KvBatch {
             // Ahead of every write: the keys the run borrowed are locked and checked before
             // anything of the run's reaches them.
             let borrowed = async {
-                let Some((lock, check, keys, versions)) = &borrowed else {
+                let Some((lock, check, expected)) = &borrowed else {
                     return Ok(());
                 };
                 let lock_id = self.bucket.id as i32;
-                let lock_params: [&(dyn ToSql + Sync); 2] = [&lock_id, keys];
-                let check_params: [&(dyn ToSql + Sync); 3] = [&id, keys, versions];
+                let lock_params: [&(dyn ToSql + Sync); 2] = [&lock_id, &expected.keys];
+                let check_params: [&(dyn ToSql + Sync); 6] = [
+                    &id,
+                    &expected.keys,
+                    &expected.versions,
+                    &expected.values,
+                    &expected.expiries,
+                    &expected.forms,
+                ];
                 futures::try_join!(
                     client.query_one(lock, &lock_params),
                     client.query_one(check, &check_params)
@@ -751,6 +752,41 @@ pub(super) const NOTIFY: &str = "SELECT pgvs3.resp_notify($1, $2, $3)";
 
 /// The versions of typed keys, as the batch's loads give them (`t<version>`), each key's
 /// encoding as the batch left it, and the keyspace's hash limits (see [`Committed`]).
+/// The parameters of `check_borrowed` (see [`Borrowed`]): a key each, and what it was taken
+/// to be.
+struct BorrowedParams<'a> {
+    keys: Vec<&'a str>,
+    versions: Vec<Option<&'a str>>,
+    values: Vec<Option<&'a [u8]>>,
+    expiries: Vec<Option<SystemTime>>,
+    forms: Vec<Option<&'static str>>,
+}
+
+impl<'a> BorrowedParams<'a> {
+    fn of(borrowed: &'a [(String, Borrowed)]) -> BorrowedParams<'a> {
+        let mut params = BorrowedParams {
+            keys: Vec::with_capacity(borrowed.len()),
+            versions: Vec::with_capacity(borrowed.len()),
+            values: Vec::with_capacity(borrowed.len()),
+            expiries: Vec::with_capacity(borrowed.len()),
+            forms: Vec::with_capacity(borrowed.len()),
+        };
+        for (key, expected) in borrowed {
+            let (version, value, expires_at, form) = match expected {
+                Borrowed::Absent => (None, None, None, None),
+                Borrowed::Typed(version) => (Some(version.as_str()), None, None, None),
+                Borrowed::String(string) => (None, Some(&string.value[..]), string.expires_at, string.form.mark()),
+            };
+            params.keys.push(key);
+            params.versions.push(version);
+            params.values.push(value);
+            params.expiries.push(expires_at);
+            params.forms.push(form);
+        }
+        params
+    }
+}
+
 static TYPED_VERSIONS: LazyLock<String> = LazyLock::new(|| {
     format!(
         "SELECT r.key, 't' || r.version AS version, r.large, enc.hash_entries, enc.hash_value, {ENCODINGS}
