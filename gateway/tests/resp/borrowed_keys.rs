@@ -9,6 +9,8 @@ use pgvs3_testkit as common;
 use common::TestGateway;
 use common::resp::{RawResp, Value};
 
+use super::working_set::metric;
+
 /// A hash named by ARGV[1] (not declared), its field `n` set to ARGV[2] and read back.
 const SET_AND_GET: &str = "redis.call('HSET', ARGV[1], 'n', ARGV[2]) return redis.call('HGET', ARGV[1], 'n')";
 const GET: &str = "return redis.call('HGET', ARGV[1], 'n')";
@@ -27,11 +29,17 @@ async fn eval(con: &mut RawResp, script: &str, argv: &[&str]) -> Value {
     con.command(&args).await
 }
 
-async fn metric(gateway: &TestGateway, name: &str) -> f64 {
-    gateway
-        .metric(name)
-        .await
-        .unwrap_or_else(|| panic!("{name} is exported"))
+/// Once `key` (given a TTL that runs out at once, or already) is gone as clients see it.
+async fn gone(gateway: &TestGateway, key: &str) {
+    common::eventually(
+        std::time::Duration::from_secs(10),
+        &format!("{key} expired"),
+        || async {
+            let mut con = RawResp::connect(gateway.resp_addr()).await;
+            (con.command(&["EXISTS", key]).await == Value::Int(0)).then_some(())
+        },
+    )
+    .await;
 }
 
 async fn borrowed(gateway: &TestGateway) -> f64 {
@@ -77,11 +85,7 @@ async fn a_kept_value_is_borrowed_and_a_changed_one_answers_as_the_database() {
     // borrowed at that version fails the check once the key is past its TTL.
     assert_eq!(eval(&mut con, SET_AND_GET, &["job:2", "e"]).await, Value::bulk("e"));
     assert_eq!(con.command(&["PEXPIRE", "job:2", "1"]).await, Value::Int(1));
-    common::eventually(std::time::Duration::from_secs(10), "job:2 expired", || async {
-        let mut con = RawResp::connect(gateway.resp_addr()).await;
-        (con.command(&["EXISTS", "job:2"]).await == Value::Int(0)).then_some(())
-    })
-    .await;
+    gone(&gateway, "job:2").await;
     let before = misses(&gateway).await;
     assert_eq!(eval(&mut con, &tagged("expired", GET), &["job:2"]).await, Value::Nil);
     assert_eq!(misses(&gateway).await, before + 1.0);
@@ -193,11 +197,7 @@ async fn a_string_command_takes_a_key_as_absent_and_its_write_is_checked_first()
     }
     assert_eq!(con.command(&["HSET", "lock:7", "f", "v"]).await, Value::Int(1));
     assert_eq!(con.command(&["PEXPIRE", "lock:7", "1"]).await, Value::Int(1));
-    common::eventually(std::time::Duration::from_secs(10), "lock:7 expired", || async {
-        let mut con = RawResp::connect(gateway.resp_addr()).await;
-        (con.command(&["EXISTS", "lock:7"]).await == Value::Int(0)).then_some(())
-    })
-    .await;
+    gone(&gateway, "lock:7").await;
     let before = borrowed(&gateway).await;
     assert_eq!(eval(&mut con, &take, &["lock:7", "new"]).await, Value::bulk("new"));
     assert_eq!(borrowed(&gateway).await, before + 1.0);
@@ -332,11 +332,7 @@ async fn a_string_a_run_wrote_is_borrowed_by_the_next_and_checked_by_its_content
 
     // Past its TTL: not borrowed (the batch's clock judges it), loaded and found gone.
     assert_eq!(eval(&mut con, TAKE, &["lock:4", "t4", "50"]).await, Value::Int(1));
-    common::eventually(std::time::Duration::from_secs(10), "lock:4 expired", || async {
-        let mut con = RawResp::connect(gateway.resp_addr()).await;
-        (con.command(&["EXISTS", "lock:4"]).await == Value::Int(0)).then_some(())
-    })
-    .await;
+    gone(&gateway, "lock:4").await;
     let release = tagged("expired", RELEASE);
     assert_eq!(eval(&mut con, &release, &["lock:4", "t4"]).await, Value::Int(0));
     assert_eq!(misses(&gateway).await, 2.0);

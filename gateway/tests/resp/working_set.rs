@@ -280,7 +280,7 @@ async fn eval(con: &mut RawResp, script: &str, keys: &[String]) -> Value {
     con.command(&args).await
 }
 
-async fn metric(gateway: &TestGateway, name: &str) -> f64 {
+pub(crate) async fn metric(gateway: &TestGateway, name: &str) -> f64 {
     gateway
         .metric(name)
         .await
