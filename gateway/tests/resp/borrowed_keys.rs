@@ -337,3 +337,35 @@ async fn a_string_a_run_wrote_is_borrowed_by_the_next_and_checked_by_its_content
     assert_eq!(eval(&mut con, &release, &["lock:4", "t4"]).await, Value::Int(0));
     assert_eq!(misses(&gateway).await, 2.0);
 }
+
+/// A command whose statements reach its keys before the batch commits (RENAME of a typed key
+/// moves its elements in SQL) does not borrow them: taken as absent, the destination would be
+/// written by the run before its check, which would then find it present and fail every run.
+#[tokio::test]
+async fn a_command_that_runs_its_own_statements_loads_its_keys() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = RawResp::connect(gateway.resp_addr()).await;
+    let rename = "redis.call('HSET', KEYS[1], 'f', 'v') return redis.call('RENAME', KEYS[1], ARGV[1])";
+    for n in 1..=4 {
+        let to = format!("moved:{n}");
+        assert_eq!(
+            con.command(&["EVAL", rename, "1", "job", &to]).await,
+            Value::Simple("OK".into())
+        );
+        assert_eq!(con.command(&["HGET", &to, "f"]).await, Value::bulk("v"));
+    }
+    assert_eq!(misses(&gateway).await, 0.0);
+    // A later RENAME onto a key an earlier call of the run took as absent sends the check first.
+    let take_then_rename = "redis.call('HSET', KEYS[1], 'f', 'w') \
+        local was = redis.call('EXISTS', ARGV[1]) redis.call('RENAME', KEYS[1], ARGV[1]) return was";
+    for n in 1..=4 {
+        let to = format!("renamed:{n}");
+        assert_eq!(
+            con.command(&["EVAL", take_then_rename, "1", "job", &to]).await,
+            Value::Int(0)
+        );
+        assert_eq!(con.command(&["HGET", &to, "f"]).await, Value::bulk("w"));
+    }
+    assert_eq!(misses(&gateway).await, 0.0);
+    assert!(borrowed(&gateway).await >= 1.0, "the EXISTS took its key as absent");
+}

@@ -561,6 +561,15 @@ impl KeyCommand {
         )
     }
 
+    /// Whether the command works in its batch alone on keys the batch holds as strings or
+    /// absent: no statement of its own reaches them before the batch's commit. Not RENAME or
+    /// COPY (a typed source moves to the destination in SQL), the families' commands (SORT ...
+    /// STORE, RESTORE, GEO*, ...), nor a typed command.
+    pub fn stays_in_batch(&self) -> bool {
+        use KeyCommand::*;
+        !matches!(self, Rename { .. } | Copy { .. } | Family(_) | Typed(_))
+    }
+
     /// Whether the command only overwrites its keys, never looking at what they hold or held:
     /// a batch of such commands needs nothing loaded before it runs.
     pub fn overwrites_blindly(&self) -> bool {

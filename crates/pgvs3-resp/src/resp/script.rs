@@ -1028,9 +1028,10 @@ impl Session {
             // values as they are: forgotten, they were out of the working set for the rest of
             // the run and the runs after (BullMQ's EXISTS of a job's hash before its HMGET
             // sent the HMGET and the job's next calls to the database).
-            // A borrowed key is checked (and locked) first, then loaded as any other.
+            // A borrowed key is checked (and locked) first, then loaded as any other, where the
+            // command needs it loaded or sends statements of its own.
             let keys = command.keys();
-            if speculation.owes(&keys) || speculation.borrows(&keys) {
+            if speculation.owes(&keys) || speculation.borrows(&keys, command.stays_in_batch()) {
                 Box::pin(speculation.flush(&mut self.batch)).await?;
             }
             if !command.only_looks() {
@@ -1050,7 +1051,7 @@ impl Session {
             })
             .cloned()
             .collect();
-        if self.lock_more && !missing.is_empty() {
+        if self.lock_more && !missing.is_empty() && (typed || command.stays_in_batch()) {
             self.borrow(command, typed, &mut missing);
         }
         if !missing.is_empty() {
