@@ -372,3 +372,64 @@ async fn a_command_that_runs_its_own_statements_loads_its_keys() {
     assert_eq!(misses(&gateway).await, 0.0);
     assert!(borrowed(&gateway).await >= 1.0, "the EXISTS took its key as absent");
 }
+
+/// Only a key's first use in a run borrows it: one the run loaded and a typed call changed in
+/// the database since is loaded again, even where the call's site would take it as absent
+/// (the batch's stale slot would answer otherwise than the database, and an absent check pass).
+#[tokio::test]
+async fn a_key_the_run_loaded_is_loaded_again_not_borrowed() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = RawResp::connect(gateway.resp_addr()).await;
+    let empty_then_look = "redis.call('HDEL', ARGV[1], 'f') return redis.call('EXISTS', ARGV[2])";
+    for n in 1..=2 {
+        let hash = format!("h:{n}");
+        assert_eq!(con.command(&["HSET", &hash, "f", "v"]).await, Value::Int(1));
+        let fresh = format!("fresh:{n}");
+        assert_eq!(eval(&mut con, empty_then_look, &[&hash, &fresh]).await, Value::Int(0));
+    }
+    assert_eq!(con.command(&["HSET", "h:3", "f", "v"]).await, Value::Int(1));
+    assert_eq!(eval(&mut con, empty_then_look, &["h:3", "h:3"]).await, Value::Int(0));
+    assert_eq!(misses(&gateway).await, 0.0);
+}
+
+/// A command whose statements go out with the batch's string changes so far (RENAME of a typed
+/// key, on keys of its own) sends the check of every borrowed key first: a SET to a key taken
+/// as absent would otherwise reach the database unlocked and make the check fail.
+#[tokio::test]
+async fn string_writes_to_borrowed_keys_wait_for_their_check() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = RawResp::connect(gateway.resp_addr()).await;
+    let script = "local was = redis.call('EXISTS', ARGV[1]) redis.call('SET', ARGV[1], 'tok') \
+        redis.call('RENAME', KEYS[1], KEYS[2]) return was";
+    for n in 1..=4 {
+        assert_eq!(con.command(&["HSET", "from", "f", "v"]).await, Value::Int(1));
+        let lock = format!("lock:{n}");
+        assert_eq!(
+            con.command(&["EVAL", script, "2", "from", "to", &lock]).await,
+            Value::Int(0)
+        );
+        assert_eq!(con.command(&["GET", &lock]).await, Value::bulk("tok"));
+    }
+    assert_eq!(misses(&gateway).await, 0.0);
+    assert!(borrowed(&gateway).await >= 1.0, "lock:3 and lock:4 taken as absent");
+}
+
+/// A command naming one key twice borrows it once.
+#[tokio::test]
+async fn a_key_named_twice_is_borrowed_once() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = RawResp::connect(gateway.resp_addr()).await;
+    let both = "return redis.call('MGET', ARGV[1], ARGV[1])";
+    for key in ["none:1", "none:2"] {
+        assert_eq!(
+            eval(&mut con, both, &[key]).await,
+            Value::Array(vec![Value::Nil, Value::Nil])
+        );
+    }
+    assert_eq!(eval(&mut con, TAKE, &["lock:1", "t1", "60000"]).await, Value::Int(1));
+    assert_eq!(
+        eval(&mut con, both, &["lock:1"]).await,
+        Value::Array(vec![Value::bulk("t1"), Value::bulk("t1")])
+    );
+    assert_eq!(misses(&gateway).await, 0.0);
+}

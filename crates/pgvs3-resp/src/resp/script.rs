@@ -1051,12 +1051,12 @@ impl Session {
             })
             .cloned()
             .collect();
+        missing.sort_unstable();
+        missing.dedup();
         if self.lock_more && !missing.is_empty() && (typed || command.stays_in_batch()) {
             self.borrow(command, typed, &mut missing);
         }
         if !missing.is_empty() {
-            missing.sort_unstable();
-            missing.dedup();
             let unlocked: Vec<String> = match self.lock_more {
                 true => missing
                     .iter()
@@ -1130,6 +1130,10 @@ impl Session {
         };
         let encodings = self.batch.encodings().map(str::to_owned);
         missing.retain(|key| {
+            // Only a key's first use: one loaded (and stale, to load again) is the batch's.
+            if self.loaded.contains(key) {
+                return true;
+            }
             let Some(site) = keys
                 .iter()
                 .position(|named| *named == key)

@@ -6,6 +6,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
+use bytes::Bytes;
+
 use crate::store::{KvBatch, StringValue};
 
 use super::Value;
@@ -114,12 +116,14 @@ impl WorkingSet {
         let mut strings = self.strings();
         let id = (bucket, key);
         if let Some(old) = strings.values.remove(&id) {
-            strings.bytes -= old.value.len() + id.1.len();
+            strings.bytes -= string_bytes(&id.1, &old);
         }
-        let Some(string) = string.filter(|string| string.value.len() <= KEPT_STRING) else {
+        let Some(mut string) = string.filter(|string| string.value.len() <= KEPT_STRING) else {
             return;
         };
-        let bytes = string.value.len() + id.1.len();
+        // Its own bytes: a value sliced from a client's read buffer would hold all of it.
+        string.value = Bytes::copy_from_slice(&string.value);
+        let bytes = string_bytes(&id.1, &string);
         if strings.bytes + bytes > STRINGS_BUDGET {
             strings.values.clear();
             strings.bytes = 0;
@@ -172,4 +176,10 @@ impl WorkingSet {
             }
         }
     }
+}
+
+/// What a kept string counts against [`STRINGS_BUDGET`]: its value, its name and about what
+/// the map spends on an entry.
+fn string_bytes(key: &str, string: &StringValue) -> usize {
+    string.value.len() + key.len() + 96
 }

@@ -140,14 +140,15 @@ impl RunSet {
         true
     }
 
-    /// Whether one of `keys` is borrowed and not checked yet, and must be before a command that
-    /// is not typed runs: one borrowed from a kept typed value (the batch holds nothing of it:
-    /// it must be checked before it is loaded), or any, for a command that does not stay in its
-    /// batch (`stays`; `KeyCommand::stays_in_batch`: its statements would reach the key).
+    /// Whether keys borrowed and not checked yet must be before a command (not a typed one)
+    /// runs on `keys`: one of them borrowed from a kept typed value (the batch holds nothing of
+    /// it: it must be checked before it is loaded), or any borrowed key at all before a command
+    /// that does not stay in its batch (`stays`; `KeyCommand::stays_in_batch`): its statements
+    /// go out with the batch's string changes so far, which may be writes to borrowed keys.
     pub fn borrows(&self, keys: &[&String], stays: bool) -> bool {
         self.borrowed
             .iter()
-            .any(|(key, taken)| (!stays || matches!(taken, Borrowed::Typed(_))) && keys.contains(&key))
+            .any(|(key, taken)| !stays || matches!(taken, Borrowed::Typed(_)) && keys.contains(&key))
     }
 
     /// A typed command: answered from what the run knows, or else run now, with the calls

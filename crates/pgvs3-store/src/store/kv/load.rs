@@ -186,17 +186,18 @@ impl KvBatch {
     /// it so (pgvs3-resp's working set), and locks and checks it ahead of the first statement it
     /// sends ([`Speculation::borrowed`]). A string written here deletes a typed row of the name,
     /// as over a typed key found expired (the check passes such a key as absent). False for a
-    /// name that is no valid key (then loaded, to fail as before).
+    /// name that is no valid key (then loaded, to fail as before), or one the batch holds.
     ///
     /// [`Speculation::borrowed`]: crate::store::Speculation
     pub fn assume_absent(&mut self, key: &str) -> bool {
-        if check_key(key).is_err() {
+        if check_key(key).is_err() || self.slots.contains_key(key) {
             return false;
         }
-        self.slots.entry(key.to_owned()).or_insert(Slot {
+        let slot = Slot {
             typed_row: true,
             ..Slot::absent()
-        });
+        };
+        self.slots.insert(key.to_owned(), slot);
         true
     }
 
