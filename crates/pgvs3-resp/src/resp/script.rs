@@ -970,8 +970,9 @@ struct Session {
     batch: KvBatch,
     /// The run's share of the working set, when it speculates.
     speculation: Option<RunSet>,
-    /// The gateway's working set, when it has one: what the run's loads teach it of the keys
-    /// scripts find absent (working_set/absent.rs).
+    /// The gateway's working set, when it has one: what the run's loads teach it of where
+    /// scripts find their keys absent, and what the run borrowed keeps or doubts
+    /// (working_set/sites.rs).
     working_set: Option<Arc<WorkingSet>>,
     /// Keys the run borrowed from the working set's values (`RunSet::borrow_kept`): its typed
     /// calls know them, its batch holds nothing of them (another command on one loads it).
@@ -1106,7 +1107,7 @@ impl Session {
     }
 
     /// Where key `at` of the running script's current call is in the script (see
-    /// working_set/absent.rs); `None` outside a script.
+    /// working_set/sites.rs); `None` outside a script.
     fn call_site(&self, at: usize) -> Option<CallSite> {
         Some(CallSite {
             bucket: self.batch.bucket_id(),
