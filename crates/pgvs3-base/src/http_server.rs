@@ -694,16 +694,18 @@ where
         let unsent = http2.then(|| self.unsent.stream());
         let leftover = if http2 {
             Leftover::Drained
-        } else if http_body::Body::is_end_stream(request.body()) || expects_continue(request.headers()) {
+        } else if http_body::Body::is_end_stream(request.body()) {
+            Leftover::Dropped
+        } else if expects_continue(request.headers()) {
             // A client waiting for `100 Continue` has sent no body: reading one would ask it
             // for the body of a request that was refused.
-            Leftover::Dropped
+            Leftover::Unsent(Arc::default())
         } else {
             Leftover::DrainedThenClosed(Arc::default())
         };
         let close = match &leftover {
-            Leftover::DrainedThenClosed(close) => Some(Arc::clone(close)),
-            _ => None,
+            Leftover::DrainedThenClosed(close) | Leftover::Unsent(close) => Some(Arc::clone(close)),
+            Leftover::Dropped | Leftover::Drained => None,
         };
         let mut request = request.map(|body| RequestBody::new(body, idle, leftover));
         request.extensions_mut().insert(self.peer);

@@ -12,7 +12,10 @@
 //! http.client, under boto3) report the reset instead of the 403. So an HTTP/1.1 answer given
 //! while its body is unread says `Connection: close`, and the connection closes once the body
 //! is read (at its end, no reset). An HTTP/1.1 client that waits for `100 Continue` before its
-//! body is not asked for it: it gets the answer, and the connection is closed.
+//! body is not asked for it: it gets the answer, which says `Connection: close`, and the
+//! connection is closed. Saying so matters: hyper closes the connection a moment after the
+//! answer, and a client that reuses it in between (botocore, whose next request then reads the
+//! end of the stream as an answer without headers or body) must know not to.
 
 use std::fmt;
 use std::pin::Pin;
@@ -43,6 +46,28 @@ pub enum Leftover {
     Drained,
     /// Read on and discarded, and the flag raised: the answer closes the connection (HTTP/1.1).
     DrainedThenClosed(Arc<AtomicBool>),
+    /// Not asked for (HTTP/1.1, the client waits for `100 Continue`): the flag is raised and
+    /// the answer closes the connection.
+    Unsent(Arc<AtomicBool>),
+}
+
+impl Leftover {
+    /// The flag that makes the answer close its connection, when there is one.
+    fn close_flag(&self) -> Option<&AtomicBool> {
+        match self {
+            Leftover::DrainedThenClosed(close) | Leftover::Unsent(close) => Some(close),
+            Leftover::Dropped | Leftover::Drained => None,
+        }
+    }
+
+    /// The body failed: the connection is not kept for another request, and what is left of
+    /// the body is not waited for.
+    fn abandon(&mut self) {
+        if let Some(close) = self.close_flag() {
+            close.store(true, Ordering::Relaxed);
+        }
+        *self = Leftover::Dropped;
+    }
 }
 
 /// A request body that fails with [`BodyError::IdleTimeout`] when no byte arrives for `idle`.
@@ -137,7 +162,7 @@ impl Body for RequestBody {
         };
         match Pin::new(inner).poll_frame(cx) {
             Poll::Ready(Some(Err(err))) => {
-                this.leftover = Leftover::Dropped;
+                this.leftover.abandon();
                 Poll::Ready(Some(Err(BodyError::Transport(err))))
             }
             Poll::Ready(frame) => {
@@ -152,7 +177,7 @@ impl Body for RequestBody {
                 }
                 match deadline.as_mut().poll(cx) {
                     Poll::Ready(()) => {
-                        this.leftover = Leftover::Dropped;
+                        this.leftover.abandon();
                         Poll::Ready(Some(Err(BodyError::IdleTimeout(idle))))
                     }
                     Poll::Pending => Poll::Pending,
@@ -175,18 +200,18 @@ impl Body for RequestBody {
 impl Drop for RequestBody {
     fn drop(&mut self) {
         let Some(inner) = self.inner.take() else { return };
+        if inner.is_end_stream() {
+            return;
+        }
+        if let Some(close) = self.leftover.close_flag() {
+            close.store(true, Ordering::Relaxed);
+        }
         // A declared length past the limit would be reset after the limit anyway: reset now.
-        if matches!(self.leftover, Leftover::Dropped)
-            || inner.is_end_stream()
-            || inner.size_hint().lower() > DRAIN_BYTES
-        {
+        if matches!(self.leftover, Leftover::Dropped | Leftover::Unsent(_)) || inner.size_hint().lower() > DRAIN_BYTES {
             return;
         }
         // Dropped by a handler, always inside the runtime; elsewhere the stream is just reset.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            if let Leftover::DrainedThenClosed(close) = &self.leftover {
-                close.store(true, Ordering::Relaxed);
-            }
             runtime.spawn(drain(inner));
         }
     }

@@ -336,7 +336,9 @@ async fn a_plain_chunked_put_without_a_length_is_refused() {
 /// said `Connection: close`). (The connection used to be closed at the answer: the rest of the
 /// body met a reset, and clients that send their whole body before they read — Python's
 /// http.client under boto3 — reported the reset instead of the 403.) A client waiting for
-/// `100 Continue` is not asked for its body: it gets the 403 instead.
+/// `100 Continue` is not asked for its body: it gets the 403 instead, which says
+/// `Connection: close` (the connection is closed after it; botocore, which had reused such a
+/// connection before it saw the end, read that end as a 403 without a code).
 #[tokio::test]
 async fn a_refused_upload_is_read_on_so_the_client_gets_its_answer() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -381,4 +383,8 @@ async fn a_refused_upload_is_read_on_so_the_client_gets_its_answer() {
     assert!(answer.starts_with("HTTP/1.1 403 Forbidden"), "{answer}");
     assert!(!answer.contains("100 Continue"), "{answer}");
     assert!(answer.contains("<Code>AccessDenied</Code>"), "{answer}");
+    assert!(
+        answer.to_ascii_lowercase().contains("\r\nconnection: close\r\n"),
+        "{answer}"
+    );
 }
