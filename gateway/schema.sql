@@ -2023,57 +2023,21 @@ END $_$;
 --
 
 CREATE FUNCTION pgvs3.resp_apply_begin(b bigint, k text, t "char", existed boolean, emptied boolean, adds boolean) RETURNS boolean
-    LANGUAGE plpgsql
+    LANGUAGE sql
     AS $$
-DECLARE
-    now timestamptz := pgvs3.resp_now();
-BEGIN
-    IF existed THEN
-        PERFORM 1 FROM pgvs3.resp_keys
-          WHERE bucket_id = b AND key = k AND type = t AND (expires_at IS NULL OR expires_at > now);
-        IF NOT FOUND THEN
-            RETURN false;
-        END IF;
-        IF emptied THEN
-            DELETE FROM pgvs3.resp_keys WHERE bucket_id = b AND key = k;
-        END IF;
-    ELSE
-        DELETE FROM pgvs3.resp_keys WHERE bucket_id = b AND key = k AND expires_at <= now;
-    END IF;
-    IF (NOT existed OR emptied) AND adds THEN
-        INSERT INTO pgvs3.resp_keys (bucket_id, key, type) VALUES (b, k, t) ON CONFLICT DO NOTHING;
-        RETURN FOUND;
-    END IF;
-    RETURN true;
-END $$;
+    SELECT pgvs3.resp_keys_begin(b, ARRAY[k], t, ARRAY[existed], ARRAY[emptied], ARRAY[adds])
+$$;
 
 --
 -- Name: resp_apply_end(bigint, text, "char", boolean, boolean, boolean, boolean, bigint, bigint); Type: FUNCTION; Schema: pgvs3; Owner: -
 --
 
 CREATE FUNCTION pgvs3.resp_apply_end(b bigint, k text, t "char", existed boolean, emptied boolean, bump boolean, adds boolean, peak bigint, longest bigint) RETURNS void
-    LANGUAGE plpgsql
+    LANGUAGE sql
     AS $$
-DECLARE
-    lim record;
-BEGIN
-    IF emptied AND NOT adds THEN
-        IF NOT existed THEN
-            UPDATE pgvs3.resp_watches SET touched = true WHERE bucket_id = b AND key = k AND NOT touched;
-        END IF;
-        RETURN;
-    END IF;
-    IF bump AND existed AND NOT emptied THEN
-        UPDATE pgvs3.resp_keys SET version = nextval('pgvs3.resp_key_versions') WHERE bucket_id = b AND key = k;
-    END IF;
-    -- A large key stays large; one of before layout v51 (NULL) is judged when read.
-    IF peak > 0 AND EXISTS (SELECT 1 FROM pgvs3.resp_keys WHERE bucket_id = b AND key = k AND NOT large) THEN
-        lim := pgvs3.resp_small_limits(b, t);
-        IF peak > lim.entries OR longest > lim.value THEN
-            UPDATE pgvs3.resp_keys SET large = true WHERE bucket_id = b AND key = k;
-        END IF;
-    END IF;
-END $$;
+    SELECT pgvs3.resp_keys_end(b, ARRAY[k], t, ARRAY[existed], ARRAY[emptied], ARRAY[bump], ARRAY[adds], ARRAY[peak],
+                               ARRAY[longest])
+$$;
 
 --
 -- Name: resp_batch_notify(bytea, bytea, integer); Type: FUNCTION; Schema: pgvs3; Owner: -
@@ -2413,45 +2377,58 @@ END $$;
 --
 
 CREATE FUNCTION pgvs3.resp_hash_apply(b bigint, k text, existed boolean, emptied boolean, bump boolean, peak bigint, longest bigint, gone bytea[], gone_values bytea[], changed bytea[], changed_from bytea[], changed_to bytea[], added bytea[], added_values bytea[]) RETURNS boolean
+    LANGUAGE sql
+    AS $$
+    SELECT pgvs3.resp_hash_apply(b, ARRAY[k], ARRAY[existed], ARRAY[emptied], ARRAY[bump], ARRAY[cardinality(added) > 0],
+        ARRAY[peak], ARRAY[longest], array_fill(k, ARRAY[cardinality(gone)]), gone, gone_values,
+        array_fill(k, ARRAY[cardinality(changed)]), changed, changed_from, changed_to,
+        array_fill(k, ARRAY[cardinality(added)]), added, added_values)
+$$;
+
+--
+-- Name: resp_hash_apply(bigint, text[], boolean[], boolean[], boolean[], boolean[], bigint[], bigint[], text[], bytea[], bytea[], text[], bytea[], bytea[], bytea[], text[], bytea[], bytea[]); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_hash_apply(b bigint, ks text[], existed boolean[], emptied boolean[], bump boolean[], adds boolean[], peak bigint[], longest bigint[], gone_keys text[], gone bytea[], gone_values bytea[], changed_keys text[], changed bytea[], changed_from bytea[], changed_to bytea[], added_keys text[], added bytea[], added_values bytea[]) RETURNS boolean
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
     n bigint;
 BEGIN
-    IF NOT pgvs3.resp_apply_begin(b, k, 'h', existed, emptied, cardinality(added) > 0) THEN
+    IF NOT pgvs3.resp_keys_begin(b, ks, 'h', existed, emptied, adds) THEN
         RETURN false;
     END IF;
     IF cardinality(gone) > 0 THEN
         DELETE FROM pgvs3.resp_hash WHERE ctid = ANY (ARRAY(
-            SELECT (SELECT h.ctid FROM pgvs3.resp_hash h WHERE h.bucket_id = b AND h.key = k AND h.field = g.f AND h.value = g.v)
-              FROM unnest(gone, gone_values) AS g(f, v)));
+            SELECT (SELECT h.ctid FROM pgvs3.resp_hash h WHERE h.bucket_id = b AND h.key = g.k AND h.field = g.f AND h.value = g.v)
+              FROM unnest(gone_keys, gone, gone_values) AS g(k, f, v)));
         GET DIAGNOSTICS n = ROW_COUNT;
         IF n <> cardinality(gone) THEN
             RETURN false;
         END IF;
     END IF;
     IF cardinality(changed) > 0 THEN
-        IF EXISTS (SELECT 1 FROM unnest(changed, changed_from) AS c(f, o)
-                    WHERE (SELECT h.value FROM pgvs3.resp_hash h WHERE h.bucket_id = b AND h.key = k AND h.field = c.f)
+        IF EXISTS (SELECT 1 FROM unnest(changed_keys, changed, changed_from) AS c(k, f, o)
+                    WHERE (SELECT h.value FROM pgvs3.resp_hash h WHERE h.bucket_id = b AND h.key = c.k AND h.field = c.f)
                           IS DISTINCT FROM c.o) THEN
             RETURN false;
         END IF;
         INSERT INTO pgvs3.resp_hash AS h (bucket_id, key, field, value)
-        SELECT b, k, c.f, c.t FROM unnest(changed, changed_to) AS c(f, t)
+        SELECT b, c.k, c.f, c.t FROM unnest(changed_keys, changed, changed_to) AS c(k, f, t)
         ON CONFLICT (bucket_id, key, field) DO UPDATE SET value = EXCLUDED.value;
     END IF;
     IF cardinality(added) > 0 THEN
         -- In their order, so that their `added` numbers (the column's default) follow it.
         INSERT INTO pgvs3.resp_hash (bucket_id, key, field, value)
-        SELECT b, k, a.f, a.v FROM unnest(added, added_values) WITH ORDINALITY AS a(f, v, i) ORDER BY a.i
+        SELECT b, a.k, a.f, a.v FROM unnest(added_keys, added, added_values) WITH ORDINALITY AS a(k, f, v, i) ORDER BY a.i
         ON CONFLICT DO NOTHING;
         GET DIAGNOSTICS n = ROW_COUNT;
         IF n <> cardinality(added) THEN
             RETURN false;
         END IF;
     END IF;
-    PERFORM pgvs3.resp_apply_end(b, k, 'h', existed, emptied, bump, cardinality(added) > 0, peak, longest);
+    PERFORM pgvs3.resp_keys_end(b, ks, 'h', existed, emptied, bump, adds, peak, longest);
     RETURN true;
 END $$;
 
@@ -2603,6 +2580,85 @@ BEGIN
         END CASE;
     END IF;
     n := 1;
+END $$;
+
+--
+-- Name: resp_keys_begin(bigint, text[], "char", boolean[], boolean[], boolean[]); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_keys_begin(b bigint, ks text[], t "char", existed boolean[], emptied boolean[], adds boolean[]) RETURNS boolean
+    LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
+    AS $$
+DECLARE
+    now timestamptz := pgvs3.resp_now();
+    made bigint;
+    n bigint;
+BEGIN
+    IF EXISTS (SELECT 1 FROM unnest(ks, existed) AS e(k, x)
+                WHERE e.x AND (SELECT r.type FROM pgvs3.resp_keys r
+                                WHERE r.bucket_id = b AND r.key = e.k AND (r.expires_at IS NULL OR r.expires_at > now))
+                              IS DISTINCT FROM t) THEN
+        RETURN false;
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(existed, emptied) AS e(x, gone) WHERE e.gone OR NOT e.x) THEN
+        DELETE FROM pgvs3.resp_keys WHERE ctid = ANY (ARRAY(
+            SELECT (SELECT r.ctid FROM pgvs3.resp_keys r
+                     WHERE r.bucket_id = b AND r.key = e.k AND (e.x OR r.expires_at <= now))
+              FROM unnest(ks, existed, emptied) AS e(k, x, gone)
+             WHERE e.gone OR NOT e.x));
+    END IF;
+    SELECT count(*) INTO made FROM unnest(existed, emptied, adds) AS e(x, gone, a) WHERE (NOT e.x OR e.gone) AND e.a;
+    IF made > 0 THEN
+        INSERT INTO pgvs3.resp_keys (bucket_id, key, type)
+        SELECT b, e.k, t FROM unnest(ks, existed, emptied, adds) AS e(k, x, gone, a) WHERE (NOT e.x OR e.gone) AND e.a
+        ON CONFLICT DO NOTHING;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        RETURN n = made;
+    END IF;
+    RETURN true;
+END $$;
+
+--
+-- Name: resp_keys_end(bigint, text[], "char", boolean[], boolean[], boolean[], boolean[], bigint[], bigint[]); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_keys_end(b bigint, ks text[], t "char", existed boolean[], emptied boolean[], bump boolean[], adds boolean[], peak bigint[], longest bigint[]) RETURNS void
+    LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
+    AS $$
+DECLARE
+    entries bigint;
+    longest_value bigint;
+    bumped text[];
+    grown text[];
+BEGIN
+    IF EXISTS (SELECT 1 FROM unnest(existed, emptied, adds) AS e(x, gone, a) WHERE e.gone AND NOT e.a AND NOT e.x) THEN
+        UPDATE pgvs3.resp_watches SET touched = true
+         WHERE bucket_id = b AND NOT touched
+           AND key = ANY (ARRAY(SELECT e.k FROM unnest(ks, existed, emptied, adds) AS e(k, x, gone, a)
+                                 WHERE e.gone AND NOT e.a AND NOT e.x));
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(peak) AS p WHERE p > 0) THEN
+        SELECT l.entries, l.value INTO entries, longest_value FROM pgvs3.resp_small_limits(b, t) AS l;
+    END IF;
+    -- Keys left without a row (emptied and not made again) have nothing more to judge.
+    SELECT array_agg(e.k) FILTER (WHERE e.u AND e.x AND NOT e.gone),
+           array_agg(e.k) FILTER (WHERE e.p > 0 AND (e.p > entries OR e.l > longest_value))
+      INTO bumped, grown
+      FROM unnest(ks, existed, emptied, bump, adds, peak, longest) AS e(k, x, gone, u, a, p, l)
+     WHERE NOT (e.gone AND NOT e.a);
+    IF bumped IS NULL AND grown IS NULL THEN
+        RETURN;
+    END IF;
+    -- A large key stays large; one of before layout v51 (NULL) is judged when read.
+    UPDATE pgvs3.resp_keys r
+       SET version = CASE WHEN r.key = ANY (bumped) THEN nextval('pgvs3.resp_key_versions') ELSE r.version END,
+           large = CASE WHEN r.key = ANY (grown) AND NOT r.large THEN true ELSE r.large END
+     WHERE r.ctid = ANY (ARRAY(
+        SELECT (SELECT k.ctid FROM pgvs3.resp_keys k
+                 WHERE k.bucket_id = b AND k.key = e.k AND (e.k = ANY (bumped) OR NOT k.large))
+          FROM unnest(coalesce(bumped, '{}') || coalesce(grown, '{}')) AS e(k)));
 END $$;
 
 --
@@ -5035,45 +5091,58 @@ END $$;
 --
 
 CREATE FUNCTION pgvs3.resp_zset_apply(b bigint, k text, existed boolean, emptied boolean, bump boolean, peak bigint, longest bigint, gone bytea[], gone_scores double precision[], changed bytea[], changed_from double precision[], changed_to double precision[], added bytea[], added_scores double precision[]) RETURNS boolean
+    LANGUAGE sql
+    AS $$
+    SELECT pgvs3.resp_zset_apply(b, ARRAY[k], ARRAY[existed], ARRAY[emptied], ARRAY[bump], ARRAY[cardinality(added) > 0],
+        ARRAY[peak], ARRAY[longest], array_fill(k, ARRAY[cardinality(gone)]), gone, gone_scores,
+        array_fill(k, ARRAY[cardinality(changed)]), changed, changed_from, changed_to,
+        array_fill(k, ARRAY[cardinality(added)]), added, added_scores)
+$$;
+
+--
+-- Name: resp_zset_apply(bigint, text[], boolean[], boolean[], boolean[], boolean[], bigint[], bigint[], text[], bytea[], double precision[], text[], bytea[], double precision[], double precision[], text[], bytea[], double precision[]); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_zset_apply(b bigint, ks text[], existed boolean[], emptied boolean[], bump boolean[], adds boolean[], peak bigint[], longest bigint[], gone_keys text[], gone bytea[], gone_scores double precision[], changed_keys text[], changed bytea[], changed_from double precision[], changed_to double precision[], added_keys text[], added bytea[], added_scores double precision[]) RETURNS boolean
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
     n bigint;
 BEGIN
-    IF NOT pgvs3.resp_apply_begin(b, k, 'z', existed, emptied, cardinality(added) > 0) THEN
+    IF NOT pgvs3.resp_keys_begin(b, ks, 'z', existed, emptied, adds) THEN
         RETURN false;
     END IF;
     IF cardinality(gone) > 0 THEN
         DELETE FROM pgvs3.resp_zset WHERE ctid = ANY (ARRAY(
-            SELECT (SELECT z.ctid FROM pgvs3.resp_zset z WHERE z.bucket_id = b AND z.key = k AND z.member = g.m AND z.score = g.s)
-              FROM unnest(gone, gone_scores) AS g(m, s)));
+            SELECT (SELECT z.ctid FROM pgvs3.resp_zset z WHERE z.bucket_id = b AND z.key = g.k AND z.member = g.m AND z.score = g.s)
+              FROM unnest(gone_keys, gone, gone_scores) AS g(k, m, s)));
         GET DIAGNOSTICS n = ROW_COUNT;
         IF n <> cardinality(gone) THEN
             RETURN false;
         END IF;
     END IF;
     IF cardinality(changed) > 0 THEN
-        IF EXISTS (SELECT 1 FROM unnest(changed, changed_from) AS c(m, o)
-                    WHERE (SELECT z.score FROM pgvs3.resp_zset z WHERE z.bucket_id = b AND z.key = k AND z.member = c.m)
+        IF EXISTS (SELECT 1 FROM unnest(changed_keys, changed, changed_from) AS c(k, m, o)
+                    WHERE (SELECT z.score FROM pgvs3.resp_zset z WHERE z.bucket_id = b AND z.key = c.k AND z.member = c.m)
                           IS DISTINCT FROM c.o) THEN
             RETURN false;
         END IF;
         INSERT INTO pgvs3.resp_zset AS z (bucket_id, key, member, score)
-        SELECT b, k, c.m, c.t FROM unnest(changed, changed_to) AS c(m, t)
+        SELECT b, c.k, c.m, c.t FROM unnest(changed_keys, changed, changed_to) AS c(k, m, t)
         ON CONFLICT (bucket_id, key, member) DO UPDATE SET score = EXCLUDED.score;
     END IF;
     IF cardinality(added) > 0 THEN
         INSERT INTO pgvs3.resp_zset (bucket_id, key, member, score)
-        SELECT b, k, a.m, a.s FROM unnest(added, added_scores) AS a(m, s)
+        SELECT b, a.k, a.m, a.s FROM unnest(added_keys, added, added_scores) AS a(k, m, s)
         ON CONFLICT DO NOTHING;
         GET DIAGNOSTICS n = ROW_COUNT;
         IF n <> cardinality(added) THEN
             RETURN false;
         END IF;
-        PERFORM pgvs3.resp_wake(b, k);
+        PERFORM pgvs3.resp_wake(b, e.k) FROM unnest(ks, adds) AS e(k, a) WHERE e.a;
     END IF;
-    PERFORM pgvs3.resp_apply_end(b, k, 'z', existed, emptied, bump, cardinality(added) > 0, peak, longest);
+    PERFORM pgvs3.resp_keys_end(b, ks, 'z', existed, emptied, bump, adds, peak, longest);
     RETURN true;
 END $$;
 

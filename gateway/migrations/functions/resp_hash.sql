@@ -50,66 +50,82 @@ BEGIN
       FROM pairs p JOIN written w ON w.field = p.f;
 END $$;
 
--- A script run's writes to hash `k`, set-based (layout v81): what its speculated HSET, HSETNX,
--- HINCRBY and HDEL calls changed, as the gateway's working set holds it (resp/working_set/
--- changes.rs), written in one call instead of one family call each (issue 39). Every field
--- comes with the value the run found it at, and a row is written only where it still holds
--- that value: the answer is whether every one did (and the key was as the run found it), which
--- the caller raises on (`pgvs3.resp_expect`), so a value changed underneath aborts the run as a
--- mispredicted call does. The run holds the key's lock, so only a writer outside pgvs3 could.
--- The key's part (existed, emptied, bump, peak, longest) is pgvs3.resp_apply_begin's and
--- pgvs3.resp_apply_end's (functions/resp_keys.sql); the fields':
---   gone, gone_values: fields removed, with the values found.
---   changed, changed_from, changed_to: fields overwritten in place (their place in the small
---     encoding's order stays).
---   added, added_values: new fields, in the order they were added (a field removed and set again
---     comes in gone and here: it goes last, as in Redis's listpack).
+-- A batch's script runs' writes to hashes, set-based (layout v81; every hash of the batch in one
+-- call since v85): what their speculated HSET, HSETNX, HINCRBY and HDEL calls changed, as the
+-- gateway's working set holds it (resp/working_set/changes.rs), written in one call instead of
+-- one family call each (issue 39). Every field comes with the value the run found it at, and a
+-- row is written only where it still holds that value: the answer is whether every one did
+-- (and every key was as the run found it), which the caller raises on (`pgvs3.resp_expect`),
+-- so a value changed underneath aborts the batch as a mispredicted call does. The runs hold the
+-- keys' locks, so only a writer outside pgvs3 could.
+-- The keys' part (ks, existed, emptied, bump, adds, peak, longest: arrays by key, the keys
+-- distinct) is pgvs3.resp_keys_begin's and pgvs3.resp_keys_end's (functions/resp_keys.sql); the
+-- fields', each with its key:
+--   gone_keys, gone, gone_values: fields removed, with the values found.
+--   changed_keys, changed, changed_from, changed_to: fields overwritten in place (their place in
+--     the small encoding's order stays).
+--   added_keys, added, added_values: new fields, in the order they were added (a field removed
+--     and set again comes in gone and here: it goes last, as in Redis's listpack).
 -- Its statements have the shapes that plan the same before and after ANALYZE (0032_resp_plans.sql):
 -- a probe of the whole primary key per element (a join of the arrays with the table, planned
 -- generically while the table was empty, could read all of it per call for the session's life),
 -- and inserts, which the unique index decides.
-CREATE OR REPLACE FUNCTION pgvs3.resp_hash_apply(b bigint, k text, existed boolean, emptied boolean, bump boolean,
-    peak bigint, longest bigint, gone bytea[], gone_values bytea[],
-    changed bytea[], changed_from bytea[], changed_to bytea[], added bytea[], added_values bytea[])
+CREATE OR REPLACE FUNCTION pgvs3.resp_hash_apply(b bigint, ks text[], existed boolean[], emptied boolean[],
+    bump boolean[], adds boolean[], peak bigint[], longest bigint[],
+    gone_keys text[], gone bytea[], gone_values bytea[],
+    changed_keys text[], changed bytea[], changed_from bytea[], changed_to bytea[],
+    added_keys text[], added bytea[], added_values bytea[])
 RETURNS boolean LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     n bigint;
 BEGIN
-    IF NOT pgvs3.resp_apply_begin(b, k, 'h', existed, emptied, cardinality(added) > 0) THEN
+    IF NOT pgvs3.resp_keys_begin(b, ks, 'h', existed, emptied, adds) THEN
         RETURN false;
     END IF;
     IF cardinality(gone) > 0 THEN
         DELETE FROM pgvs3.resp_hash WHERE ctid = ANY (ARRAY(
-            SELECT (SELECT h.ctid FROM pgvs3.resp_hash h WHERE h.bucket_id = b AND h.key = k AND h.field = g.f AND h.value = g.v)
-              FROM unnest(gone, gone_values) AS g(f, v)));
+            SELECT (SELECT h.ctid FROM pgvs3.resp_hash h WHERE h.bucket_id = b AND h.key = g.k AND h.field = g.f AND h.value = g.v)
+              FROM unnest(gone_keys, gone, gone_values) AS g(k, f, v)));
         GET DIAGNOSTICS n = ROW_COUNT;
         IF n <> cardinality(gone) THEN
             RETURN false;
         END IF;
     END IF;
     IF cardinality(changed) > 0 THEN
-        IF EXISTS (SELECT 1 FROM unnest(changed, changed_from) AS c(f, o)
-                    WHERE (SELECT h.value FROM pgvs3.resp_hash h WHERE h.bucket_id = b AND h.key = k AND h.field = c.f)
+        IF EXISTS (SELECT 1 FROM unnest(changed_keys, changed, changed_from) AS c(k, f, o)
+                    WHERE (SELECT h.value FROM pgvs3.resp_hash h WHERE h.bucket_id = b AND h.key = c.k AND h.field = c.f)
                           IS DISTINCT FROM c.o) THEN
             RETURN false;
         END IF;
         INSERT INTO pgvs3.resp_hash AS h (bucket_id, key, field, value)
-        SELECT b, k, c.f, c.t FROM unnest(changed, changed_to) AS c(f, t)
+        SELECT b, c.k, c.f, c.t FROM unnest(changed_keys, changed, changed_to) AS c(k, f, t)
         ON CONFLICT (bucket_id, key, field) DO UPDATE SET value = EXCLUDED.value;
     END IF;
     IF cardinality(added) > 0 THEN
         -- In their order, so that their `added` numbers (the column's default) follow it.
         INSERT INTO pgvs3.resp_hash (bucket_id, key, field, value)
-        SELECT b, k, a.f, a.v FROM unnest(added, added_values) WITH ORDINALITY AS a(f, v, i) ORDER BY a.i
+        SELECT b, a.k, a.f, a.v FROM unnest(added_keys, added, added_values) WITH ORDINALITY AS a(k, f, v, i) ORDER BY a.i
         ON CONFLICT DO NOTHING;
         GET DIAGNOSTICS n = ROW_COUNT;
         IF n <> cardinality(added) THEN
             RETURN false;
         END IF;
     END IF;
-    PERFORM pgvs3.resp_apply_end(b, k, 'h', existed, emptied, bump, cardinality(added) > 0, peak, longest);
+    PERFORM pgvs3.resp_keys_end(b, ks, 'h', existed, emptied, bump, adds, peak, longest);
     RETURN true;
 END $$;
+
+-- One hash's writes, as gateways of layout v84 send them (kept callable through a rolling
+-- upgrade; the next layout drops it).
+CREATE OR REPLACE FUNCTION pgvs3.resp_hash_apply(b bigint, k text, existed boolean, emptied boolean, bump boolean,
+    peak bigint, longest bigint, gone bytea[], gone_values bytea[],
+    changed bytea[], changed_from bytea[], changed_to bytea[], added bytea[], added_values bytea[])
+RETURNS boolean LANGUAGE sql AS $$
+    SELECT pgvs3.resp_hash_apply(b, ARRAY[k], ARRAY[existed], ARRAY[emptied], ARRAY[bump], ARRAY[cardinality(added) > 0],
+        ARRAY[peak], ARRAY[longest], array_fill(k, ARRAY[cardinality(gone)]), gone, gone_values,
+        array_fill(k, ARRAY[cardinality(changed)]), changed, changed_from, changed_to,
+        array_fill(k, ARRAY[cardinality(added)]), added, added_values)
+$$;
 
 CREATE OR REPLACE FUNCTION pgvs3.resp_hash(op text, b bigint, ks text[], strings text[], args bytea[], ints bigint[], floats float8[],
     OUT err text, OUT n bigint, OUT items bytea[], OUT scores float8[])

@@ -214,65 +214,103 @@ BEGIN
     END IF;
 END $$;
 
--- A run's set-based writes to key `k` of type `t` ('h', 'z', 's'; layout v81: resp_hash_apply,
--- resp_zset_apply; v84: resp_set_apply), the key's part before the elements' (`adds`: the write adds elements):
--- whether the key is as the run found it, a live key of the type (`existed`) or none (an
--- expired row is deleted, as resp_check deletes one before a write); with `emptied` (the run
--- removed its last element) its row goes, its elements, TTL and encoding with it (the foreign
--- keys cascade); a key made or made again by the write is inserted.
-CREATE OR REPLACE FUNCTION pgvs3.resp_apply_begin(b bigint, k text, t "char", existed boolean, emptied boolean, adds boolean)
-RETURNS boolean LANGUAGE plpgsql AS $$
+-- A batch's set-based writes to keys of type `t` ('h', 'z', 's'; layout v85: every key of the
+-- type a batch's script runs wrote, in one call of resp_hash_apply, resp_zset_apply or
+-- resp_set_apply; the arrays go by key, and the keys are distinct), the keys' part before the
+-- elements' (`adds`: the write adds elements to the key): whether each key is as the run found
+-- it, a live key of the type (`existed`) or none (an expired row is deleted, as resp_check
+-- deletes one before a write); with `emptied` (the run removed its last element) its row goes,
+-- its elements, TTL and encoding with it (the foreign keys cascade); a key made or made again
+-- by the write is inserted. Each key is probed by its whole primary key (a scalar subquery
+-- the planner cannot turn into a join), which plans the same before and after ANALYZE.
+CREATE OR REPLACE FUNCTION pgvs3.resp_keys_begin(b bigint, ks text[], t "char", existed boolean[], emptied boolean[],
+    adds boolean[])
+RETURNS boolean LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     now timestamptz := pgvs3.resp_now();
+    made bigint;
+    n bigint;
 BEGIN
-    IF existed THEN
-        PERFORM 1 FROM pgvs3.resp_keys
-          WHERE bucket_id = b AND key = k AND type = t AND (expires_at IS NULL OR expires_at > now);
-        IF NOT FOUND THEN
-            RETURN false;
-        END IF;
-        IF emptied THEN
-            DELETE FROM pgvs3.resp_keys WHERE bucket_id = b AND key = k;
-        END IF;
-    ELSE
-        DELETE FROM pgvs3.resp_keys WHERE bucket_id = b AND key = k AND expires_at <= now;
+    IF EXISTS (SELECT 1 FROM unnest(ks, existed) AS e(k, x)
+                WHERE e.x AND (SELECT r.type FROM pgvs3.resp_keys r
+                                WHERE r.bucket_id = b AND r.key = e.k AND (r.expires_at IS NULL OR r.expires_at > now))
+                              IS DISTINCT FROM t) THEN
+        RETURN false;
     END IF;
-    IF (NOT existed OR emptied) AND adds THEN
-        INSERT INTO pgvs3.resp_keys (bucket_id, key, type) VALUES (b, k, t) ON CONFLICT DO NOTHING;
-        RETURN FOUND;
+    IF EXISTS (SELECT 1 FROM unnest(existed, emptied) AS e(x, gone) WHERE e.gone OR NOT e.x) THEN
+        DELETE FROM pgvs3.resp_keys WHERE ctid = ANY (ARRAY(
+            SELECT (SELECT r.ctid FROM pgvs3.resp_keys r
+                     WHERE r.bucket_id = b AND r.key = e.k AND (e.x OR r.expires_at <= now))
+              FROM unnest(ks, existed, emptied) AS e(k, x, gone)
+             WHERE e.gone OR NOT e.x));
+    END IF;
+    SELECT count(*) INTO made FROM unnest(existed, emptied, adds) AS e(x, gone, a) WHERE (NOT e.x OR e.gone) AND e.a;
+    IF made > 0 THEN
+        INSERT INTO pgvs3.resp_keys (bucket_id, key, type)
+        SELECT b, e.k, t FROM unnest(ks, existed, emptied, adds) AS e(k, x, gone, a) WHERE (NOT e.x OR e.gone) AND e.a
+        ON CONFLICT DO NOTHING;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        RETURN n = made;
     END IF;
     RETURN true;
 END $$;
 
--- The key's part after the elements' (see resp_apply_begin): a key kept whose elements changed
+-- The keys' part after the elements' (see resp_keys_begin): a key kept whose elements changed
 -- (`bump`) gets a new version, as WATCH sees it (a key made or deleted here was by its row); one
 -- made and emptied within the run leaves no row, but its WATCHes see the write, as Redis's do.
 -- `peak` (the most elements after a write) and `longest` (the longest element a write added)
 -- are judged as resp_grown judges each write's, so that a key past its small encoding's limits
--- at any point of the run is in its large encoding.
-CREATE OR REPLACE FUNCTION pgvs3.resp_apply_end(b bigint, k text, t "char", existed boolean, emptied boolean, bump boolean,
-    adds boolean, peak bigint, longest bigint)
-RETURNS void LANGUAGE plpgsql AS $$
+-- at any point of the run is in its large encoding. A key's row is updated once, for both.
+CREATE OR REPLACE FUNCTION pgvs3.resp_keys_end(b bigint, ks text[], t "char", existed boolean[], emptied boolean[],
+    bump boolean[], adds boolean[], peak bigint[], longest bigint[])
+RETURNS void LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
-    lim record;
+    entries bigint;
+    longest_value bigint;
+    bumped text[];
+    grown text[];
 BEGIN
-    IF emptied AND NOT adds THEN
-        IF NOT existed THEN
-            UPDATE pgvs3.resp_watches SET touched = true WHERE bucket_id = b AND key = k AND NOT touched;
-        END IF;
+    IF EXISTS (SELECT 1 FROM unnest(existed, emptied, adds) AS e(x, gone, a) WHERE e.gone AND NOT e.a AND NOT e.x) THEN
+        UPDATE pgvs3.resp_watches SET touched = true
+         WHERE bucket_id = b AND NOT touched
+           AND key = ANY (ARRAY(SELECT e.k FROM unnest(ks, existed, emptied, adds) AS e(k, x, gone, a)
+                                 WHERE e.gone AND NOT e.a AND NOT e.x));
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(peak) AS p WHERE p > 0) THEN
+        SELECT l.entries, l.value INTO entries, longest_value FROM pgvs3.resp_small_limits(b, t) AS l;
+    END IF;
+    -- Keys left without a row (emptied and not made again) have nothing more to judge.
+    SELECT array_agg(e.k) FILTER (WHERE e.u AND e.x AND NOT e.gone),
+           array_agg(e.k) FILTER (WHERE e.p > 0 AND (e.p > entries OR e.l > longest_value))
+      INTO bumped, grown
+      FROM unnest(ks, existed, emptied, bump, adds, peak, longest) AS e(k, x, gone, u, a, p, l)
+     WHERE NOT (e.gone AND NOT e.a);
+    IF bumped IS NULL AND grown IS NULL THEN
         RETURN;
     END IF;
-    IF bump AND existed AND NOT emptied THEN
-        UPDATE pgvs3.resp_keys SET version = nextval('pgvs3.resp_key_versions') WHERE bucket_id = b AND key = k;
-    END IF;
     -- A large key stays large; one of before layout v51 (NULL) is judged when read.
-    IF peak > 0 AND EXISTS (SELECT 1 FROM pgvs3.resp_keys WHERE bucket_id = b AND key = k AND NOT large) THEN
-        lim := pgvs3.resp_small_limits(b, t);
-        IF peak > lim.entries OR longest > lim.value THEN
-            UPDATE pgvs3.resp_keys SET large = true WHERE bucket_id = b AND key = k;
-        END IF;
-    END IF;
+    UPDATE pgvs3.resp_keys r
+       SET version = CASE WHEN r.key = ANY (bumped) THEN nextval('pgvs3.resp_key_versions') ELSE r.version END,
+           large = CASE WHEN r.key = ANY (grown) AND NOT r.large THEN true ELSE r.large END
+     WHERE r.ctid = ANY (ARRAY(
+        SELECT (SELECT k.ctid FROM pgvs3.resp_keys k
+                 WHERE k.bucket_id = b AND k.key = e.k AND (e.k = ANY (bumped) OR NOT k.large))
+          FROM unnest(coalesce(bumped, '{}') || coalesce(grown, '{}')) AS e(k)));
 END $$;
+
+-- One key's part before and after its elements' (resp_keys_begin, resp_keys_end), for the
+-- functions that write one key a call (resp_list_apply, resp_stream_apply).
+CREATE OR REPLACE FUNCTION pgvs3.resp_apply_begin(b bigint, k text, t "char", existed boolean, emptied boolean, adds boolean)
+RETURNS boolean LANGUAGE sql AS $$
+    SELECT pgvs3.resp_keys_begin(b, ARRAY[k], t, ARRAY[existed], ARRAY[emptied], ARRAY[adds])
+$$;
+
+CREATE OR REPLACE FUNCTION pgvs3.resp_apply_end(b bigint, k text, t "char", existed boolean, emptied boolean, bump boolean,
+    adds boolean, peak bigint, longest bigint)
+RETURNS void LANGUAGE sql AS $$
+    SELECT pgvs3.resp_keys_end(b, ARRAY[k], t, ARRAY[existed], ARRAY[emptied], ARRAY[bump], ARRAY[adds], ARRAY[peak],
+                               ARRAY[longest])
+$$;
 
 -- OBJECT ENCODING of a hash, set or sorted set: whether it is in its large encoding (NULL:
 -- no such key).

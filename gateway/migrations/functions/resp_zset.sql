@@ -103,53 +103,68 @@ BEGIN
               FROM final) f;
 END $$;
 
--- A script run's writes to sorted set `k`, set-based (layout v81): what its speculated ZADD,
--- ZINCRBY, ZREM, ZPOPMIN/ZPOPMAX and ZREMRANGEBY* calls changed, as resp_hash_apply writes a
--- hash's (functions/resp_hash.sql says how, and how a changed row is caught): members removed
--- with the scores found, members whose score changed, and members added. Members added wake the
--- clients blocked on the key (BZPOPMIN), as a ZADD that adds does.
-CREATE OR REPLACE FUNCTION pgvs3.resp_zset_apply(b bigint, k text, existed boolean, emptied boolean, bump boolean,
-    peak bigint, longest bigint, gone bytea[], gone_scores float8[],
-    changed bytea[], changed_from float8[], changed_to float8[], added bytea[], added_scores float8[])
+-- A batch's script runs' writes to sorted sets, set-based (layout v81; every sorted set of the
+-- batch in one call since v85): what their speculated ZADD, ZINCRBY, ZREM, ZPOPMIN/ZPOPMAX and
+-- ZREMRANGEBY* calls changed, as resp_hash_apply writes hashes' (functions/resp_hash.sql says
+-- how, what the arrays are, and how a changed row is caught): members removed with the scores
+-- found, members whose score changed, and members added. Members added wake the clients
+-- blocked on their key (BZPOPMIN), as a ZADD that adds does.
+CREATE OR REPLACE FUNCTION pgvs3.resp_zset_apply(b bigint, ks text[], existed boolean[], emptied boolean[],
+    bump boolean[], adds boolean[], peak bigint[], longest bigint[],
+    gone_keys text[], gone bytea[], gone_scores float8[],
+    changed_keys text[], changed bytea[], changed_from float8[], changed_to float8[],
+    added_keys text[], added bytea[], added_scores float8[])
 RETURNS boolean LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     n bigint;
 BEGIN
-    IF NOT pgvs3.resp_apply_begin(b, k, 'z', existed, emptied, cardinality(added) > 0) THEN
+    IF NOT pgvs3.resp_keys_begin(b, ks, 'z', existed, emptied, adds) THEN
         RETURN false;
     END IF;
     IF cardinality(gone) > 0 THEN
         DELETE FROM pgvs3.resp_zset WHERE ctid = ANY (ARRAY(
-            SELECT (SELECT z.ctid FROM pgvs3.resp_zset z WHERE z.bucket_id = b AND z.key = k AND z.member = g.m AND z.score = g.s)
-              FROM unnest(gone, gone_scores) AS g(m, s)));
+            SELECT (SELECT z.ctid FROM pgvs3.resp_zset z WHERE z.bucket_id = b AND z.key = g.k AND z.member = g.m AND z.score = g.s)
+              FROM unnest(gone_keys, gone, gone_scores) AS g(k, m, s)));
         GET DIAGNOSTICS n = ROW_COUNT;
         IF n <> cardinality(gone) THEN
             RETURN false;
         END IF;
     END IF;
     IF cardinality(changed) > 0 THEN
-        IF EXISTS (SELECT 1 FROM unnest(changed, changed_from) AS c(m, o)
-                    WHERE (SELECT z.score FROM pgvs3.resp_zset z WHERE z.bucket_id = b AND z.key = k AND z.member = c.m)
+        IF EXISTS (SELECT 1 FROM unnest(changed_keys, changed, changed_from) AS c(k, m, o)
+                    WHERE (SELECT z.score FROM pgvs3.resp_zset z WHERE z.bucket_id = b AND z.key = c.k AND z.member = c.m)
                           IS DISTINCT FROM c.o) THEN
             RETURN false;
         END IF;
         INSERT INTO pgvs3.resp_zset AS z (bucket_id, key, member, score)
-        SELECT b, k, c.m, c.t FROM unnest(changed, changed_to) AS c(m, t)
+        SELECT b, c.k, c.m, c.t FROM unnest(changed_keys, changed, changed_to) AS c(k, m, t)
         ON CONFLICT (bucket_id, key, member) DO UPDATE SET score = EXCLUDED.score;
     END IF;
     IF cardinality(added) > 0 THEN
         INSERT INTO pgvs3.resp_zset (bucket_id, key, member, score)
-        SELECT b, k, a.m, a.s FROM unnest(added, added_scores) AS a(m, s)
+        SELECT b, a.k, a.m, a.s FROM unnest(added_keys, added, added_scores) AS a(k, m, s)
         ON CONFLICT DO NOTHING;
         GET DIAGNOSTICS n = ROW_COUNT;
         IF n <> cardinality(added) THEN
             RETURN false;
         END IF;
-        PERFORM pgvs3.resp_wake(b, k);
+        PERFORM pgvs3.resp_wake(b, e.k) FROM unnest(ks, adds) AS e(k, a) WHERE e.a;
     END IF;
-    PERFORM pgvs3.resp_apply_end(b, k, 'z', existed, emptied, bump, cardinality(added) > 0, peak, longest);
+    PERFORM pgvs3.resp_keys_end(b, ks, 'z', existed, emptied, bump, adds, peak, longest);
     RETURN true;
 END $$;
+
+-- One sorted set's writes, as gateways of layout v84 send them (kept callable through a rolling
+-- upgrade; the next layout drops it).
+CREATE OR REPLACE FUNCTION pgvs3.resp_zset_apply(b bigint, k text, existed boolean, emptied boolean, bump boolean,
+    peak bigint, longest bigint, gone bytea[], gone_scores float8[],
+    changed bytea[], changed_from float8[], changed_to float8[], added bytea[], added_scores float8[])
+RETURNS boolean LANGUAGE sql AS $$
+    SELECT pgvs3.resp_zset_apply(b, ARRAY[k], ARRAY[existed], ARRAY[emptied], ARRAY[bump], ARRAY[cardinality(added) > 0],
+        ARRAY[peak], ARRAY[longest], array_fill(k, ARRAY[cardinality(gone)]), gone, gone_scores,
+        array_fill(k, ARRAY[cardinality(changed)]), changed, changed_from, changed_to,
+        array_fill(k, ARRAY[cardinality(added)]), added, added_scores)
+$$;
 
 CREATE OR REPLACE FUNCTION pgvs3.resp_zset(op text, b bigint, ks text[], strings text[], args bytea[], ints bigint[], floats float8[],
     OUT err text, OUT n bigint, OUT items bytea[], OUT scores float8[])

@@ -601,11 +601,13 @@ impl ListWrite {
     }
 }
 
-/// The statements of [`ElementWrites`]: `$1` the bucket, then its parts in the functions' order.
+/// The statements of a batch's [`ElementWrites`] of hashes and of sorted sets, each every key's
+/// in one call: `$1` the bucket, then the keys' parts and the elements' as arrays, in the
+/// functions' order (functions/resp_hash.sql).
 pub(super) const HASH_APPLY: &str = "SELECT pgvs3.resp_expect(pgvs3.resp_hash_apply($1, $2, $3, $4, $5, $6, $7,
-    $8, $9, $10, $11, $12, $13, $14)) AS kept";
+    $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)) AS kept";
 pub(super) const ZSET_APPLY: &str = "SELECT pgvs3.resp_expect(pgvs3.resp_zset_apply($1, $2, $3, $4, $5, $6, $7,
-    $8, $9, $10, $11, $12, $13, $14)) AS kept";
+    $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)) AS kept";
 /// The statement of a [`SetWrite`].
 pub(super) const SET_APPLY: &str = "SELECT pgvs3.resp_expect(pgvs3.resp_set_apply($1, $2, $3, $4, $5, $6, $7,
     $8, $9)) AS kept";

@@ -179,14 +179,23 @@ impl KvBatch {
             };
             // Ahead of the calls: these writes are on keys no call of the round trip owes a
             // write to (working_set/run.rs).
-            let hash_writes = futures::future::try_join_all(speculation.hash_writes.iter().map(|write| {
-                let statement = hash_apply.as_ref().expect("prepared for hash writes");
-                send_element_writes(client, statement, id, write, |value| &value[..])
-            }));
-            let zset_writes = futures::future::try_join_all(speculation.zset_writes.iter().map(|write| {
-                let statement = zset_apply.as_ref().expect("prepared for sorted set writes");
-                send_element_writes(client, statement, id, write, |score| *score)
-            }));
+            // Every hash's in one statement, every sorted set's in another.
+            let hash_writes = async {
+                match &hash_apply {
+                    Some(statement) => {
+                        send_element_writes(client, statement, id, &speculation.hash_writes, |value| &value[..]).await
+                    }
+                    None => Ok(()),
+                }
+            };
+            let zset_writes = async {
+                match &zset_apply {
+                    Some(statement) => {
+                        send_element_writes(client, statement, id, &speculation.zset_writes, |score| *score).await
+                    }
+                    None => Ok(()),
+                }
+            };
             let set_writes = futures::future::try_join_all(speculation.set_writes.iter().map(|write| {
                 let statement = set_apply.as_ref().expect("prepared for set writes");
                 send_set_write(client, statement, id, write)
@@ -800,26 +809,67 @@ async fn send_element_writes<'a, V, P: ToSql + Sync>(
     client: &deadpool_postgres::Object,
     statement: &tokio_postgres::Statement,
     bucket: i64,
-    write: &'a ElementWrites<V>,
+    writes: &'a [ElementWrites<V>],
     param: impl Fn(&'a V) -> P,
 ) -> Result<(), tokio_postgres::Error> {
-    let gone: Vec<&[u8]> = write.gone.iter().map(|(element, _)| &element[..]).collect();
-    let gone_values: Vec<P> = write.gone.iter().map(|(_, value)| param(value)).collect();
-    let changed: Vec<&[u8]> = write.changed.iter().map(|(element, _, _)| &element[..]).collect();
-    let changed_from: Vec<P> = write.changed.iter().map(|(_, from, _)| param(from)).collect();
-    let changed_to: Vec<P> = write.changed.iter().map(|(_, _, to)| param(to)).collect();
-    let added: Vec<&[u8]> = write.added.iter().map(|(element, _)| &element[..]).collect();
-    let added_values: Vec<P> = write.added.iter().map(|(_, value)| param(value)).collect();
-    let elements: [&(dyn ToSql + Sync); 7] = [
+    if writes.is_empty() {
+        return Ok(());
+    }
+    let keys: Vec<&str> = writes.iter().map(|write| write.key.as_str()).collect();
+    let existed: Vec<bool> = writes.iter().map(|write| write.existed).collect();
+    let emptied: Vec<bool> = writes.iter().map(|write| write.emptied).collect();
+    let bump: Vec<bool> = writes.iter().map(|write| write.bump).collect();
+    let adds: Vec<bool> = writes.iter().map(|write| !write.added.is_empty()).collect();
+    let peak: Vec<i64> = writes.iter().map(|write| write.peak).collect();
+    let longest: Vec<i64> = writes.iter().map(|write| write.longest).collect();
+    // Each element with its key: (key, element, value).
+    let gone = writes.iter().flat_map(|write| {
+        write
+            .gone
+            .iter()
+            .map(|(element, value)| (write.key.as_str(), &element[..], value))
+    });
+    let changed = writes.iter().flat_map(|write| {
+        write
+            .changed
+            .iter()
+            .map(|(element, from, to)| (write.key.as_str(), &element[..], from, to))
+    });
+    let added = writes.iter().flat_map(|write| {
+        write
+            .added
+            .iter()
+            .map(|(element, value)| (write.key.as_str(), &element[..], value))
+    });
+    let (gone_keys, gone, gone_values): (Vec<&str>, Vec<&[u8]>, Vec<P>) =
+        gone.map(|(key, element, value)| (key, element, param(value))).collect();
+    let (changed_keys, changed, changed_from, changed_to): (Vec<&str>, Vec<&[u8]>, Vec<P>, Vec<P>) = changed
+        .map(|(key, element, from, to)| (key, element, param(from), param(to)))
+        .collect();
+    let (added_keys, added, added_values): (Vec<&str>, Vec<&[u8]>, Vec<P>) = added
+        .map(|(key, element, value)| (key, element, param(value)))
+        .collect();
+    let params: [&(dyn ToSql + Sync); 18] = [
+        &bucket,
+        &keys,
+        &existed,
+        &emptied,
+        &bump,
+        &adds,
+        &peak,
+        &longest,
+        &gone_keys,
         &gone,
         &gone_values,
+        &changed_keys,
         &changed,
         &changed_from,
         &changed_to,
+        &added_keys,
         &added,
         &added_values,
     ];
-    send_key_writes(client, statement, bucket, write, &elements).await
+    client.query_one(statement, &params).await.map(drop)
 }
 
 /// Sends a key's set-based writes: the bucket, the key's part of `write` (see
