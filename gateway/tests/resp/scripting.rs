@@ -421,6 +421,20 @@ async fn memory_bombs_are_stopped_and_rolled_back() {
             "{bomb}: {answer}"
         );
     }
+    // Calls' replies are made Lua values without a check per allocation only while they surely
+    // fit (lua.rs `within_limit_unprotected`): a script that keeps them meets its limit all the
+    // same, and one that lets them go runs on.
+    let mut fields = vec!["HSET".to_owned(), "big".to_owned()];
+    for i in 0..2000 {
+        fields.extend([format!("field:{i}"), "v".repeat(500)]);
+    }
+    let _: i64 = query(&mut con, &fields.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    let kept = "local t = {} for i = 1, 100 do t[i] = redis.call('HGETALL', KEYS[1]) end return #t";
+    let answer = error(&mut con, &["EVAL", kept, "1", "big"]).await;
+    assert!(answer.contains("--resp-script-max-memory"), "{answer}");
+    let dropped = "local n = 0 for i = 1, 100 do n = n + #redis.call('HGETALL', KEYS[1]) end return n";
+    assert_eq!(query::<i64>(&mut con, &["EVAL", dropped, "1", "big"]).await, 400_000);
+    let _: i64 = query(&mut con, &["DEL", "big"]).await;
     stopped_scripts_left_nothing(&mut con).await;
 }
 

@@ -547,8 +547,16 @@ impl Interpreter {
         self.lua
             .set_memory_limit(limits.memory.saturating_add(self.lua.used_memory()))?;
         let globals = self.lua.globals();
-        globals.raw_set("KEYS", strings(&self.lua, keys)?)?;
-        globals.raw_set("ARGV", strings(&self.lua, argv)?)?;
+        let footprint = [keys, argv]
+            .iter()
+            .flat_map(|items| items.iter())
+            .map(|item| FOOTPRINT_EACH + 2 * item.len())
+            .sum::<usize>()
+            + 2 * FOOTPRINT_EACH;
+        within_limit_unprotected(&self.lua, footprint, || {
+            globals.raw_set("KEYS", strings(&self.lua, keys)?)?;
+            globals.raw_set("ARGV", strings(&self.lua, argv)?)
+        })?;
         let script = match self.function(source, chunk) {
             Ok(script) => script,
             Err(mlua::Error::SyntaxError { message, .. }) => {
@@ -783,13 +791,66 @@ fn native_calls(lua: &Lua, state: &Rc<RunState>) -> mlua::Result<(mlua::Function
     let raising = Rc::clone(state);
     let call = lua.create_function(move |lua, args: mlua::Variadic<Value>| match raising.send(&args) {
         Reply::Error(text) => Err(raised(lua, &text)),
-        reply => to_lua(lua, &reply, raising.resp3()),
+        reply => within_limit_unprotected(lua, footprint(&reply), || to_lua(lua, &reply, raising.resp3())),
     })?;
     let answering = Rc::clone(state);
     let pcall = lua.create_function(move |lua, args: mlua::Variadic<Value>| {
-        to_lua(lua, &answering.send(&args), answering.resp3())
+        let reply = answering.send(&args);
+        within_limit_unprotected(lua, footprint(&reply), || to_lua(lua, &reply, answering.resp3()))
     })?;
     Ok((call, pcall))
+}
+
+/// Runs `convert` (Lua values made from a call's reply, or KEYS and ARGV) with the interpreter's
+/// memory limit lifted when they surely fit under it: what they take at most (`footprint`, see
+/// [`FOOTPRINT_EACH`]) with what the interpreter holds is within the limit. Under a limit mlua
+/// makes every string it creates and every table field it sets in a protected call, and Lua 5.1
+/// allocates a closure for each (with the garbage they leave, a tenth of a BullMQ job's
+/// gateway time); values that could pass the limit are made under it, each allocation checked.
+fn within_limit_unprotected<R>(
+    lua: &Lua,
+    footprint: usize,
+    convert: impl FnOnce() -> mlua::Result<R>,
+) -> mlua::Result<R> {
+    let limit = lua.set_memory_limit(0)?;
+    if limit != 0 && lua.used_memory().saturating_add(footprint) > limit {
+        lua.set_memory_limit(limit)?;
+        return convert();
+    }
+    let converted = convert();
+    lua.set_memory_limit(limit)?;
+    converted
+}
+
+/// What Lua 5.1 takes at most for a string or table of a reply, besides twice its bytes: a
+/// string's header (24 bytes) and terminator, a table's header (56) and its slots (16 in its
+/// array part, 40 in its hash part, for up to two per element: a map's key and value), each
+/// rounded up by the allocator.
+const FOOTPRINT_EACH: usize = 192;
+
+/// The most memory the Lua value of `reply` takes (see [`FOOTPRINT_EACH`]).
+fn footprint(reply: &Reply) -> usize {
+    let pairs = |pairs: &[(Reply, Reply)]| -> usize {
+        pairs
+            .iter()
+            .map(|(first, second)| FOOTPRINT_EACH + footprint(first) + footprint(second))
+            .sum()
+    };
+    FOOTPRINT_EACH
+        + match reply {
+            Reply::Simple(text) => 2 * text.len(),
+            Reply::Status(text) | Reply::Error(text) | Reply::BigNumber(text) => 2 * text.len(),
+            Reply::Bulk(bytes) => 2 * bytes.len(),
+            Reply::Verbatim(format, text) => FOOTPRINT_EACH + 2 * (format.len() + text.len()),
+            Reply::Integer(_)
+            | Reply::Nil
+            | Reply::NilArray
+            | Reply::Double(_)
+            | Reply::Boolean(_)
+            | Reply::OverLimit(_) => FOOTPRINT_EACH,
+            Reply::Array(items) | Reply::Set(items) | Reply::Push(items) => items.iter().map(footprint).sum(),
+            Reply::Map(items) | Reply::Pairs(items) | Reply::Keyed(items) => pairs(items),
+        }
 }
 
 /// An error reply raised from a native function, at the line of the script that called it

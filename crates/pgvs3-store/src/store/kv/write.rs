@@ -822,33 +822,30 @@ async fn send_element_writes<'a, V, P: ToSql + Sync>(
     let adds: Vec<bool> = writes.iter().map(|write| !write.added.is_empty()).collect();
     let peak: Vec<i64> = writes.iter().map(|write| write.peak).collect();
     let longest: Vec<i64> = writes.iter().map(|write| write.longest).collect();
-    // Each element with its key: (key, element, value).
-    let gone = writes.iter().flat_map(|write| {
-        write
-            .gone
-            .iter()
-            .map(|(element, value)| (write.key.as_str(), &element[..], value))
-    });
-    let changed = writes.iter().flat_map(|write| {
-        write
-            .changed
-            .iter()
-            .map(|(element, from, to)| (write.key.as_str(), &element[..], from, to))
-    });
-    let added = writes.iter().flat_map(|write| {
-        write
-            .added
-            .iter()
-            .map(|(element, value)| (write.key.as_str(), &element[..], value))
-    });
-    let (gone_keys, gone, gone_values): (Vec<&str>, Vec<&[u8]>, Vec<P>) =
-        gone.map(|(key, element, value)| (key, element, param(value))).collect();
-    let (changed_keys, changed, changed_from, changed_to): (Vec<&str>, Vec<&[u8]>, Vec<P>, Vec<P>) = changed
-        .map(|(key, element, from, to)| (key, element, param(from), param(to)))
-        .collect();
-    let (added_keys, added, added_values): (Vec<&str>, Vec<&[u8]>, Vec<P>) = added
-        .map(|(key, element, value)| (key, element, param(value)))
-        .collect();
+    // Each element with its key.
+    let (mut gone_keys, mut gone, mut gone_values) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut changed_keys, mut changed, mut changed_from, mut changed_to) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut added_keys, mut added, mut added_values) = (Vec::new(), Vec::new(), Vec::new());
+    for write in writes {
+        let key = write.key.as_str();
+        for (element, value) in &write.gone {
+            gone_keys.push(key);
+            gone.push(&element[..]);
+            gone_values.push(param(value));
+        }
+        for (element, from, to) in &write.changed {
+            changed_keys.push(key);
+            changed.push(&element[..]);
+            changed_from.push(param(from));
+            changed_to.push(param(to));
+        }
+        for (element, value) in &write.added {
+            added_keys.push(key);
+            added.push(&element[..]);
+            added_values.push(param(value));
+        }
+    }
     let params: [&(dyn ToSql + Sync); 18] = [
         &bucket,
         &keys,
