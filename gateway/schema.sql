@@ -2640,7 +2640,10 @@ BEGIN
                                  WHERE e.gone AND NOT e.a AND NOT e.x));
     END IF;
     IF EXISTS (SELECT 1 FROM unnest(peak) AS p WHERE p > 0) THEN
-        SELECT l.entries, l.value INTO entries, longest_value FROM pgvs3.resp_small_limits(b, t) AS l;
+        -- A set's `longest` is 1 when a member is no integer, which its intset cannot hold:
+        -- past a value limit of 0.
+        SELECT l.entries, CASE WHEN t = 's' THEN 0 ELSE l.value END INTO entries, longest_value
+          FROM pgvs3.resp_small_limits(b, t) AS l;
     END IF;
     -- Keys left without a row (emptied and not made again) have nothing more to judge.
     SELECT array_agg(e.k) FILTER (WHERE e.u AND e.x AND NOT e.gone),
@@ -3317,39 +3320,45 @@ END $$;
 --
 
 CREATE FUNCTION pgvs3.resp_set_apply(b bigint, k text, existed boolean, emptied boolean, bump boolean, peak bigint, longest bigint, gone bytea[], added bytea[]) RETURNS boolean
+    LANGUAGE sql
+    AS $$
+    SELECT pgvs3.resp_set_apply(b, ARRAY[k], ARRAY[existed], ARRAY[emptied], ARRAY[bump], ARRAY[cardinality(added) > 0],
+        ARRAY[peak], ARRAY[longest], array_fill(k, ARRAY[cardinality(gone)]), gone,
+        array_fill(k, ARRAY[cardinality(added)]), added)
+$$;
+
+--
+-- Name: resp_set_apply(bigint, text[], boolean[], boolean[], boolean[], boolean[], bigint[], bigint[], text[], bytea[], text[], bytea[]); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_set_apply(b bigint, ks text[], existed boolean[], emptied boolean[], bump boolean[], adds boolean[], peak bigint[], longest bigint[], gone_keys text[], gone bytea[], added_keys text[], added bytea[]) RETURNS boolean
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
     n bigint;
 BEGIN
-    IF NOT pgvs3.resp_apply_begin(b, k, 's', existed, emptied, cardinality(added) > 0) THEN
+    IF NOT pgvs3.resp_keys_begin(b, ks, 's', existed, emptied, adds) THEN
         RETURN false;
     END IF;
     IF cardinality(gone) > 0 THEN
         DELETE FROM pgvs3.resp_set WHERE ctid = ANY (ARRAY(
-            SELECT (SELECT s.ctid FROM pgvs3.resp_set s WHERE s.bucket_id = b AND s.key = k AND s.member = g.m)
-              FROM unnest(gone) AS g(m)));
+            SELECT (SELECT s.ctid FROM pgvs3.resp_set s WHERE s.bucket_id = b AND s.key = g.k AND s.member = g.m)
+              FROM unnest(gone_keys, gone) AS g(k, m)));
         GET DIAGNOSTICS n = ROW_COUNT;
         IF n <> cardinality(gone) THEN
             RETURN false;
         END IF;
     END IF;
     IF cardinality(added) > 0 THEN
-        INSERT INTO pgvs3.resp_set (bucket_id, key, member) SELECT b, k, a.m FROM unnest(added) AS a(m)
+        INSERT INTO pgvs3.resp_set (bucket_id, key, member) SELECT b, a.k, a.m FROM unnest(added_keys, added) AS a(k, m)
         ON CONFLICT DO NOTHING;
         GET DIAGNOSTICS n = ROW_COUNT;
         IF n <> cardinality(added) THEN
             RETURN false;
         END IF;
     END IF;
-    -- A set's small limits have no value length: resp_apply_end judges `peak` alone.
-    PERFORM pgvs3.resp_apply_end(b, k, 's', existed, emptied, bump, cardinality(added) > 0, peak, NULL);
-    IF longest > 0 THEN
-        -- No row when the run emptied the set and left it so; NULL (a key of before layout
-        -- v51) is judged when read.
-        UPDATE pgvs3.resp_keys SET large = true WHERE bucket_id = b AND key = k AND NOT large;
-    END IF;
+    PERFORM pgvs3.resp_keys_end(b, ks, 's', existed, emptied, bump, adds, peak, longest);
     RETURN true;
 END $$;
 

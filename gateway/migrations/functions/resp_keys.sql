@@ -277,7 +277,10 @@ BEGIN
                                  WHERE e.gone AND NOT e.a AND NOT e.x));
     END IF;
     IF EXISTS (SELECT 1 FROM unnest(peak) AS p WHERE p > 0) THEN
-        SELECT l.entries, l.value INTO entries, longest_value FROM pgvs3.resp_small_limits(b, t) AS l;
+        -- A set's `longest` is 1 when a member is no integer, which its intset cannot hold:
+        -- past a value limit of 0.
+        SELECT l.entries, CASE WHEN t = 's' THEN 0 ELSE l.value END INTO entries, longest_value
+          FROM pgvs3.resp_small_limits(b, t) AS l;
     END IF;
     -- Keys left without a row (emptied and not made again) have nothing more to judge.
     SELECT array_agg(e.k) FILTER (WHERE e.u AND e.x AND NOT e.gone),

@@ -2,57 +2,62 @@
 -- is the set (for SMOVE the source, keys[2] the destination; for the *STORE commands keys[1]
 -- is the destination and the sources follow); args are members. ints carry counts and limits;
 -- SMISMEMBER answers in `scores` (1 or 0 per member).
--- A script run's writes to set `k`, set-based (layout v84): what its speculated SADD and SREM
--- calls changed, as the gateway's working set holds it (resp/working_set/changes.rs, set.rs),
--- written in one call instead of one resp_set call each (issue 39), as resp_hash_apply writes
--- a hash's (functions/resp_hash.sql). A member is written only where the run found it so: each
--- removed must be there, each added must not, and the answer is whether all were (and the key
--- was as the run found it), which the caller raises on (`pgvs3.resp_expect`); a set changed
--- underneath aborts the run as a mispredicted call does. The key's part (existed, emptied,
--- bump, peak) is pgvs3.resp_apply_begin's and pgvs3.resp_apply_end's (functions/resp_keys.sql);
--- the members':
---   gone: members removed (one removed and added again comes in both).
---   added: members added.
+-- A batch's script runs' writes to sets, set-based (layout v84; every set of the batch in one
+-- call since v85): what their speculated SADD and SREM calls changed, as the gateway's working
+-- set holds it (resp/working_set/changes.rs, set.rs), written in one call instead of one
+-- resp_set call each (issue 39), as resp_hash_apply writes hashes' (functions/resp_hash.sql,
+-- which says what the arrays are). A member is written only where the run found it so: each
+-- removed must be there, each added must not, and the answer is whether all were (and every
+-- key was as the run found it), which the caller raises on (`pgvs3.resp_expect`); a set changed
+-- underneath aborts the batch as a mispredicted call does. The members', each with its key:
+--   gone_keys, gone: members removed (one removed and added again comes in both).
+--   added_keys, added: members added.
 -- The intset is judged as resp_grown judges each SADD that added (t_set.c setTypeAdd): `peak`
 -- is the most members after one, and `longest` 1 when one named a member that is no integer
--- (an intset's only other limit), 0 otherwise. A large set stays large, as in Redis.
+-- (an intset's only other limit, resp_keys_end's value limit of 0 for sets), 0 otherwise. A
+-- large set stays large, as in Redis.
 -- Its statements have the shapes that plan the same before and after ANALYZE (0032_resp_plans.sql):
 -- a probe of the whole primary key per member, and an insert, which the unique index decides.
-CREATE OR REPLACE FUNCTION pgvs3.resp_set_apply(b bigint, k text, existed boolean, emptied boolean, bump boolean,
-    peak bigint, longest bigint, gone bytea[], added bytea[])
+CREATE OR REPLACE FUNCTION pgvs3.resp_set_apply(b bigint, ks text[], existed boolean[], emptied boolean[],
+    bump boolean[], adds boolean[], peak bigint[], longest bigint[], gone_keys text[], gone bytea[],
+    added_keys text[], added bytea[])
 RETURNS boolean LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     n bigint;
 BEGIN
-    IF NOT pgvs3.resp_apply_begin(b, k, 's', existed, emptied, cardinality(added) > 0) THEN
+    IF NOT pgvs3.resp_keys_begin(b, ks, 's', existed, emptied, adds) THEN
         RETURN false;
     END IF;
     IF cardinality(gone) > 0 THEN
         DELETE FROM pgvs3.resp_set WHERE ctid = ANY (ARRAY(
-            SELECT (SELECT s.ctid FROM pgvs3.resp_set s WHERE s.bucket_id = b AND s.key = k AND s.member = g.m)
-              FROM unnest(gone) AS g(m)));
+            SELECT (SELECT s.ctid FROM pgvs3.resp_set s WHERE s.bucket_id = b AND s.key = g.k AND s.member = g.m)
+              FROM unnest(gone_keys, gone) AS g(k, m)));
         GET DIAGNOSTICS n = ROW_COUNT;
         IF n <> cardinality(gone) THEN
             RETURN false;
         END IF;
     END IF;
     IF cardinality(added) > 0 THEN
-        INSERT INTO pgvs3.resp_set (bucket_id, key, member) SELECT b, k, a.m FROM unnest(added) AS a(m)
+        INSERT INTO pgvs3.resp_set (bucket_id, key, member) SELECT b, a.k, a.m FROM unnest(added_keys, added) AS a(k, m)
         ON CONFLICT DO NOTHING;
         GET DIAGNOSTICS n = ROW_COUNT;
         IF n <> cardinality(added) THEN
             RETURN false;
         END IF;
     END IF;
-    -- A set's small limits have no value length: resp_apply_end judges `peak` alone.
-    PERFORM pgvs3.resp_apply_end(b, k, 's', existed, emptied, bump, cardinality(added) > 0, peak, NULL);
-    IF longest > 0 THEN
-        -- No row when the run emptied the set and left it so; NULL (a key of before layout
-        -- v51) is judged when read.
-        UPDATE pgvs3.resp_keys SET large = true WHERE bucket_id = b AND key = k AND NOT large;
-    END IF;
+    PERFORM pgvs3.resp_keys_end(b, ks, 's', existed, emptied, bump, adds, peak, longest);
     RETURN true;
 END $$;
+
+-- One set's writes, as gateways of layout v84 send them (kept callable through a rolling
+-- upgrade; the next layout drops it).
+CREATE OR REPLACE FUNCTION pgvs3.resp_set_apply(b bigint, k text, existed boolean, emptied boolean, bump boolean,
+    peak bigint, longest bigint, gone bytea[], added bytea[])
+RETURNS boolean LANGUAGE sql AS $$
+    SELECT pgvs3.resp_set_apply(b, ARRAY[k], ARRAY[existed], ARRAY[emptied], ARRAY[bump], ARRAY[cardinality(added) > 0],
+        ARRAY[peak], ARRAY[longest], array_fill(k, ARRAY[cardinality(gone)]), gone,
+        array_fill(k, ARRAY[cardinality(added)]), added)
+$$;
 
 CREATE OR REPLACE FUNCTION pgvs3.resp_set(op text, b bigint, ks text[], strings text[], args bytea[], ints bigint[], floats float8[],
     OUT err text, OUT n bigint, OUT items bytea[], OUT scores float8[])

@@ -141,6 +141,7 @@ const NEW_SINCE_V10: &[&str] = &[
     "pgvs3.resp_publish(bytea,bytea,integer)",
     "pgvs3.resp_set(text,bigint,text[],text[],bytea[],bigint[],double precision[])",
     "pgvs3.resp_set_apply(bigint,text,boolean,boolean,boolean,bigint,bigint,bytea[],bytea[])",
+    "pgvs3.resp_set_apply(bigint,text[],boolean[],boolean[],boolean[],boolean[],bigint[],bigint[],text[],bytea[],text[],bytea[])",
     "pgvs3.resp_settle(bigint,text)",
     "pgvs3.resp_small_limits(bigint,\"char\")",
     "pgvs3.resp_stream(text,bigint,text[],text[],bytea[],bigint[],double precision[])",
@@ -1080,5 +1081,97 @@ async fn ojs_workflows_made_before_tenants_go_to_the_tenant_of_their_jobs() {
             ("reaped", "default"),
         ]
         .map(|(id, tenant)| (id.to_string(), tenant.to_string()))
+    );
+}
+
+/// Gateways of layout v84 write a script run's hashes, sorted sets and sets one key a call;
+/// through a rolling upgrade those calls still apply (layout v85 writes every key of a round
+/// trip in one call, and the one-key forms go through it).
+#[tokio::test]
+async fn the_one_key_element_writes_of_layout_v84_gateways_still_apply() {
+    let url = common::fresh_database().await;
+    run_migrate(&url).await;
+    let sql = connect(&url).await;
+    let bucket = pgvs3_catalog::ensure_bucket(&sql, "v84", None, pgvs3_catalog::ORDINARY_NAMESPACE)
+        .await
+        .unwrap()
+        .id;
+    let applied = |statement: &'static str| {
+        let sql = &sql;
+        async move {
+            let row = sql.query_one(statement, &[&bucket]).await.unwrap();
+            row.get::<_, bool>("applied")
+        }
+    };
+    let version = || async {
+        sql.query_one(
+            "SELECT version FROM pgvs3.resp_keys WHERE bucket_id = $1 AND key = 'h'",
+            &[&bucket],
+        )
+        .await
+        .unwrap()
+        .get::<_, i64>("version")
+    };
+    // A hash made with a field, then the field changed from the value found.
+    assert!(
+        applied(
+            "SELECT pgvs3.resp_hash_apply($1, 'h', false, false, false, 1, 1, '{}', '{}', '{}', '{}', '{}',
+                                          '{f}', '{v}') AS applied"
+        )
+        .await
+    );
+    let made = version().await;
+    assert!(
+        applied(
+            "SELECT pgvs3.resp_hash_apply($1, 'h', true, false, true, 1, 1, '{}', '{}', '{f}', '{v}', '{w}',
+                                          '{}', '{}') AS applied"
+        )
+        .await
+    );
+    let value: Vec<u8> = sql
+        .query_one(
+            "SELECT value FROM pgvs3.resp_hash WHERE bucket_id = $1 AND key = 'h' AND field = 'f'",
+            &[&bucket],
+        )
+        .await
+        .unwrap()
+        .get("value");
+    assert_eq!(value, b"w");
+    assert!(version().await > made, "a changed hash's version moves");
+    // A field not as found: nothing written, the call says so.
+    assert!(
+        !applied(
+            "SELECT pgvs3.resp_hash_apply($1, 'h', true, false, true, 1, 1, '{}', '{}', '{f}', '{v}', '{x}',
+                                          '{}', '{}') AS applied"
+        )
+        .await
+    );
+    // A sorted set and a set made; a member that is no integer makes the set large.
+    assert!(
+        applied(
+            "SELECT pgvs3.resp_zset_apply($1, 'z', false, false, false, 1, 1, '{}', '{}', '{}', '{}', '{}',
+                                          '{m}', '{1.5}') AS applied"
+        )
+        .await
+    );
+    assert!(applied("SELECT pgvs3.resp_set_apply($1, 's', false, false, false, 1, 1, '{}', '{x}') AS applied").await);
+    let rows = sql
+        .query(
+            "SELECT key, type::text AS type, large FROM pgvs3.resp_keys WHERE bucket_id = $1 ORDER BY key",
+            &[&bucket],
+        )
+        .await
+        .unwrap();
+    let keys: Vec<(String, String, Option<bool>)> = rows
+        .iter()
+        .map(|row| (row.get("key"), row.get("type"), row.get("large")))
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            ("h".to_owned(), "h".to_owned(), Some(false)),
+            ("s".to_owned(), "s".to_owned(), Some(true)),
+            ("z".to_owned(), "z".to_owned(), Some(false)),
+        ]
     );
 }

@@ -478,9 +478,10 @@ pub enum Borrowed {
     String(super::kv::StringValue),
 }
 
-/// What a script run's speculated writes changed of one key's elements, written in one call
-/// (`pgvs3.resp_hash_apply`, functions/resp_hash.sql, which says what each part means, and
-/// `pgvs3.resp_zset_apply`) instead of the calls themselves. Each element comes with the value
+/// What a script run's speculated writes changed of one key's elements, written with the other
+/// keys' of its type in the round trip in one call (`pgvs3.resp_hash_apply`,
+/// functions/resp_hash.sql, which says what each part means, `pgvs3.resp_zset_apply` and
+/// `pgvs3.resp_set_apply`) instead of the calls themselves. Each element comes with the value
 /// the run found it at, and the call fails the batch with
 /// [`StoreError::Mispredicted`](crate::store::StoreError) unless the key and every row it
 /// writes were so.
@@ -608,9 +609,9 @@ pub(super) const HASH_APPLY: &str = "SELECT pgvs3.resp_expect(pgvs3.resp_hash_ap
     $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)) AS kept";
 pub(super) const ZSET_APPLY: &str = "SELECT pgvs3.resp_expect(pgvs3.resp_zset_apply($1, $2, $3, $4, $5, $6, $7,
     $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)) AS kept";
-/// The statement of a [`SetWrite`].
+/// The statement of a batch's [`SetWrite`]s, every key's in one call.
 pub(super) const SET_APPLY: &str = "SELECT pgvs3.resp_expect(pgvs3.resp_set_apply($1, $2, $3, $4, $5, $6, $7,
-    $8, $9)) AS kept";
+    $8, $9, $10, $11, $12)) AS kept";
 /// The statement of a [`StreamWrite`].
 pub(super) const STREAM_APPLY: &str = "SELECT pgvs3.resp_expect(pgvs3.resp_stream_apply($1, $2, $3, $4, $5, $6, $7,
     $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)) AS kept";

@@ -179,7 +179,7 @@ impl KvBatch {
             };
             // Ahead of the calls: these writes are on keys no call of the round trip owes a
             // write to (working_set/run.rs).
-            // Every hash's in one statement, every sorted set's in another.
+            // Every hash's in one statement, every sorted set's in another, every set's in a third.
             let hash_writes = async {
                 match &hash_apply {
                     Some(statement) => {
@@ -196,10 +196,12 @@ impl KvBatch {
                     None => Ok(()),
                 }
             };
-            let set_writes = futures::future::try_join_all(speculation.set_writes.iter().map(|write| {
-                let statement = set_apply.as_ref().expect("prepared for set writes");
-                send_set_write(client, statement, id, write)
-            }));
+            let set_writes = async {
+                match &set_apply {
+                    Some(statement) => send_set_writes(client, statement, id, &speculation.set_writes).await,
+                    None => Ok(()),
+                }
+            };
             let stream_writes = futures::future::try_join_all(speculation.stream_writes.iter().map(|write| {
                 let statement = stream_apply.as_ref().expect("prepared for stream writes");
                 send_stream_write(client, statement, id, write)
@@ -804,7 +806,9 @@ static TYPED_VERSIONS: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// Sends one key's set-based writes (see [`ElementWrites`]), each value as `param` gives it.
+/// Sends a round trip's set-based writes of hashes or sorted sets, every key's in one call (see
+/// [`ElementWrites`]): the bucket, the keys' part, then each element with its key, and its
+/// values (`param` makes one a parameter).
 async fn send_element_writes<'a, V, P: ToSql + Sync>(
     client: &deadpool_postgres::Object,
     statement: &tokio_postgres::Statement,
@@ -812,17 +816,7 @@ async fn send_element_writes<'a, V, P: ToSql + Sync>(
     writes: &'a [ElementWrites<V>],
     param: impl Fn(&'a V) -> P,
 ) -> Result<(), tokio_postgres::Error> {
-    if writes.is_empty() {
-        return Ok(());
-    }
-    let keys: Vec<&str> = writes.iter().map(|write| write.key.as_str()).collect();
-    let existed: Vec<bool> = writes.iter().map(|write| write.existed).collect();
-    let emptied: Vec<bool> = writes.iter().map(|write| write.emptied).collect();
-    let bump: Vec<bool> = writes.iter().map(|write| write.bump).collect();
-    let adds: Vec<bool> = writes.iter().map(|write| !write.added.is_empty()).collect();
-    let peak: Vec<i64> = writes.iter().map(|write| write.peak).collect();
-    let longest: Vec<i64> = writes.iter().map(|write| write.longest).collect();
-    // Each element with its key.
+    let key_parts = KeyParts::of(writes);
     let (mut gone_keys, mut gone, mut gone_values) = (Vec::new(), Vec::new(), Vec::new());
     let (mut changed_keys, mut changed, mut changed_from, mut changed_to) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -846,15 +840,7 @@ async fn send_element_writes<'a, V, P: ToSql + Sync>(
             added_values.push(param(value));
         }
     }
-    let params: [&(dyn ToSql + Sync); 18] = [
-        &bucket,
-        &keys,
-        &existed,
-        &emptied,
-        &bump,
-        &adds,
-        &peak,
-        &longest,
+    let elements: [&(dyn ToSql + Sync); 10] = [
         &gone_keys,
         &gone,
         &gone_values,
@@ -866,41 +852,79 @@ async fn send_element_writes<'a, V, P: ToSql + Sync>(
         &added,
         &added_values,
     ];
-    client.query_one(statement, &params).await.map(drop)
+    key_parts.send(client, statement, bucket, &elements).await
 }
 
-/// Sends a key's set-based writes: the bucket, the key's part of `write` (see
-/// [`ElementWrites`]), then `elements`, the elements' part.
-async fn send_key_writes<V>(
+/// Sends a round trip's set-based writes of sets, every key's in one call (see [`SetWrite`]):
+/// the members removed and added, each with its key.
+async fn send_set_writes(
     client: &deadpool_postgres::Object,
     statement: &tokio_postgres::Statement,
     bucket: i64,
-    write: &ElementWrites<V>,
-    elements: &[&(dyn ToSql + Sync)],
+    writes: &[SetWrite],
 ) -> Result<(), tokio_postgres::Error> {
-    let key: [&(dyn ToSql + Sync); 7] = [
-        &bucket,
-        &write.key,
-        &write.existed,
-        &write.emptied,
-        &write.bump,
-        &write.peak,
-        &write.longest,
-    ];
-    let params: Vec<&(dyn ToSql + Sync)> = key.iter().chain(elements).copied().collect();
-    client.query_one(statement, &params).await.map(drop)
+    let (mut gone_keys, mut gone, mut added_keys, mut added) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for write in writes {
+        for (member, ()) in &write.gone {
+            gone_keys.push(write.key.as_str());
+            gone.push(&member[..]);
+        }
+        for (member, ()) in &write.added {
+            added_keys.push(write.key.as_str());
+            added.push(&member[..]);
+        }
+    }
+    KeyParts::of(writes)
+        .send(client, statement, bucket, &[&gone_keys, &gone, &added_keys, &added])
+        .await
 }
 
-/// Sends one set's set-based write (see [`SetWrite`]): its members removed and added.
-async fn send_set_write(
-    client: &deadpool_postgres::Object,
-    statement: &tokio_postgres::Statement,
-    bucket: i64,
-    write: &SetWrite,
-) -> Result<(), tokio_postgres::Error> {
-    let gone: Vec<&[u8]> = write.gone.iter().map(|(member, ())| &member[..]).collect();
-    let added: Vec<&[u8]> = write.added.iter().map(|(member, ())| &member[..]).collect();
-    send_key_writes(client, statement, bucket, write, &[&gone, &added]).await
+/// The keys' part of a round trip's set-based writes of one family, as arrays by key (see
+/// [`ElementWrites`]; `adds`: whether the write adds elements to the key).
+struct KeyParts<'a> {
+    keys: Vec<&'a str>,
+    existed: Vec<bool>,
+    emptied: Vec<bool>,
+    bump: Vec<bool>,
+    adds: Vec<bool>,
+    peak: Vec<i64>,
+    longest: Vec<i64>,
+}
+
+impl<'a> KeyParts<'a> {
+    fn of<V>(writes: &'a [ElementWrites<V>]) -> KeyParts<'a> {
+        KeyParts {
+            keys: writes.iter().map(|write| write.key.as_str()).collect(),
+            existed: writes.iter().map(|write| write.existed).collect(),
+            emptied: writes.iter().map(|write| write.emptied).collect(),
+            bump: writes.iter().map(|write| write.bump).collect(),
+            adds: writes.iter().map(|write| !write.added.is_empty()).collect(),
+            peak: writes.iter().map(|write| write.peak).collect(),
+            longest: writes.iter().map(|write| write.longest).collect(),
+        }
+    }
+
+    /// Sends `statement` with the bucket, the keys' part, then `elements`, the elements' part.
+    async fn send(
+        &self,
+        client: &deadpool_postgres::Object,
+        statement: &tokio_postgres::Statement,
+        bucket: i64,
+        elements: &[&(dyn ToSql + Sync)],
+    ) -> Result<(), tokio_postgres::Error> {
+        let keys: [&(dyn ToSql + Sync); 8] = [
+            &bucket,
+            &self.keys,
+            &self.existed,
+            &self.emptied,
+            &self.bump,
+            &self.adds,
+            &self.peak,
+            &self.longest,
+        ];
+        let params: Vec<&(dyn ToSql + Sync)> = keys.iter().chain(elements).copied().collect();
+        client.query_one(statement, &params).await.map(drop)
+    }
 }
 
 /// Sends one stream's set-based write (see [`StreamWrite`]).
