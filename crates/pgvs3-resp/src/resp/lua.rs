@@ -803,30 +803,45 @@ fn native_calls(lua: &Lua, state: &Rc<RunState>) -> mlua::Result<(mlua::Function
 
 /// Runs `convert` (Lua values made from a call's reply, or KEYS and ARGV) with the interpreter's
 /// memory limit lifted when they surely fit under it: what they take at most (`footprint`, see
-/// [`FOOTPRINT_EACH`]) with what the interpreter holds is within the limit. Under a limit mlua
-/// makes every string it creates and every table field it sets in a protected call, and Lua 5.1
-/// allocates a closure for each (with the garbage they leave, a tenth of a BullMQ job's
-/// gateway time); values that could pass the limit are made under it, each allocation checked.
+/// [`FOOTPRINT_EACH`]) with what the interpreter holds, and room for that to grow by half (Lua
+/// doubles its string table, a pointer for each string, as strings are made), is within the
+/// limit. Under a limit mlua makes every string it creates and every table field it sets in a
+/// protected call, and Lua 5.1 allocates a closure for each (with the garbage they leave, a
+/// tenth of a BullMQ job's gateway time); values that could pass the limit are made under it,
+/// each allocation checked. No script code runs while the limit is lifted.
 fn within_limit_unprotected<R>(
     lua: &Lua,
     footprint: usize,
     convert: impl FnOnce() -> mlua::Result<R>,
 ) -> mlua::Result<R> {
+    let used = lua.used_memory();
     let limit = lua.set_memory_limit(0)?;
-    if limit != 0 && lua.used_memory().saturating_add(footprint) > limit {
+    // Back on the way out, however `convert` ends.
+    let _restore = RestoreLimit { lua, limit };
+    if limit != 0 && used.saturating_add(used / 2).saturating_add(footprint) > limit {
         lua.set_memory_limit(limit)?;
-        return convert();
     }
-    let converted = convert();
-    lua.set_memory_limit(limit)?;
-    converted
+    convert()
+}
+
+/// Sets the interpreter's memory limit back to `limit` when dropped.
+struct RestoreLimit<'a> {
+    lua: &'a Lua,
+    limit: usize,
+}
+
+impl Drop for RestoreLimit<'_> {
+    fn drop(&mut self) {
+        // Fails only without a memory state, which an interpreter made by `Lua::new` has.
+        let _ = self.lua.set_memory_limit(self.limit);
+    }
 }
 
 /// What Lua 5.1 takes at most for a string or table of a reply, besides twice its bytes: a
-/// string's header (24 bytes) and terminator, a table's header (56) and its slots (16 in its
-/// array part, 40 in its hash part, for up to two per element: a map's key and value), each
-/// rounded up by the allocator.
-const FOOTPRINT_EACH: usize = 192;
+/// string's header (24 bytes) and terminator, a table's header (64) and its slots (16 in its
+/// array part, 40 in its hash part, for up to two per element: a map's key and value), with a
+/// RESP3 tag's table and string beside, each rounded up by the allocator.
+const FOOTPRINT_EACH: usize = 256;
 
 /// The most memory the Lua value of `reply` takes (see [`FOOTPRINT_EACH`]).
 fn footprint(reply: &Reply) -> usize {
