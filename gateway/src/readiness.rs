@@ -7,10 +7,15 @@
 //! connection (200 keep-alive clients pipelining `GET /health` held all 32). Opened on first use
 //! and again once lost (an outage severs it with every other connection); one check at a time,
 //! so however many ask, they hold one connection.
+//!
+//! When the server refuses that connection while the pool still has open ones (a rotated
+//! password: see [`crate::pg::checkout`]), the question is asked on one of those: the gateway
+//! serves on them, so it is ready; with none open it is not.
 
 use std::sync::Arc;
 
 use crate::pg::Database;
+use crate::pg::checkout::{checkout, refuses_new_connection};
 use crate::pg::connections::Connections;
 use crate::pg::health::DatabaseHealth;
 use crate::pg::migrate::layout_version;
@@ -24,6 +29,7 @@ struct Inner {
     health: DatabaseHealth,
     config: tokio_postgres::Config,
     connections: Connections,
+    pool: deadpool_postgres::Pool,
     client: tokio::sync::Mutex<Option<tokio_postgres::Client>>,
 }
 
@@ -34,6 +40,7 @@ impl Readiness {
                 health,
                 config: database.config.clone(),
                 connections: database.connections.clone(),
+                pool: database.pool.clone(),
                 client: tokio::sync::Mutex::new(None),
             }),
         }
@@ -57,13 +64,25 @@ impl Readiness {
         let mut client = self.inner.client.lock().await;
         let open = match client.take() {
             Some(open) if !open.is_closed() => open,
-            _ => self.inner.connections.connect(&self.inner.config).await?,
+            _ => match self.inner.connections.connect(&self.inner.config).await {
+                Ok(open) => open,
+                Err(err) if refuses_new_connection(&err) => {
+                    let pooled = checkout(&self.inner.pool)
+                        .await
+                        .map_err(|_| anyhow::Error::new(err).context("no connection open, and a new one refused"))?;
+                    return layout_and_role(&pooled).await;
+                }
+                Err(err) => return Err(err.into()),
+            },
         };
-        let layout = layout_version(&open).await?;
-        let standby = crate::pg::in_recovery(&open).await?;
+        let answer = layout_and_role(&open).await?;
         *client = Some(open);
-        Ok((layout, standby))
+        Ok(answer)
     }
+}
+
+async fn layout_and_role(client: &tokio_postgres::Client) -> anyhow::Result<(i32, bool)> {
+    Ok((layout_version(client).await?, crate::pg::in_recovery(client).await?))
 }
 
 /// The OJS health routes ask the same question.

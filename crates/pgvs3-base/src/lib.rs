@@ -6,6 +6,7 @@
 
 pub mod admission;
 pub mod args;
+pub mod checkout;
 pub mod feature;
 pub mod http_server;
 pub mod metrics;

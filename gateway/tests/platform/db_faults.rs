@@ -727,3 +727,132 @@ async fn a_frozen_database_fails_each_request_within_the_documented_bound_at_the
     assert_objects(&gateway, "kept").await;
     gateway.stop().await;
 }
+
+/// A database password rotated under a running gateway (`ALTER ROLE` before the gateway is
+/// replaced by one with the new password): PostgreSQL refuses every connection the gateway
+/// opens from then on, while those it has open stay authenticated. It serves on them and stays
+/// ready, even once the health probe and /readyz lost their own connections (as a probe that
+/// times out under load does); with no connection left, requests get 503, not 500, and /readyz
+/// says why; given the password it has, it serves again by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_password_is_ridden_out_on_the_connections_open() {
+    let (port, superuser_password, database) = shared_cluster_tcp().await;
+    let admin = sql(&tcp_url(port, &superuser_password, &database)).await;
+    let role = format!("{database}_gateway");
+    admin
+        .batch_execute(&format!("CREATE ROLE {role} LOGIN SUPERUSER PASSWORD 'before'"))
+        .await
+        .unwrap();
+    let url = format!("host=127.0.0.1 port={port} user={role} password=before dbname={database}");
+    let gateway = TestGateway::with_args(
+        url,
+        &[
+            "--catalog-poll",
+            "1h",
+            "--pg-probe-interval",
+            "100ms",
+            "--pool-size",
+            "8",
+        ],
+    )
+    .await;
+    gateway.client.create_bucket().bucket("rotated").send().await.unwrap();
+    // A few connections open in the pool, and /readyz's own.
+    let s3 = &gateway.client;
+    futures::future::join_all(
+        (0..4).map(|i| async move { put_object(s3, "rotated", &format!("before{i}"), noise(100, i)).await }),
+    )
+    .await;
+    wait_ready(&gateway, Duration::from_secs(10), "ready before the rotation").await;
+
+    admin
+        .batch_execute(&format!("ALTER ROLE {role} PASSWORD 'after'"))
+        .await
+        .unwrap();
+    // The probe's connection (its last statement `SELECT 1`) and /readyz's (`pg_is_in_recovery`)
+    // lost: each has to open a new one, which is refused.
+    let refusals_before = metric(&gateway, "pgvs3_database_refusals_total").await;
+    admin
+        .execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1 \
+             AND query IN ('SELECT 1', 'SELECT pg_is_in_recovery() AS standby')",
+            &[&role],
+        )
+        .await
+        .unwrap();
+    eventually(
+        Duration::from_secs(10),
+        "the probe refused a new connection",
+        || async { (metric(&gateway, "pgvs3_database_refusals_total").await > refusals_before).then_some(()) },
+    )
+    .await;
+    assert_eq!(
+        metric(&gateway, "pgvs3_database_up").await,
+        1.0,
+        "a refusal is no outage"
+    );
+    let (status, body) = ready_status(&gateway).await;
+    assert_eq!(status, 200, "ready on the connections open: {body}");
+    // More requests at once than the pool has connections open: each waits for one of them.
+    let client = single_try(&gateway);
+    let puts = futures::future::join_all(
+        (0..16).map(|i| put_request(&client, "rotated", &format!("after{i}"), noise(200, i)).send()),
+    )
+    .await;
+    for (i, put) in puts.into_iter().enumerate() {
+        put.unwrap_or_else(|err| panic!("PUT after{i} once the password was rotated: {err:?}"));
+    }
+    for i in 0..16 {
+        let object = client
+            .get_object()
+            .bucket("rotated")
+            .key(format!("after{i}"))
+            .send()
+            .await
+            .unwrap_or_else(|err| panic!("after{i}: {err:?}"));
+        assert_eq!(
+            object.body.collect().await.unwrap().into_bytes().as_ref(),
+            noise(200, i).as_slice()
+        );
+    }
+
+    // Every connection gone: nothing to serve on. 503, which clients retry, and /readyz tells.
+    admin
+        .execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1",
+            &[&role],
+        )
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(10), "a PUT refused with 503", || async {
+        let err = client
+            .put_object()
+            .bucket("rotated")
+            .key("refused")
+            .body(ByteStream::from_static(b"x"))
+            .send()
+            .await
+            .err()?;
+        let status = err.raw_response().map(|r| r.status().as_u16());
+        assert_ne!(status, Some(500), "a refused connection is no internal error: {err:?}");
+        (status == Some(503)).then_some(())
+    })
+    .await;
+    eventually(
+        Duration::from_secs(10),
+        "/readyz says the password is refused",
+        || async {
+            let (status, body) = ready_status(&gateway).await;
+            (status == 503 && body.contains("password authentication failed")).then_some(())
+        },
+    )
+    .await;
+
+    admin
+        .batch_execute(&format!("ALTER ROLE {role} PASSWORD 'before'"))
+        .await
+        .unwrap();
+    wait_ready(&gateway, Duration::from_secs(10), "ready with the password it has").await;
+    put_object(&gateway.client, "rotated", "again", b"again".to_vec()).await;
+    gateway.stop().await;
+}

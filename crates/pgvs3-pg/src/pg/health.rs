@@ -2,6 +2,10 @@
 //! does (one warning on loss, every connection severed, one line on recovery), and the verdict
 //! for /readyz and /healthz.
 //!
+//! A server that refuses the probe a new connection (a rotated password, see
+//! [`super::checkout`]) answers: that is no outage, and the connections open, still
+//! authenticated, keep serving.
+//!
 //! Requests never wait for the probe: they use the pool as always, and the probe only changes
 //! what they find there (no connections to a dead server). The probe runs on a thread of its
 //! own, so that what it times is the database, not the gateway's busy runtime.
@@ -14,6 +18,7 @@ use deadpool_postgres::Pool;
 use prometheus::{IntCounter, IntGauge};
 use tokio_postgres::Client;
 
+use super::checkout::refuses_new_connection;
 use super::connections::Connections;
 use crate::metrics::Metrics;
 
@@ -24,6 +29,8 @@ pub struct DatabaseHealth {
 
 struct Inner {
     up: AtomicBool,
+    /// Whether the server refuses the probe new connections, as of the last probe.
+    refusing: AtomicBool,
     /// Since when, and why, the database is unreachable; `None` while it answers.
     outage: Mutex<Option<(Instant, String)>>,
     /// Set once the gateway cannot recover by itself (the embedded server could not be
@@ -36,6 +43,8 @@ struct Inner {
     up_gauge: IntGauge,
     /// `pgvs3_database_restarts_total`: restarts of the embedded server.
     restarts: IntCounter,
+    /// `pgvs3_database_refusals_total`: new connections the server refused the probe.
+    refusals: IntCounter,
 }
 
 impl DatabaseHealth {
@@ -50,12 +59,19 @@ impl DatabaseHealth {
             "Restarts of the embedded PostgreSQL after it exited on its own",
         )
         .expect("metric");
+        let refusals = IntCounter::new(
+            "pgvs3_database_refusals_total",
+            "New connections PostgreSQL refused the health probe while it answered (a rotated password, a role that may not log in, max_connections)",
+        )
+        .expect("metric");
         metrics.register(Box::new(up_gauge.clone()));
         metrics.register(Box::new(restarts.clone()));
+        metrics.register(Box::new(refusals.clone()));
         up_gauge.set(1);
         DatabaseHealth {
             inner: Arc::new(Inner {
                 up: AtomicBool::new(true),
+                refusing: AtomicBool::new(false),
                 outage: Mutex::new(None),
                 fatal: OnceLock::new(),
                 probe_timeout,
@@ -63,6 +79,7 @@ impl DatabaseHealth {
                 pool,
                 up_gauge,
                 restarts,
+                refusals,
             }),
         }
     }
@@ -114,7 +131,23 @@ impl DatabaseHealth {
         tracing::debug!(severed, "dropped every PostgreSQL connection");
     }
 
+    /// The server refused the probe a new connection. While it is up that is no outage: the
+    /// connections open stay authenticated and serve (requests wait for one of them rather
+    /// than fail), and a gateway that has none fails its requests with 503 by itself.
+    fn refused(&self, reason: String) {
+        self.inner.refusals.inc();
+        if !self.inner.up.load(Ordering::Relaxed) {
+            // Down already: the reason is the refusal now.
+            self.lost(reason);
+        } else if !self.inner.refusing.swap(true, Ordering::Relaxed) {
+            tracing::warn!(%reason, "PostgreSQL refuses this gateway new connections; serving on those open");
+        }
+    }
+
     fn answered(&self) {
+        if self.inner.refusing.swap(false, Ordering::Relaxed) {
+            tracing::info!("PostgreSQL accepts this gateway's new connections again");
+        }
         if self.inner.up.load(Ordering::Relaxed) {
             return;
         }
@@ -169,10 +202,11 @@ impl DatabaseHealth {
             let timeout = self.inner.probe_timeout;
             let probed = tokio::time::timeout(timeout, probe(&self.inner.connections, config, &mut client))
                 .await
-                .unwrap_or_else(|_| Err(format!("no answer within {timeout:?}")));
+                .unwrap_or_else(|_| Err(Failure::Lost(format!("no answer within {timeout:?}"))));
             match probed {
                 Ok(()) => self.answered(),
-                Err(reason) => {
+                Err(Failure::Refused(reason)) => self.refused(reason),
+                Err(Failure::Lost(reason)) => {
                     client = None;
                     self.lost(reason);
                 }
@@ -181,18 +215,33 @@ impl DatabaseHealth {
     }
 }
 
+/// Why a probe got no answer.
+enum Failure {
+    /// The server answered by refusing a new connection.
+    Refused(String),
+    Lost(String),
+}
+
 /// One round trip on the probe's own connection, so a busy pool cannot make a healthy database
 /// look dead.
 async fn probe(
     connections: &Connections,
     config: &tokio_postgres::Config,
     client: &mut Option<Client>,
-) -> Result<(), String> {
+) -> Result<(), Failure> {
     let open = match client.take() {
         Some(open) if !open.is_closed() => open,
-        _ => connections.connect(config).await.map_err(explain)?,
+        _ => connections.connect(config).await.map_err(|err| {
+            if refuses_new_connection(&err) {
+                Failure::Refused(explain(err))
+            } else {
+                Failure::Lost(explain(err))
+            }
+        })?,
     };
-    open.simple_query("SELECT 1").await.map_err(explain)?;
+    open.simple_query("SELECT 1")
+        .await
+        .map_err(|err| Failure::Lost(explain(err)))?;
     *client = Some(open);
     Ok(())
 }
@@ -206,8 +255,10 @@ fn explain(err: tokio_postgres::Error) -> String {
 mod tests {
     use super::*;
     use crate::metrics::Metrics;
+    use crate::pg::checkout::{checkout, refuses_new_connection};
     use crate::pg::embedded::EmbeddedPostgres;
     use crate::pg::embedded::tests::ScratchDir;
+    use deadpool_postgres::PoolError;
 
     /// Request handlers that compute for seconds without yielding (a debug build parsing 4 MiB
     /// OJS bodies under load: 3.2 s) hold up every task of the gateway's runtime. The probe must
@@ -240,6 +291,73 @@ mod tests {
         busy.simple_query("SELECT 1")
             .await
             .expect("the connection still serves");
+        server.stop().await.expect("stop PostgreSQL");
+    }
+
+    async fn backend_pid(client: &tokio_postgres::Client) -> i32 {
+        client
+            .query_one("SELECT pg_backend_pid() AS pid", &[])
+            .await
+            .expect("backend pid")
+            .get("pid")
+    }
+
+    /// A role that may no longer log in (what a rotated password is to a gateway that still
+    /// has the old one): a request that needs a connection while the pool's only one is busy
+    /// gets that one once it is given back, not the refusal; with none open, the refusal.
+    #[tokio::test]
+    async fn a_refused_connection_waits_for_an_open_one() {
+        let dir = ScratchDir::new();
+        let mut server = EmbeddedPostgres::start(dir.options()).await.expect("start PostgreSQL");
+        let admin = crate::pg::connections::Connections::default()
+            .connect(&server.connect_config())
+            .await
+            .expect("connect as the superuser");
+        admin
+            .batch_execute("CREATE ROLE rotating LOGIN")
+            .await
+            .expect("create the role");
+        let mut config = server.connect_config();
+        config.user("rotating");
+        let pool = super::super::pool(config, 4).expect("pool");
+
+        let busy = checkout(&pool).await.expect("a first connection");
+        let busy_pid = backend_pid(&busy).await;
+        admin
+            .batch_execute("ALTER ROLE rotating NOLOGIN")
+            .await
+            .expect("refuse the role new connections");
+        match pool.get().await {
+            Err(PoolError::Backend(err)) => assert!(refuses_new_connection(&err), "{err:#}"),
+            Err(other) => panic!("a new connection failed otherwise: {other:#}"),
+            Ok(_) => panic!("the server opened a connection for a role that may not log in"),
+        }
+
+        let mut waiting = std::pin::pin!(checkout(&pool));
+        // Still waiting while the only connection is busy (it neither failed nor got one).
+        assert!(
+            tokio::time::timeout(Duration::from_millis(200), &mut waiting)
+                .await
+                .is_err(),
+            "the checkout returned while no connection could be had"
+        );
+        drop(busy);
+        let given = waiting.await.expect("the connection given back");
+        assert_eq!(
+            backend_pid(&given).await,
+            busy_pid,
+            "the open connection, not a new one"
+        );
+
+        // With no connection open, nothing will come back: the refusal at once.
+        drop(given);
+        pool.retain(|_, _| false);
+        match checkout(&pool).await {
+            Err(PoolError::Backend(err)) => assert!(refuses_new_connection(&err), "{err:#}"),
+            Err(other) => panic!("failed otherwise: {other:#}"),
+            Ok(_) => panic!("a connection for a role that may not log in"),
+        }
+        pool.close();
         server.stop().await.expect("stop PostgreSQL");
     }
 }

@@ -18,6 +18,7 @@ use crate::metrics::Metrics;
 use connections::Connections;
 use embedded::{EmbeddedOptions, EmbeddedPostgres};
 use health::DatabaseHealth;
+pub use pgvs3_base::checkout;
 use supervise::Supervisor;
 
 /// The database a command works on, and the embedded server behind it when pgvs3 started one.

@@ -32,6 +32,7 @@ use super::codec::Reply;
 use super::glob;
 use super::notify::{self, KeyspaceEvents};
 use super::tracking::Tracking;
+use crate::pg::checkout::checkout;
 
 const UNAVAILABLE: &str = "ERR pub/sub is unavailable: this gateway has no LISTEN connection to the database now";
 
@@ -368,7 +369,7 @@ impl PubSub {
             return Err(Reply::error(UNAVAILABLE));
         };
         let failed = |err: &dyn std::fmt::Display| Reply::error(format!("ERR CLIENT TRACKING: {err}"));
-        let client = self.store.pool().get().await.map_err(|err| failed(&err))?;
+        let client = checkout(self.store.pool()).await.map_err(|err| failed(&err))?;
         let mut buckets: Vec<&String> = self.databases.iter().map(|(_, bucket)| bucket).collect();
         buckets.sort_unstable();
         buckets.dedup();
@@ -449,7 +450,7 @@ impl PubSub {
             return Err(Reply::error(UNAVAILABLE));
         }
         let failed = |err: &dyn std::fmt::Display| Reply::error(format!("ERR publish failed: {err}"));
-        let client = self.store.pool().get().await.map_err(|err| failed(&err))?;
+        let client = checkout(self.store.pool()).await.map_err(|err| failed(&err))?;
         let statement = client.prepare_cached(Self::PUBLISH).await.map_err(|err| failed(&err))?;
         client
             .execute(&statement, &[&tagged, &message, &INLINE_LIMIT])

@@ -250,7 +250,9 @@ impl From<tokio_postgres::Error> for StoreError {
             tracing::debug!(error = %err, "the database refused a request value");
             return StoreError::InvalidArgument("the request contains a character that cannot be stored".into());
         }
-        if is_connection_loss(&err) {
+        // The server refusing this gateway a new connection (a rotated password, max_connections)
+        // is the service's state, not the request's fault: 503, which clients retry.
+        if is_connection_loss(&err) || crate::pg::checkout::refuses_new_connection(&err) {
             return StoreError::Unavailable(err.to_string());
         }
         StoreError::Database(err)

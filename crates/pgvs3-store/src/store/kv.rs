@@ -55,6 +55,7 @@ use super::chunks::ChunkStream;
 use super::objects::check_key;
 use super::types::KeyType;
 use super::{BucketInfo, Store, StoreError, StoreResult};
+use crate::pg::checkout::checkout;
 use crate::pg::connections::Connections;
 pub(super) use abandon::UnderWay;
 use abandon::abandon;
@@ -442,7 +443,7 @@ impl KvBatch {
             } => (*body_id, *size, *multipart),
         };
         if self.client.is_none() {
-            self.client = Some(self.pool.get().await?);
+            self.client = Some(checkout(&self.pool).await?);
         }
         let client = self.client.as_ref().expect("taken above");
         let (segments, rows) =
@@ -510,7 +511,7 @@ impl KvBatch {
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> StoreResult<tokio_postgres::Row> {
         if self.client.is_none() {
-            self.client = Some(self.pool.get().await?);
+            self.client = Some(checkout(&self.pool).await?);
         }
         let client = self.client.as_ref().expect("taken above");
         self.busy = true;

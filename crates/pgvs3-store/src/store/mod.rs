@@ -161,6 +161,8 @@ impl Store {
     }
 
     async fn client(&self) -> StoreResult<deadpool_postgres::Object> {
-        self.pool.get().await.map_err(StoreError::from)
+        crate::pg::checkout::checkout(&self.pool)
+            .await
+            .map_err(StoreError::from)
     }
 }

@@ -29,6 +29,7 @@ use tokio_postgres::types::Json;
 
 use super::objects::{NamespaceSql, ObjectMeta, Written};
 use super::{StoreError, StoreResult};
+use crate::pg::checkout::checkout;
 
 /// Lanes per bucket (a key's lane is its hash's): the batches in flight, and so the commits
 /// PostgreSQL may flush together, per bucket.
@@ -165,7 +166,7 @@ async fn run_lane(pool: Pool, mut receiver: mpsc::Receiver<Queued>, writes: IntC
 /// The batch as one transaction; each job run alone instead if a statement failed in it.
 /// Also says how the batch was committed (the label of `pgvs3_put_lane_writes_total`).
 async fn together(pool: &Pool, batch: &[Queued]) -> (Vec<StoreResult<Option<Written>>>, &'static str) {
-    let client = match pool.get().await {
+    let client = match checkout(pool).await {
         Ok(client) => client,
         Err(err) => {
             let err = StoreError::from(err);
@@ -241,7 +242,7 @@ async fn together(pool: &Pool, batch: &[Queued]) -> (Vec<StoreResult<Option<Writ
 
 /// One job as a lone PUT runs it: its own statement, committed by itself.
 async fn alone(pool: &Pool, job: &PutJob) -> StoreResult<Option<Written>> {
-    let client = pool.get().await?;
+    let client = checkout(pool).await?;
     let statement = client.prepare_cached(&job.sql.put).await?;
     let inline: Option<&[u8]> = Some(&job.inline);
     let row = client

@@ -87,7 +87,9 @@ impl Queue {
     }
 
     pub(crate) async fn client(&self) -> Result<deadpool_postgres::Client, EngineError> {
-        self.pool.get().await.map_err(EngineError::backend)
+        pgvs3_base::checkout::checkout(&self.pool)
+            .await
+            .map_err(EngineError::backend)
     }
 
     /// Empties every OJS table (conformance runs only; the HTTP route exists behind a flag).

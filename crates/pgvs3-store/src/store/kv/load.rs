@@ -14,6 +14,7 @@ use tokio_postgres::types::ToSql;
 
 use super::write::BeginLocked;
 use super::{Change, KvBatch, KvEntry, KvValue, Locking, Slot, StringForm, StringValue};
+use crate::pg::checkout::checkout;
 use crate::store::objects::check_key;
 use crate::store::types::KeyType;
 use crate::store::{BucketInfo, Store, StoreResult};
@@ -245,7 +246,7 @@ impl KvBatch {
     /// ([`Store::kv_write_all`]).
     pub async fn try_lock_and_reload(&mut self, lock: &[String], keys: &[String]) -> StoreResult<bool> {
         if self.client.is_none() {
-            self.client = Some(self.pool.get().await?);
+            self.client = Some(checkout(&self.pool).await?);
         }
         let client = self.client.as_ref().expect("taken above");
         let sql = &self.bucket.sql.kv;

@@ -4,6 +4,7 @@
 //! one point in time. What the batch changed so far is written first.
 
 use super::{KeyType, KvBatch, Slot, StoreError, StoreResult};
+use crate::pg::checkout::checkout;
 
 impl KvBatch {
     /// As [`Keyspace::scan`](crate::bucket::Keyspace::scan), in the batch.
@@ -86,7 +87,7 @@ impl KvBatch {
     /// standby's, outside any transaction).
     async fn statement_client(&mut self) -> StoreResult<&deadpool_postgres::Object> {
         if self.client.is_none() {
-            self.client = Some(self.pool.get().await?);
+            self.client = Some(checkout(&self.pool).await?);
         }
         Ok(self.client.as_ref().expect("taken above"))
     }

@@ -12,6 +12,7 @@ use tokio_postgres::types::{ToSql, Type};
 
 use super::sql::ENCODINGS;
 use super::{Change, FINE_LOCK_LIMIT, KvBatch, KvSql, KvValue, StringForm};
+use crate::pg::checkout::checkout;
 use crate::store::chunks::Chunker;
 use crate::store::key_probes::rows_of_keys;
 use crate::store::objects::INLINE_LIMIT;
@@ -48,7 +49,7 @@ impl KvBatch {
         with_changes: bool,
     ) -> StoreResult<Speculated> {
         if self.client.is_none() {
-            self.client = Some(self.pool.get().await?);
+            self.client = Some(checkout(&self.pool).await?);
         }
         // The calls may create the bucket's first typed key: string statements stop assuming
         // there is none (the batch's own later writes included).
