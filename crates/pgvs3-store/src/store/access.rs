@@ -8,6 +8,7 @@ use super::{BucketInfo, Store, StoreError, StoreResult};
 use crate::access::PublicAccessBlock;
 use crate::access::acl::{Acl, Ownership};
 use crate::access::cors::CorsRules;
+use crate::pg::checkout::checkout;
 
 impl Store {
     /// Replaces the bucket's CORS rules; `None` deletes them.
@@ -122,7 +123,7 @@ impl super::Catalog {
     /// operator out). False when there is no such key. The change moves the catalog version:
     /// this gateway reloads now, the others on the NOTIFY.
     pub async fn set_access_key_disabled(&self, access_key: &str, disabled: bool) -> anyhow::Result<bool> {
-        let client = self.pool().get().await?;
+        let client = checkout(self.pool()).await?;
         let found = client
             .query_opt(
                 "WITH changed AS (
@@ -140,7 +141,7 @@ impl super::Catalog {
 
     /// The disabled keys' ids (the key lookup does not see them; the key lists name them).
     pub async fn disabled_access_keys(&self) -> StoreResult<std::collections::HashSet<String>> {
-        let client = self.pool().get().await?;
+        let client = checkout(self.pool()).await?;
         let rows = client
             .query("SELECT access_key FROM pgvs3.access_keys WHERE disabled", &[])
             .await?;
@@ -149,7 +150,7 @@ impl super::Catalog {
 
     /// Whether a key of this id exists, disabled or not: creating one must not replace it.
     pub async fn access_key_exists(&self, access_key: &str) -> StoreResult<bool> {
-        let client = self.pool().get().await?;
+        let client = checkout(self.pool()).await?;
         let row = client
             .query_opt("SELECT 1 FROM pgvs3.access_keys WHERE access_key = $1", &[&access_key])
             .await?;

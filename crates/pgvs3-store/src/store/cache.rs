@@ -19,6 +19,7 @@ use super::objects::{
 };
 use super::{BucketInfo, Store, StoreError, StoreResult};
 use crate::admission::{BufferBudget, Reservation};
+use crate::pg::checkout::checkout;
 
 /// The namespace that holds the entries of every cache bucket filled from its origin.
 const FILLED: &str = "s3c";
@@ -437,7 +438,7 @@ pub struct FillLock(KeyLock);
 impl FillLock {
     /// Waits for any other fill of the key to end. A hot standby cannot fill: `ReadOnly`.
     pub async fn acquire(pool: &Pool, bucket_id: i64, key: &str) -> StoreResult<FillLock> {
-        let client = pool.get().await?;
+        let client = checkout(pool).await?;
         let standby: bool = client
             .query_one("SELECT pg_is_in_recovery() AS in_recovery", &[])
             .await?

@@ -17,6 +17,7 @@ use super::origins::{ORIGIN_COLUMNS, Origin, origin_from_row};
 use super::{Principal, StoreError, StoreResult};
 use crate::access::acl::{Acl, Ownership};
 use crate::master_key::MasterKey;
+use crate::pg::checkout::checkout;
 use crate::pg::connections::{Dedicated, session_settings};
 
 /// Pause between attempts to (re)open the LISTEN connection, and between role checks on a
@@ -253,7 +254,7 @@ impl Catalog {
     /// no reload that began before it is still running.
     pub async fn refresh(&self) -> anyhow::Result<bool> {
         let _one_at_a_time = self.reloading.lock().await;
-        let client = self.pool.get().await?;
+        let client = checkout(&self.pool).await?;
         let version: i64 = client
             .query_one("SELECT version FROM pgvs3.catalog_version", &[])
             .await?
@@ -275,7 +276,7 @@ impl Catalog {
 
     /// Reads the catalog and installs it; callers hold `reloading`.
     async fn reload(&self) -> anyhow::Result<()> {
-        let mut client = self.pool.get().await?;
+        let mut client = checkout(&self.pool).await?;
         // One snapshot, so the version matches the rows read with it.
         let tx = client
             .build_transaction()
@@ -483,7 +484,7 @@ impl Catalog {
             }
             cached.version
         };
-        let client = self.pool.get().await?;
+        let client = checkout(&self.pool).await?;
         let row = client
             .query_opt(&format!("{} WHERE b.name = $1", bucket_select()), &[&name])
             .await?;
@@ -526,7 +527,7 @@ impl Catalog {
         {
             return Ok(Arc::clone(bucket));
         }
-        let client = self.pool.get().await?;
+        let client = checkout(&self.pool).await?;
         let row = client
             .query_opt(&format!("{} WHERE b.id = $1", bucket_select()), &[&id])
             .await?
@@ -678,7 +679,7 @@ impl Catalog {
                 .await?
                 .map(|(key, version)| (Arc::new(key), version)));
         }
-        let client = self.pool.get().await?;
+        let client = checkout(&self.pool).await?;
         // With the catalog version of the same snapshot: the key's row is in every snapshot of
         // that version or newer (key changes bump the version in their own transaction).
         let row = client
@@ -715,7 +716,7 @@ impl Catalog {
     }
 
     pub async fn list_buckets(&self, principal: &Principal) -> StoreResult<Vec<BucketSummary>> {
-        let client = self.pool.get().await?;
+        let client = checkout(&self.pool).await?;
         let rows = client
             .query(
                 "SELECT name, created_at FROM pgvs3.buckets WHERE $1 OR owner = $2 ORDER BY name",
@@ -744,7 +745,7 @@ impl Catalog {
         }
         // The root key's buckets have no owner row, so that root keys can be rotated.
         let owner = (!principal.is_root).then_some(principal.access_key.as_str());
-        let mut client = self.pool.get().await?;
+        let mut client = checkout(&self.pool).await?;
         let tx = client.transaction().await?;
         let created = pgvs3_catalog::ensure_bucket(&*tx, name, owner, pgvs3_catalog::ORDINARY_NAMESPACE)
             .await
@@ -792,7 +793,7 @@ impl Catalog {
         if principal.read_only || !principal.is_root && bucket.owner.as_deref() != Some(principal.access_key.as_str()) {
             return Err(StoreError::AccessDenied);
         }
-        let client = self.pool.get().await?;
+        let client = checkout(&self.pool).await?;
         let dropped = pgvs3_catalog::drop_bucket(&**client, name, false)
             .await
             .map_err(|err| match err.kind() {
@@ -805,7 +806,7 @@ impl Catalog {
 
     pub async fn put_access_key(&self, key: &NewAccessKey) -> StoreResult<()> {
         let sealed = self.master_key.seal(&key.secret);
-        let client = self.pool.get().await?;
+        let client = checkout(&self.pool).await?;
         let stored = pgvs3_catalog::AccessKey {
             id: &key.access_key,
             sealed_secret: &sealed,
@@ -824,7 +825,7 @@ impl Catalog {
     }
 
     pub async fn delete_access_key(&self, access_key: &str) -> StoreResult<bool> {
-        let client = self.pool.get().await?;
+        let client = checkout(&self.pool).await?;
         let deleted = pgvs3_catalog::delete_access_key(&**client, access_key)
             .await
             .map_err(|err| StoreError::from(err.into_source()))?;
@@ -838,7 +839,7 @@ impl Catalog {
         if let Some(text) = policy {
             crate::access::policy::BucketPolicy::parse_identity(text).map_err(|err| anyhow::anyhow!("{err}"))?;
         }
-        let client = self.pool.get().await?;
+        let client = checkout(&self.pool).await?;
         let found = pgvs3_catalog::set_key_policy(&**client, access_key, policy).await?;
         drop(client);
         self.reload_now().await?;
@@ -846,7 +847,7 @@ impl Catalog {
     }
 
     pub async fn list_access_keys(&self) -> StoreResult<Vec<AccessKey>> {
-        let client = self.pool.get().await?;
+        let client = checkout(&self.pool).await?;
         let rows = client
             .query(
                 &format!("SELECT {KEY_COLUMNS} FROM pgvs3.access_keys ORDER BY access_key"),
@@ -859,7 +860,7 @@ impl Catalog {
     }
 
     pub async fn root_key(&self) -> StoreResult<Option<String>> {
-        let client = self.pool.get().await?;
+        let client = checkout(&self.pool).await?;
         let row = client
             .query_opt("SELECT access_key FROM pgvs3.access_keys WHERE is_root", &[])
             .await?;
@@ -868,7 +869,7 @@ impl Catalog {
 
     /// Every namespace's SQL, for the maintenance reaper.
     pub(super) async fn namespaces(&self) -> StoreResult<Vec<Arc<super::objects::NamespaceSql>>> {
-        let client = self.pool.get().await?;
+        let client = checkout(&self.pool).await?;
         let names: Vec<String> = client
             .query("SELECT name FROM pgvs3.namespaces", &[])
             .await?

@@ -11,6 +11,7 @@ use tokio_postgres::Row;
 use super::catalog::Catalog;
 use super::{StoreError, StoreResult};
 use crate::master_key::MasterKey;
+use crate::pg::checkout::checkout;
 
 /// What a cache bucket does with writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,7 +133,7 @@ pub(super) fn origin_from_row(row: &Row, master_key: &MasterKey) -> anyhow::Resu
 impl Catalog {
     /// Creates or updates the cache bucket `bucket` in front of `origin`.
     pub async fn put_origin(&self, bucket: &str, origin: &Origin) -> StoreResult<()> {
-        let client = self.pool().get().await?;
+        let client = checkout(self.pool()).await?;
         let control = |err: pgvs3_catalog::Error| match err.kind() {
             pgvs3_catalog::ErrorKind::Refused => StoreError::InvalidArgument(err.message()),
             pgvs3_catalog::ErrorKind::InvalidSetting => {
@@ -167,7 +168,7 @@ impl Catalog {
     /// Drops a cache bucket with its cached entries. Refused while write-backs are pending,
     /// unless `force` (which loses them).
     pub async fn drop_origin(&self, bucket: &str, force: bool) -> StoreResult<bool> {
-        let client = self.pool().get().await?;
+        let client = checkout(self.pool()).await?;
         let dropped = pgvs3_catalog::drop_origin(&**client, bucket, force)
             .await
             .map_err(|err| match err.kind() {
@@ -182,7 +183,7 @@ impl Catalog {
     }
 
     pub async fn list_origins(&self) -> StoreResult<Vec<OriginEntry>> {
-        let client = self.pool().get().await?;
+        let client = checkout(self.pool()).await?;
         let rows = client
             .query(
                 &format!(

@@ -4,6 +4,7 @@
 //! control client (`pgvs3_catalog::set_bucket_quota`).
 
 use super::{Catalog, StoreError, StoreResult};
+use crate::pg::checkout::checkout;
 
 /// A bucket's limits (`None`: unlimited) and its usage as the trigger keeps it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,7 +23,7 @@ impl Catalog {
         max_bytes: Option<i64>,
         max_objects: Option<i64>,
     ) -> StoreResult<()> {
-        let client = self.pool().get().await?;
+        let client = checkout(self.pool()).await?;
         pgvs3_catalog::set_bucket_quota(&**client, bucket, max_bytes, max_objects)
             .await
             .map_err(|err| match err.kind() {
@@ -35,7 +36,7 @@ impl Catalog {
 
     /// The quota of `bucket`, or `None` when it has none.
     pub async fn bucket_quota(&self, bucket: &str) -> StoreResult<Option<BucketQuota>> {
-        let client = self.pool().get().await?;
+        let client = checkout(self.pool()).await?;
         let row = client
             .query_opt(
                 "SELECT q.max_bytes, q.max_objects, q.used_bytes, q.used_objects

@@ -4,6 +4,7 @@
 //! rules table's trigger), so the gateways of the fleet know to read the rules again.
 
 use super::{StoreError, StoreResult};
+use crate::pg::checkout::checkout;
 
 /// One user as the database has it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,7 +20,7 @@ pub struct RespAclUser {
 impl super::Catalog {
     /// Every user with rules or deletions, by name.
     pub async fn resp_acl_users(&self) -> StoreResult<Vec<RespAclUser>> {
-        let client = self.pool().get().await?;
+        let client = checkout(self.pool()).await?;
         let rows = client
             .query(
                 "SELECT name, u.rules, coalesce(d.deletions, 0) AS deletions
@@ -41,7 +42,7 @@ impl super::Catalog {
     /// Stores a user's rules, unless that would make more than `max_users` rows; false then.
     /// This gateway reloads its catalog before answering, so its next command sees the change.
     pub async fn put_resp_acl_user(&self, name: &str, rules: &str, max_users: i64) -> StoreResult<bool> {
-        let client = self.pool().get().await?;
+        let client = checkout(self.pool()).await?;
         let stored = client
             .query_opt(
                 "INSERT INTO pgvs3.resp_acl_users (name, rules)
@@ -63,7 +64,7 @@ impl super::Catalog {
             return Ok(true);
         }
         // Nothing written: the same rules were there already, or the table is full.
-        let client = self.pool().get().await?;
+        let client = checkout(self.pool()).await?;
         let exists = client
             .query_opt("SELECT 1 FROM pgvs3.resp_acl_users WHERE name = $1", &[&name])
             .await?
@@ -74,7 +75,7 @@ impl super::Catalog {
     /// Drops users' rules (their keys keep their own rights) and counts each one's deletion;
     /// how many had rules.
     pub async fn delete_resp_acl_users(&self, names: &[String]) -> StoreResult<u64> {
-        let client = self.pool().get().await?;
+        let client = checkout(self.pool()).await?;
         let deleted = client
             .execute(
                 "WITH deleted AS (DELETE FROM pgvs3.resp_acl_users WHERE name = ANY ($1) RETURNING name)

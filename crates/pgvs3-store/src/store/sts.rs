@@ -11,6 +11,7 @@ use tokio_postgres::types::Json;
 
 use super::catalog::{AccessKey, Catalog};
 use super::{StoreError, StoreResult};
+use crate::pg::checkout::checkout;
 
 /// Whether `access_key` names a session (`ASIA` and 16 of A-Z, 2-7: the form the gateway issues;
 /// `pgvs3.sts_sessions` checks it too). Static keys of this form are never looked up as keys.
@@ -86,7 +87,7 @@ pub struct NewSession<'a> {
 impl Catalog {
     /// The role `name`, `None` when there is none.
     pub async fn sts_role(&self, name: &str) -> StoreResult<Option<RoleTrust>> {
-        let client = self.pool().get().await?;
+        let client = checkout(self.pool()).await?;
         let row = client
             .query_opt("SELECT trust, max_session_seconds FROM pgvs3.sts_role($1)", &[&name])
             .await?;
@@ -104,7 +105,7 @@ impl Catalog {
         issuer: &str,
         known: Option<i64>,
     ) -> StoreResult<Option<(i64, Option<serde_json::Value>)>> {
-        let client = self.pool().get().await?;
+        let client = checkout(self.pool()).await?;
         let row = client
             .query_opt(
                 "SELECT version, CASE WHEN version IS DISTINCT FROM $2 THEN jwks END AS jwks
@@ -122,7 +123,7 @@ impl Catalog {
     /// role was deleted meanwhile.
     pub async fn open_session(&self, session: &NewSession<'_>) -> StoreResult<Option<SystemTime>> {
         let sealed = self.master_key().seal(session.secret);
-        let client = self.pool().get().await?;
+        let client = checkout(self.pool()).await?;
         let opened = client
             .query_one(
                 "SELECT pgvs3.sts_open_session($1, $2, $3, $4, $5, $6, $7) AS expires_at",
@@ -147,7 +148,7 @@ impl Catalog {
     /// A session's credentials as a key (its policy the role's, read now), with the catalog
     /// version of the snapshot; `None` when there is no such session (or its role is gone).
     pub(super) async fn session_key(&self, access_key: &str) -> StoreResult<Option<(AccessKey, i64)>> {
-        let client = self.pool().get().await?;
+        let client = checkout(self.pool()).await?;
         let row = client
             .query_opt(
                 "SELECT secret_encrypted, token_sha256, role, subject, expires_at, policy::text AS policy,
@@ -192,7 +193,7 @@ impl Catalog {
     /// Deletes sessions expired for more than an hour (until then their keys are answered
     /// ExpiredToken); how many.
     pub async fn reap_sessions(&self) -> StoreResult<i64> {
-        let client = self.pool().get().await?;
+        let client = checkout(self.pool()).await?;
         Ok(client
             .query_one("SELECT pgvs3.sts_reap_sessions() AS reaped", &[])
             .await?

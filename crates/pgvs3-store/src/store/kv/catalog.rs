@@ -2,6 +2,7 @@
 //! notification setting and encoding parameters, and the count of keys the reaper expired.
 
 use super::write::NOTIFY;
+use crate::pg::checkout::checkout;
 use crate::store::{Catalog, StoreResult};
 
 /// A library of Redis Functions (FUNCTION LOAD), kept in `pgvs3.resp_function_libraries`: one
@@ -88,7 +89,7 @@ impl Catalog {
     /// The encoding parameters of `bucket`'s keyspace, in [`EncodingParameter::ALL`]'s order:
     /// Redis 7.0.15's defaults where none was set (or the bucket does not exist yet).
     pub async fn encoding_parameters(&self, bucket: &str) -> StoreResult<Vec<i64>> {
-        let client = self.pool().get().await?;
+        let client = checkout(self.pool()).await?;
         let row = client
             .query_one(
                 "SELECT * FROM pgvs3.resp_encodings((SELECT id FROM pgvs3.buckets WHERE name = $1))",
@@ -127,14 +128,14 @@ impl Catalog {
                 .iter()
                 .map(|(_, value)| value as &(dyn tokio_postgres::types::ToSql + Sync)),
         );
-        let client = self.pool().get().await?;
+        let client = checkout(self.pool()).await?;
         client.execute(&statement, &params).await?;
         Ok(())
     }
 
     /// Every library of keyspace `bucket_id`, by name.
     pub async fn function_libraries(&self, bucket_id: i64) -> StoreResult<Vec<FunctionLibrary>> {
-        let client = self.pool().get().await?;
+        let client = checkout(self.pool()).await?;
         let rows = client
             .query(
                 "SELECT name, code, functions, flags, descriptions FROM pgvs3.resp_function_libraries
@@ -149,7 +150,7 @@ impl Catalog {
     /// Redis's dictionary of functions compares names case-insensitively (function names are
     /// ASCII).
     pub async fn function_library_of(&self, bucket_id: i64, function: &str) -> StoreResult<Option<FunctionLibrary>> {
-        let client = self.pool().get().await?;
+        let client = checkout(self.pool()).await?;
         let row = client
             .query_opt(
                 "SELECT name, code, functions, flags, descriptions FROM pgvs3.resp_function_libraries
@@ -171,7 +172,7 @@ impl Catalog {
         policy: LibraryPolicy,
         max_libraries: i64,
     ) -> StoreResult<Result<(), LibraryRefusal>> {
-        let mut client = self.pool().get().await?;
+        let mut client = checkout(self.pool()).await?;
         let tx = client.transaction().await?;
         tx.execute(
             "SELECT 1 FROM pgvs3.buckets WHERE id = $1 FOR NO KEY UPDATE",
@@ -261,7 +262,7 @@ impl Catalog {
 
     /// Deletes keyspace `bucket_id`'s library `name`; false when there is none.
     pub async fn delete_function_library(&self, bucket_id: i64, name: &str) -> StoreResult<bool> {
-        let client = self.pool().get().await?;
+        let client = checkout(self.pool()).await?;
         let deleted = client
             .execute(
                 "DELETE FROM pgvs3.resp_function_libraries WHERE bucket_id = $1 AND name = $2",
@@ -273,7 +274,7 @@ impl Catalog {
 
     /// FUNCTION FLUSH: every library of keyspace `bucket_id` goes.
     pub async fn flush_function_libraries(&self, bucket_id: i64) -> StoreResult<()> {
-        let client = self.pool().get().await?;
+        let client = checkout(self.pool()).await?;
         client
             .execute(
                 "DELETE FROM pgvs3.resp_function_libraries WHERE bucket_id = $1",
@@ -287,7 +288,7 @@ impl Catalog {
 impl Catalog {
     /// The keyspace notifications setting of `bucket`'s keyspace (`None`: never set).
     pub async fn keyspace_events(&self, bucket: &str) -> StoreResult<Option<String>> {
-        let client = self.pool().get().await?;
+        let client = checkout(self.pool()).await?;
         let row = client
             .query_opt(
                 "SELECT flags FROM pgvs3.resp_keyspace_events WHERE bucket = $1",
@@ -300,7 +301,7 @@ impl Catalog {
     /// Whether a live gateway has CLIENT TRACKING clients for `bucket`'s keyspace
     /// (`pgvs3.resp_tracked`, functions/resp_pubsub.sql).
     pub async fn keyspace_tracked(&self, bucket: &str) -> StoreResult<bool> {
-        let client = self.pool().get().await?;
+        let client = checkout(self.pool()).await?;
         let row = client
             .query_one("SELECT pgvs3.resp_tracked($1) AS tracked", &[&bucket])
             .await?;
@@ -309,7 +310,7 @@ impl Catalog {
 
     /// The keys of `buckets` the reaper deleted at their expiry (INFO's `expired_keys`).
     pub async fn expired_keys(&self, buckets: &[&str]) -> StoreResult<i64> {
-        let client = self.pool().get().await?;
+        let client = checkout(self.pool()).await?;
         let row = client
             .query_one(
                 "SELECT coalesce(sum(e.keys), 0)::bigint AS keys FROM pgvs3.resp_expired e
@@ -330,7 +331,7 @@ impl Catalog {
         channel: &[u8],
         inline_limit: i32,
     ) -> StoreResult<()> {
-        let mut client = self.pool().get().await?;
+        let mut client = checkout(self.pool()).await?;
         let tx = client.transaction().await?;
         tx.execute(
             "INSERT INTO pgvs3.resp_keyspace_events (bucket, flags) VALUES ($1, $2)
