@@ -10,6 +10,7 @@ use deadpool_postgres::Pool;
 use tokio::task::JoinHandle;
 
 use crate::metrics::Metrics;
+use crate::pg::checkout::checkout;
 use crate::replica_lag::ReplicaLag;
 
 /// How often a gateway writes its row.
@@ -63,7 +64,7 @@ pub fn spawn(pool: Pool, metrics: Metrics, lag: ReplicaLag, beat: Beat) -> JoinH
             }
             let stats = pgvs3_console::metrics_summary(&metrics.render(&pool));
             let written = async {
-                let client = pool.get().await.map_err(|err| err.to_string())?;
+                let client = checkout(&pool).await.map_err(|err| err.to_string())?;
                 client
                     .execute(
                         BEAT_SQL,

@@ -54,6 +54,13 @@ impl Readiness {
         if let Some(outage) = health.fatal().map(str::to_owned).or_else(|| health.outage()) {
             anyhow::bail!("database unavailable: {outage}");
         }
+        // Readiness's own connection may outlive the pool's: refused new ones, with none open,
+        // every request fails, whatever this connection says.
+        if let Some(refusal) = health.refusal()
+            && self.inner.pool.status().size == 0
+        {
+            anyhow::bail!("PostgreSQL refuses this gateway new connections, and it has none open: {refusal}");
+        }
         let timeout = health.probe_timeout();
         tokio::time::timeout(timeout, self.ask())
             .await
@@ -67,9 +74,10 @@ impl Readiness {
             _ => match self.inner.connections.connect(&self.inner.config).await {
                 Ok(open) => open,
                 Err(err) if refuses_new_connection(&err) => {
-                    let pooled = checkout(&self.inner.pool)
-                        .await
-                        .map_err(|_| anyhow::Error::new(err).context("no connection open, and a new one refused"))?;
+                    let pooled = checkout(&self.inner.pool).await.map_err(|pooled| {
+                        let err = anyhow::Error::new(err);
+                        anyhow::anyhow!("a new connection refused ({err:#}), and no open one to ask on: {pooled}")
+                    })?;
                     return layout_and_role(&pooled).await;
                 }
                 Err(err) => return Err(err.into()),

@@ -12,6 +12,7 @@ use crate::config::{DatabaseArgs, ServeArgs, TlsListener};
 use crate::http_server::{self, ShutdownTrigger};
 use crate::master_key::{MasterKey, random_token};
 use crate::metrics::Metrics;
+use crate::pg::checkout::checkout;
 use crate::pg::connections::{Dedicated, Liveness};
 use crate::pg::health::DatabaseHealth;
 use crate::pg::{Database, migrate};
@@ -507,7 +508,7 @@ impl pgvs3_console::Admin for ConsoleAdmin {
 
     fn standbys(&self) -> pgvs3_console::BoxFuture<'_, Result<Vec<pgvs3_console::Standby>, String>> {
         Box::pin(async move {
-            let client = self.pool.get().await.map_err(|err| err.to_string())?;
+            let client = checkout(&self.pool).await.map_err(|err| err.to_string())?;
             let rows = client
                 .query(
                     "SELECT coalesce(application_name, '') AS name, coalesce(host(client_addr), '') AS address,
@@ -533,7 +534,7 @@ impl pgvs3_console::Admin for ConsoleAdmin {
 
     fn database_size(&self) -> pgvs3_console::BoxFuture<'_, Result<i64, String>> {
         Box::pin(async move {
-            let client = self.pool.get().await.map_err(|err| err.to_string())?;
+            let client = checkout(&self.pool).await.map_err(|err| err.to_string())?;
             let row = client
                 .query_one("SELECT pg_database_size(current_database()) AS bytes", &[])
                 .await
@@ -557,7 +558,7 @@ impl pgvs3_console::Admin for ConsoleAdmin {
 
     fn gateways(&self) -> pgvs3_console::BoxFuture<'_, Result<Vec<pgvs3_console::GatewayBeat>, String>> {
         Box::pin(async move {
-            let client = self.pool.get().await.map_err(|err| err.to_string())?;
+            let client = checkout(&self.pool).await.map_err(|err| err.to_string())?;
             let rows = client
                 .query(
                     "SELECT id, host, version, started, listeners, stats,
@@ -589,7 +590,7 @@ impl pgvs3_console::Admin for ConsoleAdmin {
 
     fn wal_position(&self) -> pgvs3_console::BoxFuture<'_, Result<pgvs3_console::WalPosition, String>> {
         Box::pin(async move {
-            let client = self.pool.get().await.map_err(|err| err.to_string())?;
+            let client = checkout(&self.pool).await.map_err(|err| err.to_string())?;
             // A standby's position is what it has replayed; a primary's, what it has written.
             let row = client
                 .query_one(
@@ -612,7 +613,7 @@ impl pgvs3_console::Admin for ConsoleAdmin {
         page: pgvs3_console::JobsPage,
     ) -> pgvs3_console::BoxFuture<'_, Result<Vec<pgvs3_console::JobRow>, String>> {
         Box::pin(async move {
-            let client = self.pool.get().await.map_err(|err| err.to_string())?;
+            let client = checkout(&self.pool).await.map_err(|err| err.to_string())?;
             // A backward range of jobs_listing (queue, tenant, state, seq): no sort, no OFFSET.
             let rows = client
                 .query(
@@ -652,7 +653,7 @@ impl pgvs3_console::Admin for ConsoleAdmin {
         tenant: String,
     ) -> pgvs3_console::BoxFuture<'_, Result<Vec<pgvs3_console::QueueRates>, String>> {
         Box::pin(async move {
-            let client = self.pool.get().await.map_err(|err| err.to_string())?;
+            let client = checkout(&self.pool).await.map_err(|err| err.to_string())?;
             // Events carry no tenant: their jobs do (a job deleted within the minute is not
             // counted).
             let rows = client

@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use deadpool_postgres::tokio_postgres;
-use deadpool_postgres::{Object, Pool, PoolError};
+use deadpool_postgres::{Object, Pool, PoolError, Timeouts};
 use tokio::time::Instant;
 
 /// How often a waiting checkout looks for a connection given back to the pool. The pool tells
@@ -34,16 +34,23 @@ pub async fn checkout(pool: &Pool) -> Result<Object, PoolError> {
         Err(PoolError::Backend(err)) if refuses_new_connection(&err) => err,
         other => return other,
     };
-    let deadline = Instant::now() + pool.timeouts().wait.unwrap_or(Duration::from_secs(10));
+    let timeouts = pool.timeouts();
+    let deadline = Instant::now() + timeouts.wait.unwrap_or(Duration::from_secs(10));
     loop {
         let status = pool.status();
-        if status.size == 0 || Instant::now() >= deadline {
+        let now = Instant::now();
+        if status.size == 0 || now >= deadline {
             return Err(PoolError::Backend(refusal));
         }
         if status.available > 0 {
             // An idle connection is taken before a new one is tried; another task may have
-            // taken it first, and then this one is refused again and waits on.
-            match pool.get().await {
+            // taken it first, and then this one is refused again and waits on. Within what is
+            // left of the wait.
+            let left = Timeouts {
+                wait: Some(deadline - now),
+                ..timeouts
+            };
+            match pool.timeout_get(&left).await {
                 Err(PoolError::Backend(err)) if refuses_new_connection(&err) => refusal = err,
                 other => return other,
             }

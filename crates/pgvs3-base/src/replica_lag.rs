@@ -97,7 +97,7 @@ impl ReplicaLag {
             loop {
                 ticker.tick().await;
                 let sample = async {
-                    let client = pool.get().await.ok()?;
+                    let client = crate::checkout::checkout(&pool).await.ok()?;
                     let row = client.query_one(SAMPLE_SQL, &[]).await.ok()?;
                     Some((
                         row.get::<_, bool>("standby"),

@@ -333,7 +333,7 @@ impl Deliverer {
 
     /// Claims a batch, delivers it concurrently, and records each outcome; how many it claimed.
     async fn round(&self) -> anyhow::Result<usize> {
-        let client = self.pool.get().await?;
+        let client = pgvs3_base::checkout::checkout(&self.pool).await?;
         // The lease outlasts the POST (and the outcome's write) by a margin.
         let lease_ms = (self.options.timeout * 2 + Duration::from_secs(5)).as_millis() as i64;
         let statement = client.prepare_cached(CLAIM).await?;

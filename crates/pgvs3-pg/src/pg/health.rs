@@ -29,8 +29,9 @@ pub struct DatabaseHealth {
 
 struct Inner {
     up: AtomicBool,
-    /// Whether the server refuses the probe new connections, as of the last probe.
-    refusing: AtomicBool,
+    /// Why the server refuses the probe new connections, as of the last probe; `None` while it
+    /// lets it in (or the probe's connection holds).
+    refusal: Mutex<Option<String>>,
     /// Since when, and why, the database is unreachable; `None` while it answers.
     outage: Mutex<Option<(Instant, String)>>,
     /// Set once the gateway cannot recover by itself (the embedded server could not be
@@ -71,7 +72,7 @@ impl DatabaseHealth {
         DatabaseHealth {
             inner: Arc::new(Inner {
                 up: AtomicBool::new(true),
-                refusing: AtomicBool::new(false),
+                refusal: Mutex::new(None),
                 outage: Mutex::new(None),
                 fatal: OnceLock::new(),
                 probe_timeout,
@@ -97,6 +98,11 @@ impl DatabaseHealth {
     /// Why the gateway cannot recover by itself, once that is so.
     pub fn fatal(&self) -> Option<&str> {
         self.inner.fatal.get().map(String::as_str)
+    }
+
+    /// Why the server refused the probe's last attempt at a new connection, if it did.
+    pub fn refusal(&self) -> Option<String> {
+        self.inner.refusal.lock().expect("health lock").clone()
     }
 
     /// How long a readiness check may wait for the database.
@@ -139,13 +145,20 @@ impl DatabaseHealth {
         if !self.inner.up.load(Ordering::Relaxed) {
             // Down already: the reason is the refusal now.
             self.lost(reason);
-        } else if !self.inner.refusing.swap(true, Ordering::Relaxed) {
+        } else if self
+            .inner
+            .refusal
+            .lock()
+            .expect("health lock")
+            .replace(reason.clone())
+            .is_none()
+        {
             tracing::warn!(%reason, "PostgreSQL refuses this gateway new connections; serving on those open");
         }
     }
 
     fn answered(&self) {
-        if self.inner.refusing.swap(false, Ordering::Relaxed) {
+        if self.inner.refusal.lock().expect("health lock").take().is_some() {
             tracing::info!("PostgreSQL accepts this gateway's new connections again");
         }
         if self.inner.up.load(Ordering::Relaxed) {
@@ -223,22 +236,27 @@ enum Failure {
 }
 
 /// One round trip on the probe's own connection, so a busy pool cannot make a healthy database
-/// look dead.
+/// look dead. A round trip that fails on the connection it has (its backend ended alone, say)
+/// is tried again on a new one, which tells whether the server is gone, answers, or refuses.
 async fn probe(
     connections: &Connections,
     config: &tokio_postgres::Config,
     client: &mut Option<Client>,
 ) -> Result<(), Failure> {
-    let open = match client.take() {
-        Some(open) if !open.is_closed() => open,
-        _ => connections.connect(config).await.map_err(|err| {
-            if refuses_new_connection(&err) {
-                Failure::Refused(explain(err))
-            } else {
-                Failure::Lost(explain(err))
-            }
-        })?,
-    };
+    if let Some(open) = client.take()
+        && !open.is_closed()
+        && open.simple_query("SELECT 1").await.is_ok()
+    {
+        *client = Some(open);
+        return Ok(());
+    }
+    let open = connections.connect(config).await.map_err(|err| {
+        if refuses_new_connection(&err) {
+            Failure::Refused(explain(err))
+        } else {
+            Failure::Lost(explain(err))
+        }
+    })?;
     open.simple_query("SELECT 1")
         .await
         .map_err(|err| Failure::Lost(explain(err)))?;

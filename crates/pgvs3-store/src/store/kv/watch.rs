@@ -6,6 +6,7 @@
 use tokio_postgres::types::ToSql;
 
 use super::KvBatch;
+use crate::pg::checkout::checkout;
 use crate::store::{BucketInfo, Store, StoreResult};
 
 /// A connection's registered WATCH: its token, and how many (database, key) pairs it holds.
@@ -66,9 +67,7 @@ impl KvBatch {
                 self.busy = false;
                 row?.get("untouched")
             }
-            _ => self
-                .pool
-                .get()
+            _ => checkout(&self.pool)
                 .await?
                 .query_one(TAKE, &[&watches.token])
                 .await?
